@@ -1,0 +1,94 @@
+"""Video backends behind one interface: PyAV on the CPU, NVDEC (PyNvVideoCodec) on the GPU.
+
+A backend has ``device`` ("cpu" or "cuda") and ``decode(source, index, frames) -> {frame: HWC uint8 RGB}``
+(numpy arrays on the CPU, CUDA tensors on the GPU). :func:`read_frames` is what the operators call: it resolves a
+request (frame numbers or timestamps, padding), asks the backend for the distinct real frames and assembles the
+FHWC clip. Example::
+
+    clip = read_frames("clip.mp4", frames=[0, 8, 16, 8])
+    clip.frames.shape       # (4, H, W, 3) uint8
+    clip.timestamps         # seconds of each returned frame (-1 for constant padding)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .index import PAD_MODES, Source, VideoError, VideoIndex, build_index, describe, get_index
+from .pyav import PyAVBackend, read_audio_window
+
+__all__ = ["PAD_MODES", "PyAVBackend", "Clip", "VideoError", "VideoIndex", "build_index", "describe", "get_index",
+           "read_audio_window", "read_frames", "requested_frames"]
+
+
+@dataclass
+class Clip:
+    """Decoded frames (FHWC uint8 RGB tensor), their timestamps (s) and frame numbers (-1 where padded)."""
+
+    frames: torch.Tensor
+    timestamps: np.ndarray
+    frame_numbers: np.ndarray
+
+
+def requested_frames(idx: VideoIndex, *, frames: Sequence[int] | None = None, start_frame: int = 0,
+                     end_frame: int | None = None, stride: int = 1, sequence_length: int | None = None,
+                     timestamps: Sequence[float] | None = None, pad_mode: str = "none") -> np.ndarray:
+    """Frame numbers a request names (before padding), in request order.
+
+    ``frames`` (any order, repeats allowed), or ``timestamps`` in seconds (the frame shown at that time), or
+    ``start_frame + k * stride`` for ``k < sequence_length`` / up to ``end_frame`` (exclusive) / to the end.
+    """
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    if frames is not None and len(frames):
+        return np.asarray(frames, np.int64).reshape(-1)
+    if timestamps is not None and len(timestamps):
+        return idx.frame_at_times(timestamps, pad_mode)
+    if start_frame < 0:
+        raise ValueError(f"{idx.name}: start_frame {start_frame} is out of range: frames are numbered from 0")
+    if sequence_length:
+        return start_frame + stride * np.arange(int(sequence_length), dtype=np.int64)
+    stop = idx.num_frames if end_frame is None or end_frame < 0 else int(end_frame)
+    return np.arange(start_frame, stop, stride, dtype=np.int64)
+
+
+def _fill_frame(idx: VideoIndex, fill_value, device) -> torch.Tensor:
+    fill = np.asarray(fill_value if fill_value is not None else 0, np.float64).reshape(-1)
+    if len(fill) not in (1, 3) or fill.min() < 0 or fill.max() > 255:
+        raise ValueError(f"fill_value must be one value or 3 values (R, G, B) in [0, 255], got {fill_value!r}")
+    px = torch.tensor(np.broadcast_to(fill, (3,)).round().astype(np.uint8), device=device)
+    return px.expand(idx.height, idx.width, 3)
+
+
+def read_frames(source: Source, *, frames: Sequence[int] | None = None, timestamps: Sequence[float] | None = None,
+                start_frame: int = 0, end_frame: int | None = None, stride: int = 1,
+                sequence_length: int | None = None, pad_mode: str = "none", fill_value=0, backend=None,
+                index: VideoIndex | None = None, name: str | None = None) -> Clip:
+    """Decode a clip of ``source`` (path or encoded bytes); see :func:`requested_frames` for the request."""
+    backend = backend or PyAVBackend()
+    idx = index or get_index(source, name=name)
+    wanted = requested_frames(idx, frames=frames, start_frame=start_frame, end_frame=end_frame, stride=stride,
+                              sequence_length=sequence_length, timestamps=timestamps, pad_mode=pad_mode)
+    real = idx.resolve_padding(wanted, pad_mode)
+    decoded = backend.decode(source, idx, np.unique(real[real >= 0]))
+    device = "cuda" if backend.device != "cpu" else "cpu"
+    fill = None
+    out = []
+    for f in real.tolist():
+        if f < 0:
+            if fill is None:
+                fill = _fill_frame(idx, fill_value, device)
+            out.append(fill)
+        else:
+            fr = decoded[f]
+            out.append(fr if isinstance(fr, torch.Tensor) else torch.from_numpy(fr))
+    if out:
+        clip = torch.stack(out)
+    else:
+        clip = torch.empty((0, idx.height, idx.width, 3), dtype=torch.uint8, device=device)
+    times = np.where(real >= 0, idx.times[np.maximum(real, 0)] if idx.num_frames else -1.0, -1.0)
+    return Clip(clip, times.astype(np.float64), real.astype(np.int64))

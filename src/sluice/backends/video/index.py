@@ -1,0 +1,369 @@
+"""Packet index of a video stream: where every frame is, in presentation order, and which keyframe decodes it.
+
+The index is built once per file by demuxing (no decoding) with PyAV and cached on disk, keyed by the file's
+path, size and modification time (or, for encoded bytes, by a hash of the content). Frames are numbered in
+presentation order (packets sorted by pts), so B-frames and variable frame rates are handled exactly: frame ``i``
+is the ``i``-th picture shown, and the frame shown at time ``t`` is the last one whose pts is ``<= t``.
+
+A request for frames is turned into a *plan*: the wanted frames grouped by the keyframe to decode them from, so
+that each group of pictures is decoded once, from its keyframe, and shared by all wanted frames in it. Example::
+
+    idx = get_index("clip.mp4")
+    idx.num_frames, idx.is_vfr
+    plan = idx.plan([5, 3, 90, 5])     # [(key frame, [wanted frames...]), ...]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Sequence, Union
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
+
+INDEX_VERSION = 2
+PAD_MODES = ("none", "constant", "edge", "reflect_1001", "reflect_101")
+
+
+class VideoError(RuntimeError):
+    """A video file cannot be read: corrupt, truncated, no video stream, unsupported codec, missing keyframe."""
+
+
+def describe(source: Source) -> str:
+    """A short name for error messages: the path, or '<N bytes>' for encoded data in memory."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    return f"<{len(as_bytes(source))} bytes of encoded video>"
+
+
+def as_bytes(source) -> bytes | memoryview:
+    """Encoded data as a bytes-like object (accepts bytes, numpy uint8 arrays and CPU torch tensors)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return source
+    if hasattr(source, "detach"):  # torch tensor
+        source = source.detach().cpu().numpy()
+    arr = np.ascontiguousarray(np.asarray(source)).view(np.uint8).reshape(-1)
+    return memoryview(arr)
+
+
+def open_container(source: Source):
+    """Open ``source`` with PyAV, turning FFmpeg's errors into :class:`VideoError` naming the file."""
+    import av
+
+    try:
+        if isinstance(source, (str, os.PathLike)):
+            return av.open(os.fspath(source), "r")
+        return av.open(io.BytesIO(as_bytes(source)), "r")
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        if isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
+            raise FileNotFoundError(f"video file {os.fspath(source)!r} does not exist") from e
+        raise VideoError(f"cannot open video {describe(source)}: {e} (corrupt, truncated or not a "
+                         f"container FFmpeg can read; supported containers include mp4, mov, mkv, webm, avi)") from e
+
+
+def video_stream(container, name: str):
+    """The first video stream of an open container, or a :class:`VideoError` naming the file."""
+    if not container.streams.video:
+        kinds = sorted({s.type for s in container.streams}) or ["none"]
+        raise VideoError(f"{name} has no video stream (streams found: {', '.join(kinds)})")
+    return container.streams.video[0]
+
+
+@dataclass
+class VideoIndex:
+    """Frames of one video stream in presentation order, with their packets' timing and position.
+
+    Arrays (one entry per frame, sorted by presentation time): ``pts`` and ``dts`` in ``time_base`` units,
+    ``keyframe`` flags, byte position ``pos`` (-1 when the container does not say) and ``duration``.
+    ``decode_order`` lists frame numbers in the order their packets appear in the stream.
+    """
+
+    name: str
+    codec: str
+    width: int
+    height: int
+    time_base: Fraction
+    pts: np.ndarray
+    dts: np.ndarray
+    keyframe: np.ndarray
+    pos: np.ndarray
+    duration: np.ndarray
+    decode_order: np.ndarray
+    container: str = ""
+    pix_fmt: str = ""
+    average_rate: float = 0.0
+    key_frames: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.key_frames = np.flatnonzero(self.keyframe)
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def num_frames(self) -> int:
+        return int(len(self.pts))
+
+    @property
+    def times(self) -> np.ndarray:
+        """Presentation time of every frame in seconds (float64)."""
+        return self.pts.astype(np.float64) * float(self.time_base)
+
+    @property
+    def end_time(self) -> float:
+        """Time at which the last frame stops being shown, in seconds."""
+        if not self.num_frames:
+            return 0.0
+        last = int(self.pts[-1]) + max(int(self.duration[-1]), 0)
+        if self.duration[-1] <= 0 and self.num_frames > 1:
+            last = int(self.pts[-1]) + int(np.median(np.diff(self.pts)))
+        return last * float(self.time_base)
+
+    @property
+    def frame_intervals(self) -> np.ndarray:
+        return np.diff(self.pts)
+
+    @property
+    def is_vfr(self) -> bool:
+        """True when frame intervals vary by more than timestamp rounding (1 tick or 2% of the median)."""
+        d = self.frame_intervals
+        if len(d) < 2:
+            return False
+        med = float(np.median(d))
+        return float(d.max() - d.min()) > max(1.0, 0.02 * med)
+
+    @property
+    def fps(self) -> float:
+        """Mean frame rate over the stream (frames per second)."""
+        if self.num_frames > 1:
+            span = (int(self.pts[-1]) - int(self.pts[0])) * float(self.time_base)
+            if span > 0:
+                return (self.num_frames - 1) / span
+        return float(self.average_rate)
+
+    def gop_lengths(self) -> np.ndarray:
+        """Number of frames from each keyframe to the next (presentation order)."""
+        keys = self.key_frames
+        if not len(keys):
+            return np.zeros(0, np.int64)
+        return np.diff(np.append(keys, self.num_frames))
+
+    # -------------------------------------------------------------- requests
+    def start_keyframe(self, frames: np.ndarray) -> np.ndarray:
+        """For each frame, the keyframe to start decoding from: the last keyframe whose pts is <= the frame's.
+
+        Decoding from there in stream order reaches the frame for closed and open GOPs alike (leading B-frames
+        of an open GOP start from the previous keyframe). Raises :class:`VideoError` for frames before the first
+        keyframe (a file whose first keyframe is missing).
+        """
+        frames = np.asarray(frames, np.int64)
+        keys = self.key_frames
+        pos = np.searchsorted(self.pts[keys], self.pts[frames], side="right") - 1 if len(keys) else \
+            np.full(len(frames), -1)
+        if len(frames) and (pos < 0).any():
+            bad = int(frames[np.argmax(pos < 0)])
+            first = f"the first keyframe is frame {int(keys[0])}" if len(keys) else "the stream has no keyframe"
+            raise VideoError(f"{self.name}: frame {bad} cannot be decoded: no keyframe before it ({first}); "
+                             f"the file is missing its keyframe (cut or corrupt)")
+        return keys[pos]
+
+    def plan(self, frames: Sequence[int]) -> list[tuple[int, list[int]]]:
+        """Group the distinct wanted frames by start keyframe, in stream order: ``[(keyframe, [frames...])]``."""
+        wanted = np.unique(np.asarray(frames, np.int64))
+        if not len(wanted):
+            return []
+        starts = self.start_keyframe(wanted)
+        groups: "OrderedDict[int, list[int]]" = OrderedDict()
+        for key, f in zip(starts.tolist(), wanted.tolist()):
+            groups.setdefault(key, []).append(f)
+        return list(groups.items())
+
+    def frame_at_times(self, times: Sequence[float], pad_mode: str = "none") -> np.ndarray:
+        """Frame shown at each time (seconds, stream clock). Out of range: -1 when padding, else an error."""
+        t = np.asarray(times, np.float64).reshape(-1)
+        stamps = self.times
+        idx = np.searchsorted(stamps, t + 1e-9, side="right") - 1
+        # times between 0 and the first frame's pts show the first frame
+        idx = np.where((t >= 0) & (idx < 0), 0, idx)
+        neg = (t < 0) | ~np.isfinite(t)
+        if neg.any():
+            raise ValueError(f"{self.name}: timestamp {float(t[np.argmax(neg)])} s is out of range: timestamps are "
+                             f"seconds from 0 to {self.end_time:.6g}")
+        over = t >= self.end_time
+        if over.any():
+            if pad_mode == "none":
+                raise ValueError(f"{self.name}: timestamp {float(t[np.argmax(over)])} s is out of range: the video "
+                                 f"shows frames from 0 to {self.end_time:.6g} s; pass pad_mode= one of "
+                                 f"{PAD_MODES[1:]} to pad")
+            step = 1.0 / self.fps if self.fps > 0 else 1.0
+            idx = np.where(over, self.num_frames + np.floor((t - self.end_time) / step), idx)
+        return idx.astype(np.int64)
+
+    def resolve_padding(self, frames: Sequence[int], pad_mode: str = "none") -> np.ndarray:
+        """Map requested frame numbers onto real frames; -1 marks a constant-fill frame.
+
+        ``edge`` repeats the last frame, ``reflect_1001`` mirrors with the edge repeated (..., n-1, n-1, n-2),
+        ``reflect_101`` without (..., n-1, n-2, n-3), ``constant`` gives -1; ``none`` raises for frames out of
+        range. Negative frame numbers are always an error.
+        """
+        f = np.asarray(frames, np.int64).reshape(-1)
+        n = self.num_frames
+        if pad_mode not in PAD_MODES:
+            raise ValueError(f"Invalid pad_mode ({pad_mode!r}). Supported values are {', '.join(PAD_MODES)}.")
+        if len(f) and f.min() < 0:
+            raise ValueError(f"{self.name}: frame {int(f.min())} is out of range: frames are numbered from 0 "
+                             f"to {n - 1}")
+        over = f >= n
+        if not over.any():
+            return f
+        if pad_mode == "none" or n == 0:
+            raise ValueError(f"{self.name}: frame {int(f[over][0])} is out of range: the video has {n} frames "
+                             f"(0 to {n - 1}); pass pad_mode= one of {PAD_MODES[1:]} to pad")
+        if pad_mode == "constant":
+            return np.where(over, -1, f)
+        if pad_mode == "edge":
+            return np.minimum(f, n - 1)
+        if pad_mode == "reflect_1001":
+            period = 2 * n
+            m = f % period
+            return np.where(m < n, m, period - 1 - m)
+        period = max(2 * n - 2, 1)  # reflect_101
+        m = f % period
+        return np.where(m < n, m, period - m)
+
+    # ------------------------------------------------------------ (de)serialise
+    def to_arrays(self) -> dict:
+        return dict(version=np.int64(INDEX_VERSION), pts=self.pts, dts=self.dts, keyframe=self.keyframe,
+                    pos=self.pos, duration=self.duration, decode_order=self.decode_order,
+                    meta=np.array([self.codec, str(self.width), str(self.height), str(self.time_base.numerator),
+                                   str(self.time_base.denominator), self.container, self.pix_fmt,
+                                   repr(self.average_rate)]))
+
+    @classmethod
+    def from_arrays(cls, name: str, a) -> "VideoIndex":
+        if int(a["version"]) != INDEX_VERSION:
+            raise ValueError("stale index version")
+        codec, w, h, num, den, cont, pix, rate = [str(x) for x in a["meta"]]
+        return cls(name=name, codec=codec, width=int(w), height=int(h), time_base=Fraction(int(num), int(den)),
+                   pts=a["pts"], dts=a["dts"], keyframe=a["keyframe"].astype(bool), pos=a["pos"],
+                   duration=a["duration"], decode_order=a["decode_order"], container=cont, pix_fmt=pix,
+                   average_rate=float(rate))
+
+
+def build_index(source: Source, name: str | None = None) -> VideoIndex:
+    """Demux ``source`` (a path or encoded bytes) once and index its first video stream's packets."""
+    import av
+
+    name = name or describe(source)
+    with open_container(source) as container:
+        stream = video_stream(container, name)
+        ctx = stream.codec_context
+        rows = []
+        try:
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    continue
+                pts = packet.pts if packet.pts is not None else packet.dts
+                if pts is None:
+                    raise VideoError(f"{name}: packet {len(rows)} has no timestamp; cannot index frames by time")
+                rows.append((pts, packet.dts if packet.dts is not None else pts, bool(packet.is_keyframe),
+                             packet.pos if packet.pos is not None else -1, packet.duration or 0))
+        except av.error.FFmpegError as e:
+            logger.warning("%s: demuxing stopped after %d packets: %s (truncated file?)", name, len(rows), e)
+        if not rows:
+            raise VideoError(f"{name}: the video stream has no packets (empty, truncated or corrupt file)")
+        if stream.time_base is None:
+            raise VideoError(f"{name}: the video stream has no time base")
+        arr = np.array(rows, dtype=np.int64)
+        order = np.argsort(arr[:, 0], kind="stable")
+        # decode_order[k] = frame number (presentation order) of the k-th packet in the stream
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        sorted_rows = arr[order]
+        dup = np.flatnonzero(np.diff(sorted_rows[:, 0]) == 0)
+        if len(dup):
+            logger.warning("%s: %d packets share a pts with another one", name, len(dup))
+        return VideoIndex(
+            name=name, codec=_codec_name(ctx), width=int(ctx.width), height=int(ctx.height),
+            time_base=Fraction(stream.time_base.numerator, stream.time_base.denominator),
+            pts=sorted_rows[:, 0].copy(), dts=sorted_rows[:, 1].copy(), keyframe=sorted_rows[:, 2].astype(bool),
+            pos=sorted_rows[:, 3].copy(), duration=sorted_rows[:, 4].copy(), decode_order=rank,
+            container=container.format.name, pix_fmt=str(ctx.pix_fmt or ""),
+            average_rate=float(stream.average_rate or 0.0))
+
+
+# ---------------------------------------------------------------------------------------------- caching
+def cache_dir() -> Path:
+    """Where indexes are stored: ``$SLUICE_VIDEO_INDEX_DIR`` or ``~/.cache/sluice/video_index``."""
+    env = os.environ.get("SLUICE_VIDEO_INDEX_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "sluice" / "video_index"
+
+
+def cache_key(source: Source) -> str:
+    """Path + size + modification time for files; a BLAKE2 hash of the content for bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    if isinstance(source, (str, os.PathLike)):
+        path = os.path.abspath(os.fspath(source))
+        st = os.stat(path)
+        h.update(f"file\0{path}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    else:
+        h.update(b"bytes\0")
+        h.update(as_bytes(source))
+    return h.hexdigest()
+
+
+_memory: "OrderedDict[str, VideoIndex]" = OrderedDict()
+_memory_lock = threading.Lock()
+_MEMORY_ENTRIES = 256
+
+
+def get_index(source: Source, *, cache: bool = True, name: str | None = None) -> VideoIndex:
+    """The index of ``source``, from memory, then the disk cache, else built (and stored) now."""
+    name = name or describe(source)
+    if not cache:
+        return build_index(source, name)
+    if isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
+        raise FileNotFoundError(f"video file {os.fspath(source)!r} does not exist")
+    key = cache_key(source)
+    with _memory_lock:
+        hit = _memory.get(key)
+        if hit is not None:
+            _memory.move_to_end(key)
+            return hit
+    path = cache_dir() / f"{key}.npz"
+    idx = None
+    if path.exists():
+        try:
+            with np.load(path, allow_pickle=False) as a:
+                idx = VideoIndex.from_arrays(name, a)
+        except Exception as e:  # a damaged or stale cache entry is rebuilt, never trusted
+            logger.info("ignoring video index cache %s: %s", path, e)
+    if idx is None:
+        idx = build_index(source, name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp.npz")
+            np.savez(tmp, **idx.to_arrays())
+            os.replace(tmp, path)
+        except OSError as e:
+            logger.info("cannot write video index cache %s: %s", path, e)
+    with _memory_lock:
+        _memory[key] = idx
+        while len(_memory) > _MEMORY_ENTRIES:
+            _memory.popitem(last=False)
+    return idx
+
+
+def _codec_name(ctx) -> str:
+    """The codec's canonical name ('av1', not the decoder's 'libdav1d')."""
+    codec = getattr(ctx, "codec", None)
+    return str(getattr(codec, "canonical_name", None) or ctx.name)

@@ -1,0 +1,169 @@
+"""CPU video backend: PyAV (FFmpeg) with frame threading, driven by the packet index.
+
+For a request, each group of pictures holding a wanted frame is decoded once from its keyframe (a seek to the
+keyframe's pts, then decoding forward until the group's last wanted frame is out); consecutive groups are decoded
+without a seek when that is no more work. Only wanted frames are converted to RGB. Example::
+
+    idx = get_index("clip.mp4")
+    frames = PyAVBackend().decode("clip.mp4", idx, [3, 40, 41])   # {frame: HWC uint8 RGB array}
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .index import Source, VideoError, VideoIndex, open_container, video_stream
+
+logger = logging.getLogger(__name__)
+
+
+def _decoded_frames(container, stream, name: str) -> Iterator:
+    """Decoded frames from the demuxer's current position to the end of the stream, skipping corrupt packets."""
+    import av
+
+    try:
+        for packet in container.demux(stream):
+            try:
+                frames = packet.decode()
+            except av.error.FFmpegError as e:
+                logger.warning("%s: skipping undecodable packet at pts %s: %s", name, packet.pts, e)
+                continue
+            yield from frames
+    except av.error.FFmpegError as e:  # demuxing a truncated or corrupt file
+        logger.warning("%s: demuxing stopped: %s", name, e)
+
+
+class PyAVBackend:
+    """Decodes frames with PyAV on the CPU; ``threads`` decoder threads per file (0: FFmpeg chooses)."""
+
+    device = "cpu"
+
+    def __init__(self, threads: int = 2) -> None:
+        self.threads = int(threads)
+
+    def decode(self, source: Source, idx: VideoIndex, frames: Sequence[int]) -> dict[int, np.ndarray]:
+        """Decode the distinct ``frames`` (presentation numbers) of ``source``; returns {frame: HWC uint8 RGB}."""
+        plan = idx.plan(frames)
+        out: dict[int, np.ndarray] = {}
+        if not plan:
+            return out
+        with open_container(source) as container:
+            stream = video_stream(container, idx.name)
+            stream.thread_type = "AUTO"
+            stream.codec_context.thread_count = self.threads
+            self._run_plan(container, stream, idx, plan, out)
+        return out
+
+    def _run_plan(self, container, stream, idx: VideoIndex, plan, out: dict) -> None:
+        frames_iter = None
+        pos = -1  # presentation number of the last frame the decoder gave
+        for key, group in plan:
+            if frames_iter is None or not (key <= pos + 1 and group[0] > pos):
+                frames_iter = self._seek(container, stream, idx, key)
+                pos = -1
+            pos = self._collect(frames_iter, idx, group, out, pos)
+            missing = [f for f in group if f not in out]
+            if missing:
+                # the demuxer may have landed after the keyframe: retry once from the previous keyframe / start
+                earlier = idx.key_frames[idx.key_frames < key]
+                retry_key = int(earlier[-1]) if len(earlier) else 0
+                logger.info("%s: frames %s not reached from keyframe %d; retrying from %d", idx.name, missing,
+                            key, retry_key)
+                frames_iter = self._seek(container, stream, idx, retry_key)
+                pos = self._collect(frames_iter, idx, missing, out, -1)
+                missing = [f for f in group if f not in out]
+                if missing:
+                    raise VideoError(f"{idx.name}: frame {missing[0]} could not be decoded (corrupt or truncated "
+                                     f"data in its group of pictures, keyframe {key}; the video has "
+                                     f"{idx.num_frames} frames)")
+
+    @staticmethod
+    def _seek(container, stream, idx: VideoIndex, key: int):
+        import av
+
+        target = int(idx.pts[key])
+        try:
+            container.seek(target, stream=stream, backward=True, any_frame=False)
+        except av.error.FFmpegError as e:
+            logger.info("%s: seek to pts %d failed (%s); decoding from the start", idx.name, target, e)
+            container.seek(int(idx.pts[0]), stream=stream, backward=True, any_frame=False)
+        return _decoded_frames(container, stream, idx.name)
+
+    @staticmethod
+    def _collect(frames_iter, idx: VideoIndex, group: Sequence[int], out: dict, pos: int) -> int:
+        remaining = set(group)
+        last = group[-1]
+        for frame in frames_iter:
+            ts = frame.pts if frame.pts is not None else frame.dts
+            if ts is None:
+                continue
+            i = int(np.searchsorted(idx.pts, ts, side="right")) - 1
+            if i < 0:
+                continue
+            pos = i
+            if i in remaining:
+                out[i] = frame.to_ndarray(format="rgb24")
+                remaining.discard(i)
+            if i >= last or not remaining:
+                break
+        return pos
+
+
+def read_audio_window(source: Source, start: float, end: float, *, sample_rate: int = 0,
+                      name: str | None = None) -> tuple[np.ndarray, int]:
+    """Audio samples of ``[start, end)`` seconds of the first audio stream, as float32 ``(samples, channels)``.
+
+    The window is exact to the sample: ``round(end * rate) - round(start * rate)`` samples, zero-padded where the
+    audio ends early. ``sample_rate`` resamples (FFmpeg's swresample); 0 keeps the stream's rate. Example::
+
+        audio, rate = read_audio_window("clip.mp4", 1.0, 1.5)
+    """
+    import av
+
+    from .index import describe
+
+    name = name or describe(source)
+    if not end > start >= 0:
+        raise ValueError(f"{name}: audio window [{start}, {end}) s is empty or negative")
+    with open_container(source) as container:
+        if not container.streams.audio:
+            raise VideoError(f"{name} has no audio stream")
+        stream = container.streams.audio[0]
+        rate = int(sample_rate or stream.codec_context.sample_rate or stream.rate)
+        channels = stream.codec_context.channels
+        resampler = av.AudioResampler(format="fltp", layout=stream.codec_context.layout, rate=rate)
+        first = int(round(start * rate))
+        count = int(round(end * rate)) - first
+        out = np.zeros((count, channels), np.float32)
+        tb = float(stream.time_base)
+        try:
+            container.seek(max(int(start / tb) - 1, 0), stream=stream, backward=True, any_frame=False)
+        except av.error.FFmpegError:
+            container.seek(0, stream=stream)
+        cursor = None  # sample number (at ``rate``) of the next resampled sample
+        for frame in _decoded_frames(container, stream, name):
+            if cursor is None:
+                if frame.pts is None:
+                    raise VideoError(f"{name}: audio frames carry no timestamps")
+                cursor = int(round(frame.pts * tb * rate))
+            for res in resampler.resample(frame):
+                data = res.to_ndarray().T.astype(np.float32, copy=False)  # (samples, channels)
+                lo, hi = cursor - first, cursor - first + len(data)
+                a, b = max(lo, 0), min(hi, count)
+                if b > a:
+                    out[a:b] = data[a - lo:b - lo]
+                cursor += len(data)
+            if cursor - first >= count:
+                break
+        if cursor is None:
+            logger.warning("%s: no audio decoded in [%s, %s) s", name, start, end)
+    return out, rate
+
+
+def default_threads() -> int:
+    """Decoder threads per file for the CPU backend: 2, or ``$SLUICE_VIDEO_THREADS``."""
+    return int(os.environ.get("SLUICE_VIDEO_THREADS", "2"))

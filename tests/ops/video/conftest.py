@@ -1,0 +1,48 @@
+"""Small test videos, generated once per session with PyAV; each frame carries its index as a barcode."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+av = pytest.importorskip("av")
+
+from sluice.backends.video.barcode import write_barcode_video  # noqa: E402
+
+from video_fixtures import CODECS, NUM_FRAMES, VFR_PTS  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _index_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SLUICE_VIDEO_INDEX_DIR", str(tmp_path_factory.getbasetemp() / "video_index"))
+
+
+@pytest.fixture(scope="session")
+def video_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("videos")
+
+
+@pytest.fixture(scope="session")
+def videos(video_dir):
+    """{name: path} for every codec/container pair the PyAV wheel can encode."""
+    out = {}
+    for name, codec, fname in CODECS:
+        if codec not in av.codecs_available:
+            continue
+        path = video_dir / fname
+        write_barcode_video(path, codec, num_frames=NUM_FRAMES)
+        out[name] = path
+    return out
+
+
+@pytest.fixture(scope="session")
+def vfr_videos(video_dir):
+    """Variable-frame-rate H.264 in mp4 and mkv (irregular pts, ms clock), mkv with a lossless audio track."""
+    out = {}
+    for ext, audio in (("mp4", None), ("mkv", "pcm_s16le")):
+        path = video_dir / f"vfr.{ext}"
+        write_barcode_video(path, "libx264", num_frames=len(VFR_PTS), pts=VFR_PTS, time_base=Fraction(1, 1000),
+                            audio=audio)
+        out[ext] = path
+    return out
