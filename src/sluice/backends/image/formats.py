@@ -1,0 +1,144 @@
+"""Image format detection from magic bytes and header-only facts about JPEG files.
+
+Nothing here decodes pixels: :func:`sniff_format` looks at the first bytes, :func:`jpeg_header` walks the JPEG
+marker segments up to the frame header (SOF) to learn the size, the component count, the chroma subsampling and
+whether the file is progressive, which is what the GPU scheduler needs to route a sample.
+
+Example::
+
+    sniff_format(open("cat.png", "rb").read(16))   # 'png'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FORMATS", "sniff_format", "JpegHeader", "jpeg_header", "as_bytes"]
+
+#: Every format the decoders accept, in the order they are tried.
+FORMATS = ("jpeg", "png", "bmp", "tiff", "pnm", "webp", "jpeg2000", "gif")
+
+_JP2_SIGNATURE = b"\x00\x00\x00\x0cjP  \r\n\x87\n"
+_J2K_CODESTREAM = b"\xff\x4f\xff\x51"
+
+
+def as_bytes(data) -> memoryview:
+    """A zero-copy byte view of encoded data (bytes, NumPy uint8 array, CPU torch uint8 tensor)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return memoryview(data).cast("B")
+    if hasattr(data, "numpy"):  # torch tensor on the CPU
+        data = data.numpy()
+    return memoryview(data).cast("B")
+
+
+def sniff_format(data) -> str | None:
+    """The image format of encoded bytes judged from their magic number, or None when none matches.
+
+    Example::
+
+        sniff_format(b"\\x89PNG\\r\\n\\x1a\\n...")   # 'png'
+    """
+    head = bytes(as_bytes(data)[:16])
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if head.startswith(b"BM") and len(head) >= 14:
+        return "bmp"
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "tiff"
+    if len(head) >= 3 and head[0:1] == b"P" and head[1:2] in b"123456" and head[2:3] in b" \t\r\n#":
+        return "pnm"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "webp"
+    if head.startswith(_JP2_SIGNATURE) or head.startswith(_J2K_CODESTREAM):
+        return "jpeg2000"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "gif"
+    return None
+
+
+@dataclass(frozen=True)
+class JpegHeader:
+    """Facts from a JPEG's frame header.
+
+    ``subsampling`` is '444', '422', '420', '440', '411' or 'gray' (or 'other'); ``progressive`` is True for
+    SOF2 (and other non-baseline/extended processes such as lossless or arithmetic coding, which nvJPEG's batched
+    GPU path does not take either); ``adobe_transform`` is the APP14 colour transform flag when present (CMYK/YCCK
+    files carry it); ``has_exif`` tells whether an APP1 Exif segment precedes the frame header.
+    """
+
+    height: int
+    width: int
+    components: int
+    subsampling: str
+    progressive: bool
+    baseline: bool
+    has_exif: bool
+    adobe_transform: int | None
+
+    @property
+    def cmyk(self) -> bool:
+        return self.components == 4
+
+
+_SOF_MARKERS = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def _subsampling(factors: list[tuple[int, int]]) -> str:
+    if len(factors) == 1:
+        return "gray"
+    (h0, v0), rest = factors[0], factors[1:]
+    if any(f != rest[0] for f in rest[1:]) or rest[0] != (1, 1):
+        return "other"
+    return {(1, 1): "444", (2, 1): "422", (2, 2): "420", (1, 2): "440", (4, 1): "411"}.get((h0, v0), "other")
+
+
+def jpeg_header(data) -> JpegHeader:
+    """Walk the JPEG marker segments up to the frame header; raises ValueError when the header is cut or broken.
+
+    Example::
+
+        hdr = jpeg_header(jpeg_bytes)
+        hdr.height, hdr.width, hdr.subsampling, hdr.progressive   # (300, 400, '420', False)
+    """
+    buf = as_bytes(data)
+    n = len(buf)
+    if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
+        raise ValueError("not a JPEG stream (no SOI marker)")
+    pos = 2
+    has_exif = False
+    adobe = None
+    while pos + 4 <= n:
+        if buf[pos] != 0xFF:
+            raise ValueError(f"corrupt JPEG header: expected a marker at byte {pos}")
+        marker = buf[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            pos += 2
+            continue
+        length = (buf[pos + 2] << 8) | buf[pos + 3]
+        if length < 2 or pos + 2 + length > n:
+            break
+        seg = pos + 4
+        if marker == 0xE1 and bytes(buf[seg:seg + 6]) == b"Exif\x00\x00":
+            has_exif = True
+        elif marker == 0xEE and bytes(buf[seg:seg + 5]) == b"Adobe" and length >= 14:
+            adobe = buf[seg + 11]
+        elif marker in _SOF_MARKERS:
+            if length < 8:
+                break
+            height = (buf[seg + 1] << 8) | buf[seg + 2]
+            width = (buf[seg + 3] << 8) | buf[seg + 4]
+            ncomp = buf[seg + 5]
+            if length < 8 + 3 * ncomp:
+                break
+            factors = [(buf[seg + 7 + 3 * c] >> 4, buf[seg + 7 + 3 * c] & 15) for c in range(ncomp)]
+            return JpegHeader(height, width, ncomp, _subsampling(factors), progressive=marker not in (0xC0, 0xC1),
+                              baseline=marker == 0xC0, has_exif=has_exif, adobe_transform=adobe)
+        elif marker == 0xDA or marker == 0xD9:
+            break
+        pos += 2 + length
+    raise ValueError("truncated or corrupt JPEG header: no frame header (SOF) found")

@@ -1,0 +1,88 @@
+"""The split scheduler: shares one batch of JPEGs between the hardware JPEG engines, the CUDA decoder and the CPU
+so that all of them finish at about the same time.
+
+Each path's measured throughput (pixels per second, smoothed over batches) sets its share of the next batch;
+a path that was never measured keeps its initial guess, and every path keeps a small share so its estimate stays
+fresh. Pure Python, no GPU: it only decides who decodes what.
+
+Example::
+
+    s = SplitScheduler({"hw": 0.6, "cuda": 0.25, "cpu": 0.15})
+    paths = s.assign([h * w for h, w in sizes])      # ["hw", "cuda", "hw", "cpu", ...]
+    s.record("hw", pixels=3e7, seconds=0.004)
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["SplitScheduler"]
+
+
+class SplitScheduler:
+    """Shares work between paths in proportion to their measured speed.
+
+    ``initial`` maps path name -> initial share (normalised); ``adaptive=False`` keeps those shares fixed;
+    ``min_share`` is the smallest share an adaptive path gets; ``smoothing`` weighs a new measurement.
+    """
+
+    def __init__(self, initial: dict[str, float], *, adaptive: bool = True, min_share: float = 0.03,
+                 smoothing: float = 0.3):
+        if not initial or any(v < 0 for v in initial.values()) or sum(initial.values()) <= 0:
+            raise ValueError(f"Invalid initial shares ({initial!r}). Give each path a share >= 0, summing above 0.")
+        self.adaptive = adaptive
+        self.min_share = min_share
+        self.smoothing = smoothing
+        total = sum(initial.values())
+        self._shares = {k: v / total for k, v in initial.items()}
+        self._rates: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """The share of the next batch each path gets."""
+        with self._lock:
+            return dict(self._shares)
+
+    def record(self, path: str, *, pixels: float, seconds: float) -> None:
+        """Report that ``path`` decoded ``pixels`` in ``seconds`` of wall time."""
+        if not self.adaptive or pixels <= 0 or seconds <= 0 or path not in self._shares:
+            return
+        rate = pixels / seconds
+        with self._lock:
+            old = self._rates.get(path)
+            self._rates[path] = rate if old is None else (1 - self.smoothing) * old + self.smoothing * rate
+            self._rebalance()
+
+    def _rebalance(self) -> None:
+        # Paths with a measured rate share in proportion to it; unmeasured ones keep their initial share.
+        measured = {k: r for k, r in self._rates.items() if self._shares.get(k, 0) > 0}
+        if not measured:
+            return
+        free = 1.0 - sum(v for k, v in self._shares.items() if k not in measured)
+        total = sum(measured.values())
+        for k, r in measured.items():
+            self._shares[k] = max(self.min_share, free * r / total)
+        norm = sum(self._shares.values())
+        self._shares = {k: v / norm for k, v in self._shares.items()}
+
+    def assign(self, weights: list[float], available: set[str] | None = None) -> list[str]:
+        """Give each item (weighted by its pixel count) a path so that each path's total follows its share.
+
+        Items are dealt greedily, heaviest first, to the path furthest below its target. ``available``
+        restricts the paths (others' shares are spread over the rest).
+        """
+        shares = {k: v for k, v in self.shares.items() if available is None or k in available}
+        shares = {k: v for k, v in shares.items() if v > 0} or shares
+        if not shares:
+            raise ValueError("no decoding path is available")
+        norm = sum(shares.values()) or 1.0
+        total = float(sum(weights)) or 1.0
+        target = {k: v / norm * total for k, v in shares.items()}
+        given = dict.fromkeys(shares, 0.0)
+        out = [""] * len(weights)
+        for i in sorted(range(len(weights)), key=lambda j: -weights[j]):
+            path = max(shares, key=lambda k: target[k] - given[k])
+            out[i] = path
+            given[path] += weights[i]
+        return out

@@ -1,0 +1,69 @@
+"""Small generated images for the decoder tests: smooth NumPy patterns encoded with Pillow (the reference).
+
+Example::
+
+    data = encode(pattern(24, 32), "PNG")
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from PIL import Image
+
+__all__ = ["pattern", "encode", "with_orientation", "FORMATS_LOSSLESS", "cmyk_jpeg", "reference_rgb"]
+
+#: (Pillow format name, save options) of the lossless formats, each with the reader sluice must match exactly.
+FORMATS_LOSSLESS = {
+    "png": ("PNG", {}),
+    "bmp": ("BMP", {}),
+    "tiff": ("TIFF", {}),
+    "ppm": ("PPM", {}),
+    "webp": ("WEBP", {"lossless": True}),
+    "jpeg2000": ("JPEG2000", {"irreversible": False}),
+}
+
+
+def pattern(h: int, w: int, c: int = 3, seed: int = 0, dtype=np.uint8) -> np.ndarray:
+    """A smooth gradient plus a little noise: JPEG-friendly, yet every pixel differs from its neighbours.
+    The top-left quarter is brighter, so flips and rotations are visible."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    top = 255.0 if dtype == np.uint8 else 65535.0
+    chans = [(xx / max(w - 1, 1)), (yy / max(h - 1, 1)), ((xx + yy) / max(h + w - 2, 1))][:c]
+    while len(chans) < c:
+        chans.append(np.full_like(xx, 0.5))
+    img = np.stack(chans, axis=2) * 0.7
+    img[: h // 2, : w // 2] += 0.25
+    noise = np.random.default_rng(seed).normal(0, 0.01, img.shape)
+    return (np.clip(img + noise, 0, 1) * top).round().astype(dtype)
+
+
+def encode(image: np.ndarray | Image.Image, fmt: str, **options) -> bytes:
+    """Encode with Pillow."""
+    img = image if isinstance(image, Image.Image) else Image.fromarray(image.squeeze(-1) if image.ndim == 3 and
+                                                                       image.shape[2] == 1 else image)
+    buf = io.BytesIO()
+    img.save(buf, fmt, **options)
+    return buf.getvalue()
+
+
+def with_orientation(image: np.ndarray, orientation: int, fmt: str = "JPEG", **options) -> bytes:
+    """Encode with an EXIF orientation tag (the pixels are stored as given)."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return encode(Image.fromarray(image), fmt, exif=exif, **options)
+
+
+def cmyk_jpeg(image: np.ndarray, quality: int = 95) -> bytes:
+    """A CMYK JPEG (4 components, Adobe marker) made by Pillow from an RGB image."""
+    return encode(Image.fromarray(image).convert("CMYK"), "JPEG", quality=quality)
+
+
+def reference_rgb(data: bytes, mode: str = "RGB") -> np.ndarray:
+    """Pillow's decoding (EXIF orientation applied), as HWC."""
+    from PIL import ImageOps
+
+    img = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+    arr = np.asarray(img.convert(mode))
+    return arr[:, :, None] if arr.ndim == 2 else arr
