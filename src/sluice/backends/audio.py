@@ -1,0 +1,231 @@
+"""Thin wrappers of libsndfile (through ``soundfile``) and libsoxr (through ``soxr``) for the audio operators.
+
+Decoding reads an encoded file held in memory (bytes, a NumPy ``uint8`` array or a 1-D ``uint8`` torch tensor)
+and returns interleaved samples of shape ``(frames, channels)`` (or ``(frames,)`` when downmixed) with the
+file's sample rate. A time window (``start_time``, ``duration`` in seconds) is decoded by seeking, so only the
+requested frames (plus what the codec needs around them) are decoded:
+
+* WAV, AIFF, FLAC: seeking is exact to the sample.
+* OGG/Vorbis and Opus: libsndfile seeks through libvorbisfile / libopusfile, which are sample-accurate.
+* MP3: libsndfile's MP3 seeks are approximate ("fuzzy" without a frame index) and, in libsndfile 1.2, reads
+  after the first partial read do not continue the stream correctly; an MP3 window is therefore cut from one
+  full decode: exact, at the cost of decoding the whole file.
+
+tests/ops/audio/test_decoder_soundfile_compat.py checks every format's window against a full decode.
+
+Example::
+
+    audio, rate = decode_audio(open("speech.flac", "rb").read(), dtype="float32", downmix=True)
+    clip, rate = decode_audio(data, start_time=2.0, duration=1.5, out_of_bounds_policy="pad")
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "decode_audio", "audio_info", "resample_soxr", "soxr_quality", "resample_length",
+    "SUPPORTED_FORMATS", "OUT_OF_BOUNDS_POLICIES", "AudioDecodeError",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Containers and codecs libsndfile decodes (MP3 needs libsndfile >= 1.1, which soundfile's wheels bundle).
+SUPPORTED_FORMATS = ("WAV (8/16/24/32-bit integer, 32/64-bit float)", "FLAC", "OGG/Vorbis", "OGG/Opus", "MP3",
+                     "AIFF")
+#: What a window reaching past the end of the file does.
+OUT_OF_BOUNDS_POLICIES = ("error", "pad", "trim_to_shape")
+
+_DTYPES = {"int16": np.int16, "int32": np.int32, "float32": np.float32}
+_DATA_CHUNK = re.compile(r"data\s*:\s*(\d+)\s*\(should be (\d+)\)")
+
+
+class AudioDecodeError(ValueError):
+    """A file libsndfile cannot decode (corrupt, truncated, empty or of an unsupported codec)."""
+
+
+def _as_buffer(data: Any) -> bytes | memoryview:
+    """The encoded bytes of ``data`` (bytes, bytearray, memoryview, NumPy array or CPU torch tensor)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return data
+    if hasattr(data, "numpy") and hasattr(data, "device"):  # torch tensor
+        if str(data.device) != "cpu":
+            raise ValueError("encoded audio must be on the CPU; decoders.audio runs on the CPU")
+        data = data.numpy()
+    arr = np.asarray(data)
+    if arr.dtype != np.uint8:
+        raise ValueError(f"encoded audio must be bytes or a uint8 array, got dtype {arr.dtype}")
+    return memoryview(np.ascontiguousarray(arr).reshape(-1))
+
+
+def _where(source: str) -> str:
+    return f" in file {source!r}" if source else ""
+
+
+def _open(data: Any, source: str):
+    import soundfile
+
+    buf = _as_buffer(data)
+    if len(buf) == 0:
+        raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is empty (0 bytes)")
+    try:
+        f = soundfile.SoundFile(io.BytesIO(buf), mode="r")
+    except Exception as exc:  # soundfile.LibsndfileError, TypeError for unknown formats
+        raise AudioDecodeError(
+            f"cannot decode audio{_where(source)}: {exc}. Supported formats: {', '.join(SUPPORTED_FORMATS)}"
+        ) from None
+    if f.format in ("WAV", "WAVEX", "RF64", "W64"):
+        _check_wav_length(f, source)
+    return f
+
+
+def _check_wav_length(f, source: str) -> None:
+    """libsndfile shortens a WAV whose data chunk is cut off without saying so; make that an error.
+
+    Streaming writers that do not know the length (size 0 or 0xFFFFFFFF) are accepted."""
+    match = _DATA_CHUNK.search(f.extra_info)
+    if match:
+        declared, actual = int(match.group(1)), int(match.group(2))
+        if actual < declared < 0xFFFFFFF0:
+            f.close()
+            raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated (its data chunk "
+                                   f"announces {declared} bytes, {actual} are present)")
+
+
+def audio_info(data: Any, source: str = "") -> dict:
+    """Format, codec, sample rate, channel count and frame count of an encoded file, without decoding it."""
+    with _open(data, source) as f:
+        return {"format": f.format, "subtype": f.subtype, "sample_rate": f.samplerate, "channels": f.channels,
+                "frames": f.frames}
+
+
+def decode_audio(data: Any, *, dtype: str = "float32", downmix: bool = False, start_time: float = 0.0,
+                 duration: float | None = None, out_of_bounds_policy: str = "error",
+                 source: str = "") -> tuple[np.ndarray, int]:
+    """Decode audio held in memory with libsndfile.
+
+    Args:
+        data: the encoded file (bytes, ``uint8`` NumPy array or CPU torch tensor).
+        dtype: ``"int16"``, ``"int32"`` or ``"float32"`` (floats are in [-1, 1]; integers fill their range).
+        downmix: average all channels into one; the result is then 1-D.
+        start_time: first second to decode (>= 0).
+        duration: seconds to decode from ``start_time``; ``None`` (or a value <= 0) decodes to the end.
+        out_of_bounds_policy: what a window reaching past the end does: ``"error"`` raises, ``"pad"`` fills the
+            missing frames with zeros (the output always has ``round(duration * rate)`` frames), and
+            ``"trim_to_shape"`` returns the frames that exist (possibly none).
+        source: the file's name, used in error messages.
+
+    Returns:
+        ``(samples, sample_rate)``: samples of shape ``(frames, channels)``, or ``(frames,)`` when downmixed.
+
+    Example::
+
+        audio, rate = decode_audio(wav_bytes, dtype="int16")
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"Invalid dtype ({dtype!r}). Supported values are {', '.join(map(repr, _DTYPES))}.")
+    if out_of_bounds_policy not in OUT_OF_BOUNDS_POLICIES:
+        raise ValueError(f"Invalid out_of_bounds_policy ({out_of_bounds_policy!r}). Supported values are "
+                         f"{', '.join(map(repr, OUT_OF_BOUNDS_POLICIES))}.")
+    if not math.isfinite(start_time) or start_time < 0:
+        raise ValueError(f"start_time must be a finite number of seconds >= 0, got {start_time}")
+    if duration is not None and not math.isfinite(duration):
+        raise ValueError(f"duration must be a finite number of seconds, got {duration}")
+    np_dtype = _DTYPES[dtype]
+    with _open(data, source) as f:
+        rate, channels, total = f.samplerate, f.channels, f.frames
+        start = int(round(start_time * rate))
+        want = None if duration is None or duration <= 0 else int(round(duration * rate))
+        windowed = start > 0 or want is not None
+        if windowed:
+            end = total if want is None else start + want
+            if end > total or start > total:
+                if out_of_bounds_policy == "error":
+                    raise ValueError(
+                        f"the window [{start_time:g} s, {end / rate:g} s) of the audio{_where(source)} reaches past "
+                        f"its end ({total / rate:g} s, {total} frames at {rate} Hz); pass "
+                        "out_of_bounds_policy='pad' or 'trim_to_shape' to accept such windows")
+            n_read = max(0, min(end, total) - start)
+        else:
+            n_read = total
+        name = np.dtype(np_dtype).name
+        try:
+            if n_read == 0:
+                out = np.zeros((0, channels), np_dtype)
+            elif windowed and f.format == "MP3":  # see the module doc: one full read, then cut
+                out = f.read(dtype=name, always_2d=True)[start:start + n_read]
+            else:
+                if windowed and start > 0:
+                    f.seek(start)
+                out = f.read(frames=n_read, dtype=name, always_2d=True)
+        except Exception as exc:
+            raise AudioDecodeError(f"cannot decode audio{_where(source)}: {exc}") from None
+    if out.shape[0] < n_read:
+        # libsndfile stops early on truncated files: say so rather than return silently short audio.
+        raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated or corrupt "
+                               f"(header announces {total} frames, decoded {start + out.shape[0]})")
+    if windowed and want is not None and out_of_bounds_policy == "pad" and out.shape[0] < want:
+        out = np.concatenate([out, np.zeros((want - out.shape[0], channels), out.dtype)], axis=0)
+    if downmix:
+        out = _downmix(out, np_dtype)
+    return np.ascontiguousarray(out), rate
+
+
+def _downmix(frames: np.ndarray, dtype: type) -> np.ndarray:
+    """Average the channels of ``(frames, channels)`` samples into one (rounded for integer types)."""
+    if frames.shape[1] == 1:
+        return frames[:, 0]
+    mean = frames.astype(np.float64).mean(axis=1)
+    if np.issubdtype(dtype, np.integer):
+        return np.rint(mean).astype(dtype)
+    return mean.astype(dtype)
+
+
+def soxr_quality(quality: float) -> str:
+    """The soxr recipe for DALI's ``quality`` (0..100): <15 quick, <35 low, <50 medium, <75 high, else very high."""
+    if not 0 <= quality <= 100:
+        raise ValueError(f"quality must be within [0, 100], got {quality}")
+    for limit, recipe in ((15, "QQ"), (35, "LQ"), (50, "MQ"), (75, "HQ")):
+        if quality < limit:
+            return recipe
+    return "VHQ"
+
+
+def resample_length(in_length: int, in_rate: float, out_rate: float) -> int:
+    """Output length of resampling ``in_length`` samples: ``round(in_length * out_rate / in_rate)`` (soxr's rule)."""
+    return int(math.floor(in_length * float(out_rate) / float(in_rate) + 0.5))
+
+
+def resample_soxr(signal: np.ndarray, in_rate: float, out_rate: float, quality: float = 50.0) -> np.ndarray:
+    """Resample ``signal`` (``(n,)`` or ``(n, channels)``, float32/float64/int16/int32) with libsoxr.
+
+    The output has :func:`resample_length` frames and the input's dtype.
+
+    Example::
+
+        y = resample_soxr(x, 44100, 16000)
+    """
+    import soxr
+
+    if in_rate <= 0 or out_rate <= 0:
+        raise ValueError(f"sample rates must be > 0, got in_rate={in_rate}, out_rate={out_rate}")
+    n_out = resample_length(signal.shape[0], in_rate, out_rate)
+    if signal.shape[0] == 0 or n_out == 0:
+        return np.zeros((n_out,) + signal.shape[1:], signal.dtype)
+    if in_rate == out_rate:
+        return signal.copy()
+    dtype = signal.dtype
+    work = signal if dtype in (np.float32, np.float64, np.int16, np.int32) else signal.astype(np.float32)
+    out = soxr.resample(np.ascontiguousarray(work), float(in_rate), float(out_rate), quality=soxr_quality(quality))
+    if out.shape[0] != n_out:  # soxr's own length may differ by one for non-integral ratios
+        if out.shape[0] > n_out:
+            out = out[:n_out]
+        else:
+            out = np.concatenate([out, np.zeros((n_out - out.shape[0],) + out.shape[1:], out.dtype)])
+    return out.astype(dtype, copy=False)

@@ -1,0 +1,275 @@
+"""Spectral math shared by the audio operators, written once in torch so that it runs on CPU and CUDA tensors.
+
+Everything works on a *padded batch*: a ``(B, N)`` tensor whose row ``b`` holds a signal of ``lengths[b]``
+samples (the rest is ignored). The short-time Fourier transform gathers every window of every signal with one
+index tensor, reflecting or zero-padding each signal at its own ends, and transforms them with one batched real
+FFT (cuFFT on the GPU). Mel filter banks and DCTs are matrices built in float64 (and cached) and applied as
+matrix products.
+
+Example::
+
+    x = torch.randn(4, 16000)
+    spec, frames = stft_power(x, torch.full((4,), 16000), nfft=512, window_length=400, window_step=160)
+    mel = apply_matrix(spec, mel_matrix(80, 16000, 512), axis=1)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+
+__all__ = [
+    "hann_window", "num_windows", "stft_power", "mel_matrix", "hz_to_mel", "mel_to_hz", "dct_matrix",
+    "lifter_weights", "apply_matrix", "to_decibels", "pad_batch",
+]
+
+
+def hann_window(length: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The periodic Hann window of ``length`` samples (as ``torch.hann_window``, ``scipy``'s ``fftbins=True``)."""
+    return torch.hann_window(length, periodic=True, dtype=torch.float64, device=device).to(dtype)
+
+
+def num_windows(length: int, window_length: int, window_step: int, center_windows: bool) -> int:
+    """How many windows a signal of ``length`` samples gives: ``length // step + 1`` when centred, else the
+    number of whole windows inside the signal (``(length - window_length) // step + 1``, or 0)."""
+    if center_windows:
+        return length // window_step + 1
+    if length < window_length:
+        return 0
+    return (length - window_length) // window_step + 1
+
+
+def pad_batch(samples: list[torch.Tensor], fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack 1-D signals of different lengths into a ``(B, max_len)`` tensor and their lengths (int64)."""
+    lengths = torch.tensor([s.shape[0] for s in samples], dtype=torch.int64)
+    if not samples:
+        return torch.zeros(0, 0), lengths
+    n = int(lengths.max()) if len(lengths) else 0
+    if all(s.shape[0] == n for s in samples):
+        return torch.stack(samples), lengths
+    out = samples[0].new_full((len(samples), n), fill)
+    for i, s in enumerate(samples):
+        out[i, : s.shape[0]] = s
+    return out, lengths
+
+
+def _reflect(idx: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Mirror indices into ``[0, n)`` as NumPy's ``pad(mode="reflect")`` does (edge not repeated), any distance."""
+    period = torch.clamp(2 * (n - 1), min=1)
+    m = torch.remainder(idx, period)
+    m = torch.where(m >= n, period - m, m)
+    return torch.where(n > 1, m, torch.zeros_like(m))
+
+
+def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, window_length: int, window_step: int,
+               window: torch.Tensor | None = None, power: int = 2, center_windows: bool = True,
+               reflect_padding: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Power (``power=2``) or magnitude (``power=1``) spectrogram of a padded batch of 1-D signals.
+
+    Windows are centred on multiples of ``window_step`` when ``center_windows`` (the signal is extended by
+    reflection, or with zeros when ``reflect_padding`` is False); otherwise they start at multiples of
+    ``window_step`` and only whole windows are taken. A window shorter than ``nfft`` is centred in the FFT frame,
+    as librosa does. Computation is in the signals' floating dtype (float32 unless float64 is passed).
+
+    Returns:
+        ``(spectra, frames)``: spectra ``(B, T, nfft // 2 + 1)`` time-major, where ``T`` is the largest window
+        count, and ``frames`` the per-signal window counts (rows past a signal's count are zero).
+    """
+    if signals.dim() != 2:
+        raise ValueError(f"expected a (batch, samples) tensor, got shape {tuple(signals.shape)}")
+    if nfft < window_length:
+        raise ValueError(f"nfft ({nfft}) must be >= window_length ({window_length})")
+    if window_step <= 0 or window_length <= 0:
+        raise ValueError(f"window_length and window_step must be > 0, got {window_length} and {window_step}")
+    if power not in (1, 2):
+        raise ValueError(f"Invalid power ({power}). Supported values are 1 (magnitude), 2 (power).")
+    dev = signals.device
+    dtype = signals.dtype if signals.dtype in (torch.float32, torch.float64) else torch.float32
+    x = signals.to(dtype)
+    if window is None:
+        window = hann_window(window_length, dtype, dev)
+    window = window.to(device=dev, dtype=dtype)
+    if window.numel() != window_length:
+        raise ValueError(f"window_fn has {window.numel()} samples, window_length is {window_length}")
+    lengths = lengths.to(dev)
+    frames = torch.tensor([num_windows(int(n), window_length, window_step, center_windows)
+                           for n in lengths.tolist()], dtype=torch.int64)
+    batch = x.shape[0]
+    t_max = int(frames.max()) if batch else 0
+    nbins = nfft // 2 + 1
+    if batch == 0 or t_max == 0:
+        return x.new_zeros(batch, t_max, nbins), frames
+    # First sample of every window; librosa centres a window_length window inside an nfft frame that is itself
+    # centred on t * step, so the window starts nfft//2 - (nfft - window_length)//2 samples before t * step.
+    offset = (nfft // 2 - (nfft - window_length) // 2) if center_windows else 0
+    starts = torch.arange(t_max, device=dev) * window_step - offset
+    idx = starts[:, None] + torch.arange(window_length, device=dev)[None, :]          # (T, W)
+    n = lengths.view(batch, 1, 1)
+    idx = idx.unsqueeze(0).expand(batch, -1, -1)                                        # (B, T, W)
+    inside = (idx >= 0) & (idx < n)
+    if reflect_padding:
+        src = _reflect(idx, n)
+    else:
+        src = idx.clamp(0, max(x.shape[1] - 1, 0))
+    src = torch.minimum(src, (n - 1).clamp(min=0))  # empty signals: any index, masked below
+    if x.shape[1] == 0:
+        windows = x.new_zeros(batch, t_max, window_length)
+    else:
+        windows = torch.gather(x.unsqueeze(1).expand(-1, t_max, -1), 2, src)
+    if not reflect_padding:
+        windows = windows * inside
+    windows = windows * window
+    # The FFT of a frame zero-padded on the right has the magnitudes of the centred frame (a shift changes phases).
+    spec = torch.fft.rfft(windows, n=nfft, dim=-1)
+    out = spec.real.square() + spec.imag.square()
+    if power == 1:
+        out = out.sqrt()
+    valid = torch.arange(t_max, device=dev)[None, :] < frames.to(dev)[:, None]
+    return out * valid.unsqueeze(-1), frames
+
+
+# ---- mel scale ------------------------------------------------------------------------------------------------
+_F_SP = 200.0 / 3          # Slaney: Hz per mel below 1 kHz
+_MIN_LOG_HZ = 1000.0
+_MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
+_LOGSTEP = math.log(6.4) / 27.0
+
+
+def hz_to_mel(f: np.ndarray, formula: str = "slaney") -> np.ndarray:
+    """Hertz to mels: ``"htk"`` is ``2595 log10(1 + f/700)``; ``"slaney"`` is linear below 1 kHz, log above."""
+    f = np.asarray(f, dtype=np.float64)
+    if formula == "htk":
+        return 2595.0 * np.log10(1.0 + f / 700.0)
+    mel = f / _F_SP
+    return np.where(f >= _MIN_LOG_HZ, _MIN_LOG_MEL + np.log(np.maximum(f, 1e-300) / _MIN_LOG_HZ) / _LOGSTEP, mel)
+
+
+def mel_to_hz(m: np.ndarray, formula: str = "slaney") -> np.ndarray:
+    """Inverse of :func:`hz_to_mel`."""
+    m = np.asarray(m, dtype=np.float64)
+    if formula == "htk":
+        return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
+    return np.where(m >= _MIN_LOG_MEL, _MIN_LOG_HZ * np.exp(_LOGSTEP * (m - _MIN_LOG_MEL)), _F_SP * m)
+
+
+@functools.lru_cache(maxsize=64)
+def _mel_matrix_np(nfilter: int, sample_rate: float, nfft: int, freq_low: float, freq_high: float,
+                   normalize: bool, formula: str) -> np.ndarray:
+    nbins = nfft // 2 + 1
+    fft_hz = np.linspace(0.0, sample_rate / 2.0, nbins)
+    edges = mel_to_hz(np.linspace(hz_to_mel(freq_low, formula), hz_to_mel(freq_high, formula), nfilter + 2),
+                      formula)
+    widths = np.diff(edges)
+    rise = (fft_hz[None, :] - edges[:-2, None]) / widths[:-1, None]
+    fall = (edges[2:, None] - fft_hz[None, :]) / widths[1:, None]
+    weights = np.maximum(0.0, np.minimum(rise, fall))
+    if normalize:  # unit area: divide each triangle by half its width in Hz
+        weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]
+    weights.setflags(write=False)
+    return weights
+
+
+def mel_matrix(nfilter: int, sample_rate: float, nfft: int, freq_low: float = 0.0, freq_high: float = 0.0,
+               normalize: bool = True, mel_formula: str = "slaney", dtype: torch.dtype = torch.float32,
+               device: torch.device | str = "cpu") -> torch.Tensor:
+    """The ``(nfilter, nfft // 2 + 1)`` triangular mel filter bank (librosa's ``filters.mel``).
+
+    ``freq_high`` of 0 means ``sample_rate / 2``. ``normalize`` gives each filter unit area (librosa's
+    ``norm="slaney"``); otherwise each triangle peaks at 1.
+    """
+    if mel_formula not in ("slaney", "htk"):
+        raise ValueError(f"Invalid mel_formula ({mel_formula!r}). Supported values are 'slaney', 'htk'.")
+    high = float(freq_high) if freq_high > 0 else float(sample_rate) / 2.0
+    if not 0.0 <= freq_low < high:
+        raise ValueError(f"need 0 <= freq_low < freq_high, got freq_low={freq_low}, freq_high={high}")
+    if nfilter <= 0:
+        raise ValueError(f"nfilter must be > 0, got {nfilter}")
+    m = _mel_matrix_np(int(nfilter), float(sample_rate), int(nfft), float(freq_low), high, bool(normalize),
+                       mel_formula)
+    return torch.tensor(m, device=device, dtype=dtype)
+
+
+# ---- DCT for MFCC ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def _dct_matrix_np(n_out: int, n_in: int, dct_type: int, normalize: bool) -> np.ndarray:
+    n = np.arange(n_in, dtype=np.float64)[None, :]
+    k = np.arange(n_out, dtype=np.float64)[:, None]
+    if dct_type == 1:
+        if n_in < 2:
+            raise ValueError("DCT type 1 needs at least 2 input coefficients")
+        m = 2.0 * np.cos(np.pi * k * n / (n_in - 1))
+        m[:, 0] = 1.0
+        m[:, -1] = (-1.0) ** k[:, 0]
+    elif dct_type == 2:
+        m = 2.0 * np.cos(np.pi * k * (2 * n + 1) / (2 * n_in))
+        if normalize:
+            m *= np.sqrt(1.0 / (2 * n_in))
+            m[0, :] *= np.sqrt(0.5)
+    elif dct_type == 3:
+        m = 2.0 * np.cos(np.pi * (2 * k + 1) * n / (2 * n_in))
+        m[:, 0] = 1.0
+        if normalize:
+            m *= np.sqrt(1.0 / (2 * n_in))
+            m[:, 0] = np.sqrt(1.0 / n_in)
+    elif dct_type == 4:
+        m = 2.0 * np.cos(np.pi * (2 * k + 1) * (2 * n + 1) / (4 * n_in))
+        if normalize:
+            m *= np.sqrt(1.0 / (2 * n_in))
+    else:
+        raise ValueError(f"Invalid dct_type ({dct_type}). Supported values are 1, 2, 3, 4.")
+    m.setflags(write=False)
+    return m
+
+
+def dct_matrix(n_out: int, n_in: int, dct_type: int = 2, normalize: bool = False,
+               dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The first ``n_out`` rows of the DCT of the given type on ``n_in`` points, scaled as SciPy's ``dct``
+    (``norm=None``, or ``norm="ortho"`` when ``normalize``). Type 1 cannot be normalised."""
+    if normalize and dct_type == 1:
+        raise ValueError("normalize=True is not supported with dct_type=1")
+    if n_out <= 0:
+        raise ValueError(f"n_mfcc must be > 0, got {n_out}")
+    m = _dct_matrix_np(int(n_out), int(n_in), int(dct_type), bool(normalize))
+    return torch.tensor(m, device=device, dtype=dtype)
+
+
+
+
+def lifter_weights(n: int, lifter: float, dtype: torch.dtype = torch.float32,
+                   device: torch.device | str = "cpu") -> torch.Tensor:
+    """Cepstral lifter: ``1 + sin(pi (i + 1) / lifter) * lifter / 2`` for ``i < n`` (ones when ``lifter == 0``)."""
+    if lifter == 0:
+        return torch.ones(n, dtype=dtype, device=device)
+    i = np.arange(1, n + 1, dtype=np.float64)
+    return torch.from_numpy(1.0 + (lifter / 2.0) * np.sin(np.pi * i / lifter)).to(device=device, dtype=dtype)
+
+
+def apply_matrix(x: torch.Tensor, matrix: torch.Tensor, axis: int) -> torch.Tensor:
+    """Contract axis ``axis`` of ``x`` with the columns of ``matrix`` (``out[..., i, ...] = sum_j M[i, j] x[..., j,
+    ...]``), as one matrix product."""
+    axis = axis % x.dim()
+    moved = x.movedim(axis, -1)
+    out = torch.matmul(moved, matrix.to(dtype=x.dtype).T)
+    return out.movedim(-1, axis)
+
+
+def to_decibels(x: torch.Tensor, *, multiplier: float = 10.0, reference: torch.Tensor | float | None = None,
+                cutoff_db: float = -200.0) -> torch.Tensor:
+    """``multiplier * log10(max(10**(cutoff_db / multiplier), x / reference))``.
+
+    ``reference`` may be a number, a tensor broadcastable to ``x`` (one per sample of a padded batch), or
+    ``None`` for the maximum of ``x``. A reference of 0 (all-zero input) gives ``cutoff_db`` everywhere.
+    """
+    if multiplier == 0:
+        raise ValueError("multiplier must not be 0")
+    xf = x if x.is_floating_point() else x.float()
+    if reference is None:
+        reference = xf.amax() if xf.numel() else xf.new_tensor(1.0)
+    ref = torch.as_tensor(reference, dtype=xf.dtype, device=xf.device)
+    min_ratio = 10.0 ** (cutoff_db / multiplier)
+    safe_ref = torch.where(ref > 0, ref, torch.ones_like(ref))
+    ratio = torch.where(ref > 0, xf / safe_ref, torch.zeros_like(xf))
+    return multiplier * torch.log10(torch.clamp(ratio, min=min_ratio))
