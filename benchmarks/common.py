@@ -1,0 +1,74 @@
+"""Shared output format for the benchmark scripts: one table per workload, sluice beside its peers.
+
+Every script prints, for each workload, lines of the form::
+
+    workload | sluice <value> <unit> | <peer> <value> <unit> | ratio <sluice/peer>
+
+and appends the same rows as JSON lines to ``$SLUICE_BENCH_OUT`` when it is set, so that one GPU run can be
+collected into ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from contextlib import contextmanager
+
+
+def machine() -> str:
+    """A short description of the machine: CPU count and, when present, the GPU name."""
+    desc = f"{platform.machine()}, {os.cpu_count()} CPUs"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            desc += f", {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        pass
+    return desc
+
+
+def report(workload: str, unit: str, sluice: float, peers: dict[str, float], higher_is_better: bool = True) -> None:
+    """Print sluice's figure beside each peer's and the ratio (>1 means sluice is better)."""
+    rows = []
+    for peer, value in peers.items():
+        if higher_is_better:
+            ratio = sluice / value if value else float("inf")
+        else:
+            ratio = value / sluice if sluice else float("inf")
+        rows.append({"workload": workload, "unit": unit, "sluice": sluice, "peer": peer, "peer_value": value,
+                     "ratio": ratio, "machine": machine(), "date": time.strftime("%Y-%m-%d")})
+        print(f"{workload} | sluice {sluice:,.2f} {unit} | {peer} {value:,.2f} {unit} | ratio {ratio:.2f}x",
+              flush=True)
+    if not peers:
+        rows.append({"workload": workload, "unit": unit, "sluice": sluice, "machine": machine(),
+                     "date": time.strftime("%Y-%m-%d")})
+        print(f"{workload} | sluice {sluice:,.2f} {unit}", flush=True)
+    out = os.environ.get("SLUICE_BENCH_OUT")
+    if out:
+        with open(out, "a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+
+
+@contextmanager
+def timed(sync_cuda: bool = True):
+    """Yields a dict whose 'seconds' is filled on exit; synchronises CUDA around the block when available."""
+    result = {}
+    cuda = False
+    if sync_cuda:
+        try:
+            import torch
+
+            cuda = torch.cuda.is_available()
+        except ImportError:  # pragma: no cover
+            pass
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    yield result
+    if cuda:
+        torch.cuda.synchronize()
+    result["seconds"] = time.perf_counter() - start

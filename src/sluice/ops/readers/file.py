@@ -1,0 +1,197 @@
+"""``fn.readers.file``: files from disk as encoded bytes, with their labels.
+
+Files come from ``file_root`` (its sorted sub-folders are the classes 0..N-1, as in DALI), from a ``file_list``
+(lines ``path label``, relative to ``file_root`` or to the list's folder), or from ``files`` (+ ``labels``).
+Outputs: the file's bytes (1-D UINT8) and its label (INT32 of shape [1]). Each sample carries its path as
+source info, so that a decoder's error names the file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from sluice.errors import ArgumentError
+from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
+
+DEFAULT_FILTERS = ["*.jpg", "*.jpeg", "*.png", "*.bmp", "*.tif", "*.tiff", "*.pnm", "*.ppm", "*.pgm", "*.pbm",
+                   "*.jp2", "*.webp", "*.gif", "*.flac", "*.ogg", "*.wav", "*.mp3", "*.opus"]
+
+# Arguments shared by every reader (DALI's reader base): sharding, shuffling, padding, naming.
+READER_ARGS = [
+    Arg("random_shuffle", bool, False, "Shuffle with a buffer of initial_fill samples (DALI's buffer shuffle)."),
+    Arg("initial_fill", int, 1024, "Size of the random_shuffle buffer."),
+    Arg("shuffle_after_epoch", bool, False, "Reorder the whole data set every epoch, identically on every shard."),
+    Arg("seed", int, -1, "Seed of the reader's shuffling; -1 uses the pipeline's (shuffle_after_epoch uses a fixed "
+        "seed unless this is given, so that shards agree)."),
+    Arg("shard_id", int, None, "This reader's shard; default: torch.distributed's rank, else 0."),
+    Arg("num_shards", int, None, "Number of shards; default: torch.distributed's world size, else 1."),
+    Arg("stick_to_shard", bool, False, "Read the same shard every epoch (else move to the next one)."),
+    Arg("pad_last_batch", bool, False, "Repeat the last sample so every shard gives the same number of full "
+        "batches."),
+    Arg("prefetch_queue_depth", int, 1, "Accepted for DALI compatibility."),
+    Arg("read_ahead", bool, False, "Accepted for DALI compatibility."),
+    Arg("lazy_init", bool, False, "Accepted for DALI compatibility."),
+    Arg("skip_cached_images", bool, False, "Accepted for DALI compatibility."),
+    Arg("dont_use_mmap", bool, False, "Accepted for DALI compatibility."),
+    Arg("tensor_init_bytes", int, 1048576, "Accepted for DALI compatibility."),
+]
+
+SCHEMA = OpSchema(
+    "readers.file",
+    doc="""Reads files as encoded bytes, with integer labels.
+
+    Example::
+
+        jpegs, labels = fn.readers.file(file_root="/data/train", random_shuffle=True, name="Reader")
+        images = fn.decoders.image(jpegs, device="mixed")
+    """,
+    inputs=0,
+    outputs=2,
+    devices=("cpu",),
+    stateful=True,
+    args=[
+        Arg("file_root", str, None, "Folder of class sub-folders (or the root of file_list / files)."),
+        Arg("file_list", str, None, "Text file with lines 'path label'."),
+        Arg("files", "str_list", None, "Explicit list of files."),
+        Arg("labels", "int_list", None, "Labels of `files`; default: 0, 1, 2, ... in order."),
+        Arg("file_filters", "str_list", DEFAULT_FILTERS, "Glob patterns of the files taken from file_root."),
+        Arg("case_sensitive_filter", bool, False, "Match file_filters case-sensitively."),
+        Arg("dir_filters", "str_list", None, "Glob patterns of the class folders taken from file_root."),
+        *READER_ARGS,
+    ],
+    output_layout="",
+)
+
+
+def list_files(op: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
+    """The files and labels a reader's arguments describe, in DALI's order."""
+    root, file_list, files = args["file_root"], args["file_list"], args["files"]
+    given = [k for k in ("file_list", "files") if args[k] is not None]
+    if len(given) > 1:
+        raise ArgumentError(f"{op}: give only one of file_list and files")
+    if files is not None:
+        labels = args["labels"] if args["labels"] is not None else list(range(len(files)))
+        if len(labels) != len(files):
+            raise ArgumentError(f"{op}: {len(labels)} labels for {len(files)} files")
+        paths = [os.path.join(root, f) if root else f for f in files]
+        return paths, list(labels)
+    if file_list is not None:
+        if not os.path.isfile(file_list):
+            raise ArgumentError(f"{op}: file_list '{file_list}' does not exist")
+        base = root if root else os.path.dirname(os.path.abspath(file_list))
+        paths, labels = [], []
+        with open(file_list) as f:
+            for number, line in enumerate(f, 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                parts = line.rsplit(maxsplit=1)
+                if len(parts) != 2:
+                    raise ArgumentError(f"{op}: line {number} of '{file_list}' should be 'path label': {line!r}")
+                try:
+                    labels.append(int(parts[1]))
+                except ValueError:
+                    raise ArgumentError(f"{op}: line {number} of '{file_list}' has a non-integer label "
+                                        f"{parts[1]!r}") from None
+                paths.append(os.path.join(base, parts[0]))
+        return paths, labels
+    if root is None:
+        raise ArgumentError(f"{op}: give file_root, file_list or files")
+    if not os.path.isdir(root):
+        raise ArgumentError(f"{op}: file_root '{root}' does not exist or is not a folder")
+    patterns = args["file_filters"] or ["*"]
+    sensitive = args["case_sensitive_filter"]
+
+    def keep(name: str) -> bool:
+        if sensitive:
+            return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        return any(fnmatch.fnmatch(name.lower(), p.lower()) for p in patterns)
+
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    if args["dir_filters"]:
+        classes = [d for d in classes if any(fnmatch.fnmatch(d, p) for p in args["dir_filters"])]
+    paths, labels = [], []
+    for label, cls in enumerate(classes):
+        found = []
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, cls), followlinks=True):
+            dirnames.sort()
+            found.extend(os.path.join(dirpath, f) for f in filenames if keep(f))
+        for path in sorted(found):
+            paths.append(path)
+            labels.append(label)
+    if not classes:
+        # A flat folder: every file has label 0.
+        for f in sorted(os.listdir(root)):
+            if os.path.isfile(os.path.join(root, f)) and keep(f):
+                paths.append(os.path.join(root, f))
+                labels.append(0)
+    return paths, labels
+
+
+def read_file(path: str) -> torch.Tensor:
+    """The bytes of ``path`` as a 1-D uint8 tensor; errors name the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise OSError(f"cannot read '{path}': {e.strerror or e}") from None
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+
+
+class ReaderBase(Operator):
+    """A reader: a list of samples read in the order of :class:`SampleOrder`. Subclasses fill ``self.count``
+    and implement ``load(index) -> tuple of tensors``."""
+
+    op_name = "fn.readers"
+
+    def setup_order(self, count: int) -> None:
+        a = self.spec.args
+        try:
+            self.order = SampleOrder(count, ShardingArgs.from_args(self.op_name, a, self.spec.batch_size,
+                                                                   self.spec.seed if a.get("seed", -1) < 0
+                                                                   else a["seed"]),
+                                     explicit_seed=a.get("seed", -1) >= 0)
+        except ArgumentError as e:
+            raise ArgumentError(f"{self.op_name}: {e}") from None
+
+    def next_samples(self, ctx: BatchContext) -> list[tuple[int, int]]:
+        return self.order.next_indices(self.spec.batch_size)
+
+    def reader_meta(self) -> dict[str, Any]:
+        return self.order.meta()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.order.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.order.load_state_dict(state)
+
+
+@SCHEMA.operator_class("cpu")
+class FileReader(ReaderBase):
+    op_name = "fn.readers.file"
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        self.paths, self.labels = list_files(self.op_name, spec.args)
+        if not self.paths:
+            where = spec.args["file_root"] or spec.args["file_list"] or "files"
+            raise ArgumentError(f"{self.op_name}: no files found in '{where}' (file_filters="
+                                f"{spec.args['file_filters']})")
+        self.setup_order(len(self.paths))
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
+        picks = self.next_samples(ctx)
+        paths = [self.paths[i] for i, _ in picks]
+        pool = ctx.thread_pool
+        data = list(pool.map(read_file, paths)) if pool is not None and len(paths) > 1 else \
+            [read_file(p) for p in paths]
+        labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
+        return Batch(data, "", paths), Batch.from_dense(labels, "", paths)

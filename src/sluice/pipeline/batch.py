@@ -1,0 +1,180 @@
+"""Batches: lists of samples whose shapes may differ, on the CPU or a CUDA device.
+
+A batch is a list of torch tensors; a batch whose samples share one shape may also hold them as one dense
+tensor (``dense``), the samples then being views of it. Dense storage is an optimisation, never an assumption:
+every operator must accept ragged batches. The DALI-style methods (``at``, ``as_tensor``, ``as_cpu``,
+``layout()``, ``shape()``, ``is_dense_tensor()``) let DALI code read sluice's outputs unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["Batch", "to_tensor"]
+
+
+def to_tensor(data: Any) -> torch.Tensor:
+    """Turn one sample (NumPy, torch, bytes, scalars, anything with ``__array__``, ``__cuda_array_interface__``
+    or ``__dlpack__``) into a torch tensor without copying where the source allows it."""
+    if isinstance(data, torch.Tensor):
+        return data
+    if isinstance(data, np.ndarray):
+        if data.dtype == object:
+            raise TypeError("object arrays cannot be samples; pass numeric arrays or bytes")
+        if not data.flags.writeable:
+            data = data.copy()  # torch.from_numpy warns on read-only arrays and may not write through them
+        return torch.from_numpy(np.ascontiguousarray(data)) if data.ndim else torch.as_tensor(data)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, torch.uint8)
+    if hasattr(data, "__cuda_array_interface__") or hasattr(data, "__dlpack__"):
+        try:
+            return torch.from_dlpack(data)
+        except Exception:  # noqa: BLE001 - fall back to the array interface below
+            if hasattr(data, "__cuda_array_interface__"):
+                return torch.as_tensor(data, device="cuda")
+    if hasattr(data, "__array__"):
+        return to_tensor(np.asarray(data))
+    if isinstance(data, (bool, int, float, np.generic)) or (isinstance(data, (list, tuple))):
+        return torch.as_tensor(np.asarray(data))
+    raise TypeError(f"cannot make a tensor of {type(data).__name__}; pass NumPy arrays, torch tensors, bytes, or "
+                    "objects with __array__, __cuda_array_interface__ or __dlpack__")
+
+
+class Batch:
+    """A batch of samples (torch tensors), possibly of different shapes, all on one device.
+
+    Example::
+
+        b = Batch([torch.zeros(2, 3), torch.ones(4, 3)], layout="HW")
+        b.shape()      # [(2, 3), (4, 3)]
+        b.device       # 'cpu'
+    """
+
+    __slots__ = ("_samples", "_dense", "_layout", "source_info")
+
+    def __init__(self, samples: Sequence[torch.Tensor], layout: str = "", source_info: Sequence[str] | None = None):
+        self._samples = list(samples)
+        self._dense: torch.Tensor | None = None
+        self._layout = layout or ""
+        self.source_info = list(source_info) if source_info is not None else [""] * len(self._samples)
+        if len(self.source_info) != len(self._samples):
+            raise ValueError(f"source_info has {len(self.source_info)} entries for {len(self._samples)} samples")
+        if self._samples:
+            dev = self._samples[0].device
+            if any(s.device != dev for s in self._samples):
+                raise ValueError("all samples of a batch must be on one device, got "
+                                 f"{sorted({str(s.device) for s in self._samples})}")
+
+    @classmethod
+    def from_dense(cls, tensor: torch.Tensor, layout: str = "", source_info: Sequence[str] | None = None) -> Batch:
+        """A uniform batch held as one N x ... tensor; the samples are views of it."""
+        batch = cls(list(tensor.unbind(0)), layout, source_info)
+        batch._dense = tensor
+        return batch
+
+    # ---- contents -------------------------------------------------------------------------------------------
+    @property
+    def samples(self) -> list[torch.Tensor]:
+        return self._samples
+
+    @property
+    def dense(self) -> torch.Tensor | None:
+        """The dense N x ... tensor when the batch was built from one, else None."""
+        return self._dense
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self._samples[i]
+
+    def __iter__(self):
+        return iter(self._samples)
+
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"gpu"``."""
+        if self._dense is not None:
+            return "gpu" if self._dense.is_cuda else "cpu"
+        return "gpu" if self._samples and self._samples[0].is_cuda else "cpu"
+
+    @property
+    def torch_device(self) -> torch.device:
+        if self._dense is not None:
+            return self._dense.device
+        return self._samples[0].device if self._samples else torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        return self._samples[0].dtype if self._samples else None
+
+    def layout(self) -> str:
+        """The layout string, e.g. ``"HWC"``; empty when unknown."""
+        return self._layout
+
+    def with_layout(self, layout: str) -> Batch:
+        """The same samples under another layout name (no data is moved)."""
+        out = Batch.__new__(Batch)
+        out._samples, out._dense, out._layout, out.source_info = self._samples, self._dense, layout, self.source_info
+        return out
+
+    def shape(self) -> list[tuple[int, ...]]:
+        """The shape of each sample."""
+        return [tuple(s.shape) for s in self._samples]
+
+    def is_dense_tensor(self) -> bool:
+        """Whether all samples share one shape (so the batch can be one tensor)."""
+        if self._dense is not None:
+            return True
+        shapes = self.shape()
+        return all(s == shapes[0] for s in shapes) and all(x.dtype == self._samples[0].dtype for x in self._samples)
+
+    def as_tensor(self) -> torch.Tensor:
+        """The batch as one N x ... tensor; raises when the samples differ in shape."""
+        if self._dense is None:
+            if not self.is_dense_tensor():
+                shapes = sorted(set(self.shape()))[:4]
+                raise ValueError(f"the samples of this batch differ in shape ({shapes} ...); pad them to one shape "
+                                 "(fn.pad, fn.resize, fn.crop) or read them one by one")
+            if not self._samples:
+                raise ValueError("an empty batch has no dense tensor")
+            self._dense = torch.stack(self._samples)
+            self._samples = list(self._dense.unbind(0))
+        return self._dense
+
+    def at(self, i: int) -> np.ndarray:
+        """Sample ``i`` as a NumPy array (CPU batches; as DALI's ``TensorListCPU.at``)."""
+        sample = self._samples[i]
+        if sample.is_cuda:
+            raise TypeError("at() reads CPU batches; call as_cpu() first")
+        return sample.numpy()
+
+    def as_array(self) -> np.ndarray:
+        """The dense batch as a NumPy array."""
+        return self.as_cpu().as_tensor().numpy()
+
+    def as_cpu(self) -> Batch:
+        """A copy of the batch in host memory."""
+        if self.device == "cpu":
+            return self
+        if self._dense is not None:
+            return Batch.from_dense(self._dense.cpu(), self._layout, self.source_info)
+        return Batch([s.cpu() for s in self._samples], self._layout, self.source_info)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """The batch on ``device``; uniform batches move as one copy."""
+        if self._dense is not None or (len(self) > 1 and self.is_dense_tensor()):
+            dense = self.as_tensor()
+            if not dense.is_cuda and str(device).startswith("cuda") and non_blocking:
+                dense = dense.pin_memory()
+            return Batch.from_dense(dense.to(device, non_blocking=non_blocking), self._layout, self.source_info)
+        return Batch([s.to(device, non_blocking=non_blocking) for s in self._samples], self._layout, self.source_info)
+
+    def __repr__(self) -> str:
+        shapes = self.shape()
+        shown = shapes if len(shapes) <= 4 else shapes[:4] + ["..."]
+        return f"Batch(n={len(self)}, device={self.device!r}, dtype={self.dtype}, layout={self._layout!r}, shapes={shown})"

@@ -1,0 +1,391 @@
+"""Runs a built graph: CPU operators across a thread pool, GPU operators on the pipeline's CUDA stream, in two
+pipelined stages, with up to ``prefetch_queue_depth`` finished iterations waiting for the training loop.
+
+Stage 1 (the CPU stage) runs every operator that needs only the CPU; stage 2 (the device stage) runs mixed and
+GPU operators on the pipeline's stream. Each stage has its own thread, so the CPU decodes iteration k+1 while
+the GPU works on iteration k. Every failure is caught where it happens and handed to the consumer, naming the
+operator, the sample and its file; the pipeline is then marked broken, and nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from sluice.errors import PipelineBrokenError, PipelineError, SampleError
+from sluice.pipeline.batch import Batch
+from sluice.pipeline.graph import DataNode, OpNode
+from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Executor", "EndOfEpoch"]
+
+
+class EndOfEpoch(Exception):
+    """Raised by sources (external_source) when their data ends: the iteration becomes StopIteration."""
+
+
+@dataclass
+class _Failure:
+    error: BaseException
+
+
+_END = object()  # an iteration that hit the end of the epoch
+_CLOSE = object()
+
+
+def topological_order(outputs: list[DataNode], extra: list[OpNode] = ()) -> list[OpNode]:
+    """Every node the outputs depend on, each after its inputs."""
+    order: list[OpNode] = []
+    state: dict[int, int] = {}
+
+    def visit(node: OpNode) -> None:
+        mark = state.get(node.id)
+        if mark == 2:
+            return
+        if mark == 1:
+            raise PipelineError(f"the graph has a cycle through {node.describe()}")
+        state[node.id] = 1
+        for x in list(node.inputs) + list(node.arg_inputs.values()):
+            visit(x.op)
+        state[node.id] = 2
+        order.append(node)
+
+    # Iterative deepening is not needed: graphs are shallow (tens of nodes).
+    for out in outputs:
+        visit(out.op)
+    for node in extra:
+        visit(node)
+    return order
+
+
+class _Stage:
+    """A list of operator nodes run in order for one iteration."""
+
+    def __init__(self, executor: Executor, nodes: list[OpNode], on_gpu: bool):
+        self.ex = executor
+        self.nodes = nodes
+        self.on_gpu = on_gpu
+
+    def run(self, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
+        for node in self.nodes:
+            self.ex.run_node(node, iteration, values)
+
+
+class Executor:
+    """Executes a pipeline's graph; owned by :class:`sluice.Pipeline`."""
+
+    def __init__(self, pipeline: Any, outputs: list[DataNode], extra_nodes: list[OpNode] = ()):
+        self.pipeline = pipeline
+        self.outputs = outputs
+        self.nodes = topological_order(outputs, list(extra_nodes))
+        self.nodes = self._fuse(self.nodes)
+        self.batch_size = pipeline.max_batch_size
+        self.device_id = pipeline.device_id
+        self.uses_gpu = any(n.device in ("gpu", "mixed") for n in self.nodes)
+        if self.uses_gpu:
+            if self.device_id is None:
+                gpu_nodes = [n.describe() for n in self.nodes if n.device in ("gpu", "mixed")]
+                raise PipelineError(f"this pipeline was built with device_id=None (CPU only) but has GPU stages: "
+                                    f"{', '.join(gpu_nodes[:5])}; pass device_id=0 or use device='cpu'")
+            if not torch.cuda.is_available():
+                gpu_nodes = [n.describe() for n in self.nodes if n.device in ("gpu", "mixed")]
+                raise PipelineError(f"no CUDA GPU is available, but the pipeline has GPU stages: "
+                                    f"{', '.join(gpu_nodes[:5])}. Use device='cpu' or run on a machine with a GPU.")
+            self.torch_device = torch.device("cuda", self.device_id)
+            self.stream = torch.cuda.Stream(self.torch_device)
+        else:
+            self.torch_device = torch.device("cpu")
+            self.stream = None
+        self.pool = ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="sluice-cpu") \
+            if pipeline.num_threads > 1 else None
+        self.operators: dict[int, Operator] = {}
+        self.seeds: dict[int, int] = {}
+        random_index = 0
+        for node in self.nodes:
+            seed = node.const_args.get("seed", -1) if node.schema.random else 0
+            if node.schema.random and (seed is None or seed < 0):
+                seed = _derive_seed(pipeline.seed, random_index)
+            random_index += node.schema.random
+            self.seeds[node.id] = seed
+            spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
+                          pipeline.num_threads, self.device_id, seed, pipeline)
+            self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
+        # Split into a CPU stage and a device stage when no CPU operator depends on a GPU result.
+        cpu_nodes, dev_nodes = [], []
+        for node in self.nodes:
+            (dev_nodes if node.device in ("gpu", "mixed") or dev_nodes and self._needs(node, dev_nodes)
+             else cpu_nodes).append(node)
+        self.stages = [s for s in (_Stage(self, cpu_nodes, False), _Stage(self, dev_nodes, True)) if s.nodes]
+        self.iteration = 0  # the next iteration to be produced
+        self.snapshots: dict[int, dict[str, Any]] = {}
+        self._threads: list[threading.Thread] = []
+        self._queues: list[queue.Queue] = []
+        self._ready: deque = deque()
+        self._cond = threading.Condition()
+        self._requested = 0  # iterations asked of the first stage
+        self._stopped = False
+        self._halted = False  # stage 1 met the end of the epoch or a failure; waits for drain()
+        self.broken: BaseException | None = None
+
+    # ---- graph helpers -----------------------------------------------------------------------------------
+    @staticmethod
+    def _needs(node: OpNode, others: list[OpNode]) -> bool:
+        ids = {n.id for n in others}
+        return any(x.op.id in ids for x in list(node.inputs) + list(node.arg_inputs.values()))
+
+    @staticmethod
+    def _fuse(nodes: list[OpNode]) -> list[OpNode]:
+        try:
+            from sluice.kernels.fusion import fuse
+        except ImportError:
+            return nodes
+        return fuse(nodes)
+
+    def operator(self, name: str) -> Operator:
+        for node in self.nodes:
+            if node.name == name:
+                return self.operators[node.id]
+        raise KeyError(name)
+
+    def node_named(self, name: str) -> OpNode | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    # ---- running one node ---------------------------------------------------------------------------------
+    def run_node(self, node: OpNode, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
+        op = self.operators[node.id]
+        inputs = [values[(x.op.id, x.index)] for x in node.inputs]
+        if inputs:
+            batch_size = len(inputs[0])
+        else:
+            batch_size = self.batch_size
+        per_sample = {}
+        for key, arg_node in node.arg_inputs.items():
+            batch = values[(arg_node.op.id, arg_node.index)]
+            per_sample[key] = _arg_values(node.schema.args[key].type, batch)
+            if inputs and len(batch) != batch_size:
+                raise PipelineError(f"{node.describe()}: argument input '{key}' has {len(batch)} samples for a "
+                                    f"batch of {batch_size}", node.schema.name)
+        if not inputs and per_sample:
+            batch_size = len(next(iter(per_sample.values())))
+        source_info = inputs[0].source_info if inputs else [""] * batch_size
+        ctx = BatchContext(node.schema.name, batch_size, source_info, [b.layout() for b in inputs],
+                           self.torch_device if node.device != "cpu" else torch.device("cpu"),
+                           self.pool, self.seeds[node.id], iteration)
+        args = BatchArgs(node.const_args, per_sample, batch_size)
+        try:
+            result = op.run(ctx, *inputs, args=args)
+            from sluice.schema import _finish_outputs
+
+            outs = _finish_outputs(node.schema, op.spec, result, inputs)
+        except (EndOfEpoch, StopIteration):
+            raise EndOfEpoch() from None
+        except SampleError as e:
+            raise _wrap(node, e.cause, iteration, e.index, e.source) from e.cause
+        except PipelineError:
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure reaches the caller, named
+            raise _wrap(node, e, iteration, None, "") from e
+        if len(outs) != len(node.outputs):
+            raise PipelineError(f"{node.describe()} produced {len(outs)} outputs, expected {len(node.outputs)}",
+                                node.schema.name)
+        for i, batch in enumerate(outs):
+            values[(node.id, i)] = batch
+
+    def snapshot(self, iteration: int) -> None:
+        """Remember the state of every stateful operator before ``iteration`` runs, so that a checkpoint taken
+        while later iterations are already prefetched still resumes at the first one not consumed."""
+        if not self.pipeline.enable_checkpointing:
+            return
+        self.snapshots[iteration] = {n.name: self.operators[n.id].state_dict() for n in self.nodes
+                                     if n.schema.stateful}
+
+    def state_at(self, iteration: int) -> dict[str, Any]:
+        """The operators' state before ``iteration``; forgets older snapshots."""
+        for old in [i for i in self.snapshots if i < iteration]:
+            del self.snapshots[old]
+        if iteration in self.snapshots:
+            return self.snapshots[iteration]
+        return {n.name: self.operators[n.id].state_dict() for n in self.nodes if n.schema.stateful}
+
+    def run_iteration(self, iteration: int) -> tuple[Batch, ...]:
+        """Run the whole graph once, in the calling thread (synchronous execution)."""
+        self.snapshot(iteration)
+        values: dict[tuple[int, int], Batch] = {}
+        for stage in self.stages:
+            self._run_stage(stage, iteration, values)
+        return self._collect(values)
+
+    def _run_stage(self, stage: _Stage, iteration: int, values: dict) -> None:
+        if stage.on_gpu and self.stream is not None:
+            with torch.cuda.device(self.torch_device), torch.cuda.stream(self.stream):
+                stage.run(iteration, values)
+        else:
+            stage.run(iteration, values)
+
+    def _collect(self, values: dict) -> tuple[Batch, ...]:
+        return tuple(values[(out.op.id, out.index)] for out in self.outputs)
+
+    # ---- asynchronous execution ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start one thread per stage; stage k hands iterations to stage k+1 through a queue."""
+        if self._threads:
+            return
+        n = len(self.stages)
+        self._queues = [queue.Queue(maxsize=1) for _ in range(max(0, n - 1))]
+        for k, stage in enumerate(self.stages):
+            t = threading.Thread(target=self._stage_loop, args=(k, stage), daemon=True,
+                                 name=f"sluice-stage-{'gpu' if stage.on_gpu else 'cpu'}")
+            t.start()
+            self._threads.append(t)
+
+    def request(self, n: int = 1) -> None:
+        """Ask for ``n`` more iterations."""
+        with self._cond:
+            self._requested += n
+            self._cond.notify_all()
+
+    def _stage_loop(self, k: int, stage: _Stage) -> None:
+        last = k == len(self.stages) - 1
+        if stage.on_gpu and self.stream is not None:
+            torch.cuda.set_device(self.torch_device)
+        while True:
+            if k == 0:
+                with self._cond:
+                    while not self._stopped and (self._requested <= 0 or self._halted):
+                        self._cond.wait()
+                    if self._stopped:
+                        return
+                    self._requested -= 1
+                    iteration = self.iteration
+                    self.iteration += 1
+                    self.snapshot(iteration)
+                values: Any = {}
+                item: Any = (iteration, values)
+            else:
+                item = self._queues[k - 1].get()
+                if item is _CLOSE:
+                    return
+                if not isinstance(item, tuple):  # an end-of-epoch or failure marker passes through
+                    self._pass(k, item, last)
+                    continue
+                iteration, values = item
+            try:
+                self._run_stage(stage, iteration, values)
+                if last:
+                    result: Any = self._collect(values)
+                    if self.stream is not None:
+                        event = torch.cuda.Event()
+                        event.record(self.stream)
+                        result = (result, event)
+                    else:
+                        result = (result, None)
+                else:
+                    result = (iteration, values)
+            except EndOfEpoch:
+                result = _END
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                result = _Failure(e)
+            if not self._pass(k, result, last):
+                return
+            if k == 0 and not isinstance(result, tuple):
+                # After an end of epoch or a failure, produce nothing more until reset.
+                with self._cond:
+                    self._halted = True
+
+    def _pass(self, k: int, item: Any, last: bool) -> bool:
+        if last:
+            with self._cond:
+                self._ready.append(item)
+                self._cond.notify_all()
+            return True
+        while True:
+            try:
+                self._queues[k].put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                if self._stopped:
+                    return False
+
+    def take(self, timeout: float | None = None) -> Any:
+        """The oldest finished iteration: ``(batches, event)``, ``_END`` or a ``_Failure``."""
+        with self._cond:
+            while not self._ready:
+                if not any(t.is_alive() for t in self._threads):
+                    raise PipelineBrokenError("the pipeline's worker threads have stopped")
+                if not self._cond.wait(timeout=1.0 if timeout is None else timeout) and timeout is not None:
+                    raise TimeoutError("no batch arrived in time")
+            return self._ready.popleft()
+
+    def pending(self) -> int:
+        with self._cond:
+            return self._requested + len(self._ready)
+
+    def drain(self) -> None:
+        """Forget requested and finished iterations (after the end of an epoch, before a reset)."""
+        with self._cond:
+            self._requested = 0
+            self._ready.clear()
+            self._halted = False
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        for q in self._queues:
+            try:
+                q.put_nowait(_CLOSE)
+            except queue.Full:
+                pass
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads = []
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        for op in self.operators.values():
+            try:
+                op.close()
+            except Exception:  # noqa: BLE001 - closing must not raise
+                log.exception("closing an operator failed")
+
+
+def _derive_seed(pipeline_seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([pipeline_seed & 0xFFFFFFFF, index]).generate_state(2, np.uint32)
+               .view(np.uint64)[0] & 0x7FFFFFFFFFFFFFFF)
+
+
+def _arg_values(kind: Any, batch: Batch) -> list[Any]:
+    out = []
+    for sample in batch.as_cpu().samples:
+        if isinstance(kind, str) and kind in _LIST_TYPES:
+            out.append(sample.reshape(-1).tolist())
+        elif sample.numel() == 1:
+            value = sample.reshape(()).item()
+            if kind is bool:
+                value = bool(value)
+            elif kind is int:
+                value = int(value)
+            elif kind is float:
+                value = float(value)
+            out.append(value)
+        else:
+            out.append(sample.numpy())
+    return out
+
+
+def _wrap(node: OpNode, error: BaseException, iteration: int, sample: int | None, source: str) -> PipelineError:
+    where = f" on sample {sample}" if sample is not None else ""
+    file = f" (file '{source}')" if source else ""
+    msg = (f"error in {node.describe()}{where}{file}, iteration {iteration}: "
+           f"{type(error).__name__}: {error}")
+    return PipelineError(msg, node.schema.name, sample, source)

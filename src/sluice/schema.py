@@ -1,0 +1,529 @@
+"""Operator schemas and the registry: the single source of every operator's arguments, docs and checks.
+
+An operator is declared once, as an :class:`OpSchema`, in the file that also holds its kernels::
+
+    SCHEMA = OpSchema("flip", doc="Flips images.", devices=("cpu", "gpu"), args=[
+        Arg("horizontal", int, 1, "Flip along the width.", per_sample=True),
+    ])
+
+    @SCHEMA.sample_kernel("cpu")
+    def flip_cpu(ctx, image, *, horizontal, **_): ...
+
+From the schema the registry builds ``fn.flip`` and ``ops.Flip`` (with real signatures and docstrings), the
+argument validation (unknown names, types, choices, required values) and the error messages. Kernels are pure:
+the executor gives them their inputs, their per-sample argument values and, for random operators, a seeded
+generator.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from sluice import types
+from sluice.errors import ArgumentError, SampleError
+from sluice.pipeline.batch import Batch
+
+__all__ = ["REQUIRED", "Arg", "OpSchema", "Operator", "OpSpec", "BatchArgs", "BatchContext", "SampleContext",
+           "REGISTRY", "get_schema", "DEVICES"]
+
+DEVICES = ("cpu", "gpu", "mixed")
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+_LIST_TYPES = {"int_list": int, "float_list": float, "str_list": str, "bool_list": bool}
+
+
+@dataclass
+class Arg:
+    """One argument of an operator.
+
+    ``type`` is ``bool``, ``int``, ``float``, ``str``, ``"int_list"``, ``"float_list"``, ``"str_list"``,
+    ``"bool_list"``, an enum class (``types.DALIDataType`` ...), or ``object`` (anything, checked by the kernel).
+    ``per_sample`` arguments may be given as DataNodes whose samples hold the per-sample values.
+    """
+
+    name: str
+    type: Any
+    default: Any = None
+    doc: str = ""
+    per_sample: bool = False
+    choices: Sequence[Any] | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def type_name(self) -> str:
+        if isinstance(self.type, str):
+            return self.type
+        if isinstance(self.type, type) and issubclass(self.type, enum.Enum):
+            return self.type.__name__
+        return getattr(self.type, "__name__", str(self.type))
+
+    def convert(self, op: str, value: Any) -> Any:
+        """Check ``value`` against the declared type and return it normalised (a list for list types, a float
+        for floats, ...). Raises :class:`ArgumentError` naming the operator and the argument."""
+        if value is None:
+            return None
+        try:
+            out = _convert(self.type, value)
+        except (TypeError, ValueError) as e:
+            raise ArgumentError(f"{op}: argument '{self.name}' expects {self.type_name()}, got {value!r} "
+                                f"({type(value).__name__}){': ' + str(e) if str(e) else ''}") from None
+        if self.choices is not None and out not in self.choices:
+            raise ArgumentError(f"{op}: invalid {self.name} ({value!r}). Supported values are "
+                                f"{', '.join(repr(c) for c in self.choices)}.")
+        return out
+
+
+def _convert(kind: Any, value: Any) -> Any:
+    if isinstance(kind, str):
+        elem = _LIST_TYPES[kind]
+        if isinstance(value, torch.Tensor):
+            value = value.tolist()
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        if not isinstance(value, (list, tuple)):
+            value = [value]  # a scalar stands for a one-element list, as in DALI
+        return [_convert(elem, v) for v in value]
+    if kind is object:
+        return value
+    if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if kind is bool:
+        if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+            return bool(value)
+        raise TypeError("")
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise TypeError("")
+        return int(value)
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError("")
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise TypeError("")
+        return value
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        if isinstance(value, kind):
+            return value
+        if kind is types.DALIDataType and isinstance(value, torch.dtype):
+            return types.from_torch_dtype(value)
+        if isinstance(value, str):
+            for member in kind:
+                if value in (member.name, member.value) or value.upper() == member.name:
+                    return member
+        raise TypeError(f"use one of {', '.join('types.' + m.name for m in kind)}")
+    raise TypeError(f"unknown argument type {kind!r}")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# What kernels receive
+# ------------------------------------------------------------------------------------------------------------
+class BatchArgs:
+    """The argument values of one batch: constants, and per-sample values fed from DataNodes."""
+
+    def __init__(self, const: dict[str, Any], per_sample: dict[str, list[Any]], batch_size: int):
+        self._const = const
+        self._per_sample = per_sample
+        self.batch_size = batch_size
+
+    def __getitem__(self, name: str) -> list[Any]:
+        """The values of ``name`` for every sample of the batch."""
+        if name in self._per_sample:
+            return self._per_sample[name]
+        return [self._const[name]] * self.batch_size
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._const or name in self._per_sample
+
+    def is_const(self, name: str) -> bool:
+        """Whether ``name`` has one value for the whole batch."""
+        return name not in self._per_sample
+
+    def const(self, name: str) -> Any:
+        """The single value of ``name``; raises if it varies per sample."""
+        if name in self._per_sample:
+            values = self._per_sample[name]
+            if all(_same(v, values[0]) for v in values):
+                return values[0]
+            raise ArgumentError(f"argument '{name}' must be the same for the whole batch here, but it varies per "
+                                "sample")
+        return self._const[name]
+
+    def sample(self, i: int) -> dict[str, Any]:
+        """All argument values of sample ``i``."""
+        out = dict(self._const)
+        for name, values in self._per_sample.items():
+            out[name] = values[i]
+        return out
+
+    def names(self) -> list[str]:
+        return sorted(set(self._const) | set(self._per_sample))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+def _rng(seed: int, *counters: int) -> np.random.Generator:
+    return np.random.default_rng([seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF, *counters])
+
+
+@dataclass
+class BatchContext:
+    """What a batch kernel knows beyond its inputs."""
+
+    op_name: str
+    batch_size: int
+    source_info: list[str]
+    layouts: list[str]
+    device: torch.device
+    thread_pool: Executor | None
+    seed: int = 0
+    iteration: int = 0
+    _rng: np.random.Generator | None = field(default=None, repr=False)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """A generator for this operator and this batch: the same on every run, whatever the threads."""
+        if self._rng is None:
+            self._rng = _rng(self.seed, self.iteration)
+        return self._rng
+
+    def sample_rng(self, i: int) -> np.random.Generator:
+        """A generator for sample ``i`` of this batch, independent of the order in which samples run."""
+        return _rng(self.seed, self.iteration, i + 1)
+
+
+@dataclass
+class SampleContext:
+    """What a per-sample kernel knows beyond its inputs."""
+
+    op_name: str
+    index: int
+    source_info: str
+    layout: str
+    seed: int = 0
+    iteration: int = 0
+    _rng: np.random.Generator | None = field(default=None, repr=False)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """A generator for this sample (same seed, same values, whatever thread runs it)."""
+        if self._rng is None:
+            self._rng = _rng(self.seed, self.iteration, self.index + 1)
+        return self._rng
+
+
+@dataclass
+class OpSpec:
+    """How one node of a pipeline's graph was set up: its constant arguments and the pipeline's settings."""
+
+    schema: OpSchema
+    device: str
+    args: dict[str, Any]
+    name: str
+    batch_size: int
+    num_threads: int
+    device_id: int | None
+    seed: int
+    pipeline: Any = None  # the Pipeline, for operators that need more (external_source)
+
+
+class Operator:
+    """Runs one node of a graph. Kernels declared as functions are wrapped in subclasses of this; stateful
+    operators (readers, sources) subclass it directly."""
+
+    def __init__(self, spec: OpSpec):
+        self.spec = spec
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch | tuple[Batch, ...]:
+        raise NotImplementedError
+
+    # Readers and sources override these.
+    def reader_meta(self) -> dict[str, Any] | None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def reset(self) -> None:
+        """Start a new epoch (sources that end epochs with StopIteration)."""
+
+    def close(self) -> None:
+        """Release resources (worker processes, files)."""
+
+
+def _finish_outputs(schema: OpSchema, spec: OpSpec, outputs: Any, inputs: Sequence[Batch]) -> tuple[Batch, ...]:
+    outs = outputs if isinstance(outputs, tuple) else (outputs,)
+    layouts = schema.output_layouts(spec.args, [b.layout() for b in inputs], len(outs))
+    source = inputs[0].source_info if inputs else None
+    fixed = []
+    for batch, layout in zip(outs, layouts):
+        if not isinstance(batch, Batch):
+            raise TypeError(f"{schema.name}: kernel returned {type(batch).__name__}, expected a Batch")
+        if not batch.layout() and layout:
+            batch = batch.with_layout(layout)
+        if source is not None and len(batch) == len(source) and not any(batch.source_info):
+            batch.source_info = list(source)
+        fixed.append(batch)
+    return tuple(fixed)
+
+
+def _sample_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operator]:
+    class SampleKernelOperator(Operator):
+        kernel = staticmethod(fn)
+
+        def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs):
+            n = ctx.batch_size
+            layout = ctx.layouts[0] if ctx.layouts else ""
+
+            def one(i: int):
+                sctx = SampleContext(ctx.op_name, i, ctx.source_info[i] if ctx.source_info else "", layout,
+                                     ctx.seed, ctx.iteration)
+                try:
+                    out = fn(sctx, *(b[i] for b in inputs), **args.sample(i))
+                except Exception as e:  # noqa: BLE001 - re-raised with the sample named
+                    raise SampleError(i, sctx.source_info, e) from e
+                return out if isinstance(out, tuple) else (out,)
+
+            # GPU sample kernels stay on the stage's thread, where the pipeline's CUDA stream is current.
+            pool = ctx.thread_pool if ctx.device.type == "cpu" else None
+            if pool is not None and n > 1:
+                results = list(pool.map(one, range(n)))
+            else:
+                results = [one(i) for i in range(n)]
+            num_out = schema.num_outputs(self.spec.args)
+            if n == 0:
+                return tuple(Batch([]) for _ in range(num_out))
+            columns = list(zip(*results))
+            return tuple(Batch([torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x for x in col])
+                         for col in columns)
+
+    SampleKernelOperator.__name__ = f"{_camel(schema.name)}_{device}"
+    return SampleKernelOperator
+
+
+def _batch_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operator]:
+    class BatchKernelOperator(Operator):
+        kernel = staticmethod(fn)
+
+        def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs):
+            return fn(ctx, *inputs, args=args)
+
+    BatchKernelOperator.__name__ = f"{_camel(schema.name)}_{device}"
+    return BatchKernelOperator
+
+
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split(".")[-1].split("_"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Schemas
+# ------------------------------------------------------------------------------------------------------------
+REGISTRY: dict[str, OpSchema] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+_COMMON_ARGS = (
+    Arg("preserve", bool, False, "Keep the operator even if its outputs are unused."),
+    Arg("bytes_per_sample_hint", "int_list", None, "Accepted for compatibility with DALI; sluice sizes its "
+        "buffers itself."),
+)
+
+
+class OpSchema:
+    """The declaration of one operator: its name, documentation, inputs, outputs, devices and arguments."""
+
+    def __init__(self, name: str, doc: str, *, inputs: int | tuple[int, int] = 1,
+                 outputs: int | Callable[[dict[str, Any]], int] = 1, devices: Sequence[str] = ("cpu",),
+                 args: Sequence[Arg] = (), random: bool = False,
+                 output_layout: str | Callable[..., str | list[str]] | None = None,
+                 input_names: Sequence[str] | None = None, register: bool = True,
+                 default_device: str | None = None, stateful: bool = False):
+        self.name = name
+        self.doc = inspect.cleandoc(doc)
+        self.min_inputs, self.max_inputs = (inputs, inputs) if isinstance(inputs, int) else inputs
+        self._outputs = outputs
+        bad = [d for d in devices if d not in DEVICES]
+        if bad:
+            raise ValueError(f"schema {name}: unknown devices {bad}; use {DEVICES}")
+        self.devices = tuple(devices)
+        self.default_device = default_device or self.devices[0]
+        self.random = random
+        self.stateful = stateful or random
+        self._output_layout = output_layout
+        self.input_names = list(input_names) if input_names else None
+        own = list(args)
+        if random:
+            own.append(Arg("seed", int, -1, "Seed of this operator's random generator; -1 derives it from the "
+                           "pipeline's seed and the operator's place in the graph."))
+        names = [a.name for a in own]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"schema {name}: arguments declared twice: {sorted(dupes)}")
+        self.args: dict[str, Arg] = {a.name: a for a in own}
+        for a in _COMMON_ARGS:
+            self.args.setdefault(a.name, a)
+        self.kernels: dict[str, type[Operator]] = {}
+        if register:
+            with _REGISTRY_LOCK:
+                if name in REGISTRY:
+                    raise ValueError(f"operator {name} is registered twice")
+                REGISTRY[name] = self
+
+    # ---- kernels -------------------------------------------------------------------------------------------
+    def _add_kernel(self, device: str, op_class: type[Operator]) -> None:
+        if device not in self.devices:
+            raise ValueError(f"{self.name}: kernel for device '{device}', which the schema does not declare "
+                             f"(devices={self.devices})")
+        if device in self.kernels:
+            raise ValueError(f"{self.name}: two kernels for device '{device}'")
+        self.kernels[device] = op_class
+
+    def sample_kernel(self, device: str) -> Callable:
+        """Register ``fn(ctx, *sample_inputs, **sample_args)``, run per sample in the pipeline's threads."""
+        def deco(fn: Callable) -> Callable:
+            self._add_kernel(device, _sample_operator(self, device, fn))
+            return fn
+        return deco
+
+    def batch_kernel(self, device: str) -> Callable:
+        """Register ``fn(ctx, *input_batches, args)``, run once per batch."""
+        def deco(fn: Callable) -> Callable:
+            self._add_kernel(device, _batch_operator(self, device, fn))
+            return fn
+        return deco
+
+    def operator_class(self, device: str) -> Callable:
+        """Register an :class:`Operator` subclass (stateful operators)."""
+        def deco(cls: type[Operator]) -> type[Operator]:
+            self._add_kernel(device, cls)
+            return cls
+        return deco
+
+    def kernel_for(self, device: str) -> type[Operator]:
+        try:
+            return self.kernels[device]
+        except KeyError:
+            have = ", ".join(sorted(self.kernels)) or "none"
+            raise ArgumentError(f"fn.{self.name} has no kernel for device '{device}'; it runs on: {have}") from None
+
+    # ---- arguments ----------------------------------------------------------------------------------------
+    def num_outputs(self, const_args: dict[str, Any]) -> int:
+        return self._outputs(const_args) if callable(self._outputs) else self._outputs
+
+    def output_layouts(self, const_args: dict[str, Any], input_layouts: list[str], n: int) -> list[str]:
+        spec = self._output_layout
+        if spec is None:
+            return [input_layouts[0] if input_layouts else ""] * n
+        if callable(spec):
+            spec = spec(const_args, input_layouts)
+        if isinstance(spec, str):
+            return [spec] * n
+        return list(spec) + [""] * (n - len(spec))
+
+    def validate(self, kwargs: dict[str, Any], is_node: Callable[[Any], bool]) -> tuple[dict, dict]:
+        """Split ``kwargs`` into checked constants (defaults filled in) and per-sample DataNode arguments."""
+        const: dict[str, Any] = {}
+        nodes: dict[str, Any] = {}
+        for key, value in kwargs.items():
+            arg = self.args.get(key)
+            if arg is None:
+                raise ArgumentError(self.unknown_argument_message(key))
+            if is_node(value):
+                if not arg.per_sample:
+                    raise ArgumentError(f"fn.{self.name}: argument '{key}' cannot be a DataNode: it must be the "
+                                        "same for every sample. Arguments that may vary per sample: "
+                                        f"{', '.join(self.per_sample_args()) or 'none'}.")
+                nodes[key] = value
+            else:
+                const[key] = arg.convert(f"fn.{self.name}", value)
+        for name, arg in self.args.items():
+            if name in const or name in nodes:
+                continue
+            if arg.required:
+                raise ArgumentError(f"fn.{self.name}: missing required argument '{name}' ({arg.doc})")
+            const[name] = arg.default
+        return const, nodes
+
+    def unknown_argument_message(self, key: str) -> str:
+        valid = sorted(self.args) + ["device", "name"]
+        close = difflib.get_close_matches(key, valid, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        return f"fn.{self.name}: unknown argument '{key}'.{hint} Valid arguments: {', '.join(valid)}."
+
+    def per_sample_args(self) -> list[str]:
+        return [n for n, a in self.args.items() if a.per_sample]
+
+    # ---- documentation ------------------------------------------------------------------------------------
+    def signature(self) -> inspect.Signature:
+        params = []
+        n_inputs = self.max_inputs if self.max_inputs < 8 else self.min_inputs
+        names = self.input_names or (["input"] if n_inputs == 1 else [f"input{i}" for i in range(n_inputs)])
+        for i, iname in enumerate(names[:n_inputs]):
+            default = inspect.Parameter.empty if i < self.min_inputs else None
+            params.append(inspect.Parameter(iname, inspect.Parameter.POSITIONAL_ONLY, default=default))
+        if self.max_inputs > n_inputs:
+            params.append(inspect.Parameter("inputs", inspect.Parameter.VAR_POSITIONAL))
+        params.append(inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=str))
+        params.append(inspect.Parameter("name", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str))
+        for arg in self.args.values():
+            default = inspect.Parameter.empty if arg.required else arg.default
+            params.append(inspect.Parameter(arg.name, inspect.Parameter.KEYWORD_ONLY, default=default))
+        return inspect.Signature(params)
+
+    def docstring(self) -> str:
+        lines = [self.doc, "", f"Devices: {', '.join(self.devices)}.", "", "Arguments:"]
+        for arg in self.args.values():
+            if arg.name in ("preserve", "bytes_per_sample_hint"):
+                continue
+            extra = []
+            if arg.required:
+                extra.append("required")
+            else:
+                extra.append(f"default {arg.default!r}")
+            if arg.per_sample:
+                extra.append("may vary per sample")
+            if arg.choices is not None:
+                extra.append("one of " + ", ".join(repr(c) for c in arg.choices))
+            lines.append(f"    {arg.name} ({arg.type_name()}; {'; '.join(extra)}): {arg.doc}")
+        return "\n".join(lines)
+
+
+def get_schema(name: str) -> OpSchema:
+    """The schema registered under ``name`` (``"resize"``, ``"decoders.image"``)."""
+    import sluice.ops  # noqa: F401 - registers every operator
+
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(REGISTRY), n=3)
+        raise ArgumentError(f"no operator named '{name}'" + (f"; did you mean {close}?" if close else "")) from None
