@@ -1,0 +1,232 @@
+"""GPU video backend: NVDEC through PyNvVideoCodec, behind the same interface as the PyAV backend.
+
+PyAV demuxes (it already knows where every keyframe is from the packet index); the packets of each wanted group
+of pictures go, from its keyframe, to an NVDEC decoder session (H.264/HEVC converted to Annex B by FFmpeg's
+``*_mp4toannexb`` bitstream filters, codec headers prepended for MPEG-4 and AV1). NVDEC converts NV12 to RGB on the
+GPU; frames never leave the GPU. Several sessions run at once (one per calling thread, up to ``sessions``), so the
+GPU's NVDEC engines (7 on an H200) work in parallel when the pipeline decodes several samples at a time. Example::
+
+    backend = NvdecBackend(device_id=0)
+    frames = backend.decode("clip.mp4", get_index("clip.mp4"), [3, 40])   # {frame: (H, W, 3) uint8 CUDA tensor}
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from contextlib import nullcontext
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .index import Source, VideoError, VideoIndex, open_container, video_stream
+
+logger = logging.getLogger(__name__)
+
+# FFmpeg codec name -> PyNvVideoCodec cudaVideoCodec member
+NVDEC_CODECS = {"h264": "H264", "hevc": "HEVC", "vp9": "VP9", "av1": "AV1", "mpeg4": "MPEG4", "vp8": "VP8",
+                "mpeg2video": "MPEG2", "mpeg1video": "MPEG1", "vc1": "VC1"}
+ANNEXB_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
+SESSION_WAIT_S = 120.0
+
+
+def nvdec_codec(codec: str, name: str = "") -> str:
+    """The PyNvVideoCodec codec name for an FFmpeg codec name, or a clear error listing what NVDEC decodes."""
+    try:
+        return NVDEC_CODECS[codec]
+    except KeyError:
+        raise VideoError(f"{name + ': ' if name else ''}codec {codec!r} is not supported by the GPU (NVDEC) video "
+                         f"decoder; supported codecs are {', '.join(sorted(NVDEC_CODECS))} (use device='cpu' for "
+                         f"others)") from None
+
+
+def _import_nvc():
+    try:
+        import PyNvVideoCodec as nvc  # noqa: N813
+    except Exception as e:  # ImportError, or the library failing to find the driver
+        raise RuntimeError("the GPU video decoder needs PyNvVideoCodec (pip install PyNvVideoCodec) and an NVIDIA "
+                           f"driver with NVDEC: {e}") from e
+    return nvc
+
+
+def nv12_to_rgb(nv12: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """NV12 frames ``(N, H*3/2, W)`` uint8 -> ``(N, H, W, 3)`` uint8 RGB (BT.601 limited range), on their device."""
+    y = nv12[:, :height].float()
+    uv = nv12[:, height:height + height // 2].reshape(nv12.shape[0], height // 2, width // 2, 2).float()
+    uv = uv.repeat_interleave(2, dim=1).repeat_interleave(2, dim=2)
+    c = (y - 16.0) * 1.164383
+    d = uv[..., 0] - 128.0
+    e = uv[..., 1] - 128.0
+    rgb = torch.stack([c + 1.596027 * e, c - 0.391762 * d - 0.812968 * e, c + 2.017232 * d], dim=-1)
+    return rgb.round_().clamp_(0, 255).to(torch.uint8)
+
+
+class _Session:
+    """One NVDEC decoder (PyNvVideoCodec ``CreateDecoder``) for one codec and frame size."""
+
+    def __init__(self, nvc, codec: str, device_id: int, width: int, height: int) -> None:
+        self.nvc = nvc
+        self.rgb_native = True
+        kwargs = dict(gpuid=device_id, codec=getattr(nvc.cudaVideoCodec, codec), usedevicememory=True)
+        try:
+            self.decoder = nvc.CreateDecoder(**kwargs, outputColorType=nvc.OutputColorType.RGB)
+        except (TypeError, AttributeError):  # PyNvVideoCodec 1.x: NV12 output only; converted here on the GPU
+            self.decoder = nvc.CreateDecoder(**kwargs)
+            self.rgb_native = False
+        self.width, self.height = width, height
+        self._keep = None  # the host buffer of the packet being decoded
+
+    def feed(self, data: bytes | None, pts: int) -> list:
+        """Decode one packet (``None``: end of stream, flushing the frames the decoder still holds)."""
+        packet = self.nvc.PacketData()
+        if data is None or len(data) == 0:
+            packet.bsl = 0
+            packet.bsl_data = 0
+        else:
+            self._keep = np.frombuffer(data, np.uint8)
+            packet.bsl = int(self._keep.size)
+            packet.bsl_data = int(self._keep.ctypes.data)
+        packet.pts = int(pts)
+        frames = self.decoder.Decode(packet)
+        return list(frames)
+
+    def to_rgb(self, frame) -> torch.Tensor:
+        """A decoded frame as an owned ``(H, W, 3)`` uint8 CUDA tensor (the decoder reuses its surfaces)."""
+        t = torch.from_dlpack(frame)
+        if self.rgb_native:
+            if t.dim() == 3 and t.shape[0] == 3 and t.shape[-1] != 3:  # planar output: CHW -> HWC
+                t = t.permute(1, 2, 0)
+            return t[: self.height, : self.width].contiguous().clone()
+        nv12 = t.reshape(1, -1, t.shape[-1])
+        return nv12_to_rgb(nv12, self.height, self.width)[0, :, : self.width]
+
+
+class NvdecBackend:
+    """Decodes frames with NVDEC on GPU ``device_id``; up to ``sessions`` decoder sessions per codec and size."""
+
+    device = "cuda"
+
+    def __init__(self, device_id: int = 0, sessions: int = 7) -> None:
+        self.device_id = int(device_id)
+        self.sessions = max(1, int(sessions))
+        self._pools: dict[tuple, queue.Queue] = {}
+        self._created: dict[tuple, int] = {}
+        self._lock = threading.Lock()
+        self._nvc = None
+
+    # ---------------------------------------------------------------------------------------------- sessions
+    def _acquire(self, codec: str, width: int, height: int, name: str) -> tuple[tuple, _Session]:
+        key = (codec, width, height)
+        with self._lock:
+            if self._nvc is None:
+                self._nvc = _import_nvc()
+            pool = self._pools.setdefault(key, queue.Queue())
+            create = pool.empty() and self._created.get(key, 0) < self.sessions
+            if create:
+                self._created[key] = self._created.get(key, 0) + 1
+        if create:
+            try:
+                return key, _Session(self._nvc, codec, self.device_id, width, height)
+            except Exception as e:
+                with self._lock:
+                    self._created[key] -= 1
+                raise VideoError(f"{name}: cannot create an NVDEC decoder for {codec} {width}x{height}: {e}") from e
+        try:
+            return key, pool.get(timeout=SESSION_WAIT_S)
+        except queue.Empty:
+            raise VideoError(f"{name}: no NVDEC decoder session became free in {SESSION_WAIT_S:.0f} s") from None
+
+    def _release(self, key: tuple, session: _Session, broken: bool) -> None:
+        if broken:  # a decoder that raised mid-stream holds unknown state: drop it
+            with self._lock:
+                self._created[key] -= 1
+            return
+        self._pools[key].put(session)
+
+    # ------------------------------------------------------------------------------------------------ decode
+    def decode(self, source: Source, idx: VideoIndex, frames: Sequence[int]) -> dict[int, torch.Tensor]:
+        """Decode the distinct ``frames`` of ``source``; returns {frame: (H, W, 3) uint8 CUDA tensor}."""
+        plan = idx.plan(frames)
+        out: dict[int, torch.Tensor] = {}
+        if not plan:
+            return out
+        codec = nvdec_codec(idx.codec, idx.name)
+        key, session = self._acquire(codec, idx.width, idx.height, idx.name)
+        broken = True
+        try:
+            device = torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext()
+            with device, open_container(source) as container:
+                stream = video_stream(container, idx.name)
+                self._run_plan(container, stream, idx, plan, session, out, {int(f) for f in frames})
+            broken = False
+        finally:
+            self._release(key, session, broken)
+        missing = sorted(set(int(f) for f in frames) - out.keys())
+        if missing:
+            raise VideoError(f"{idx.name}: frame {missing[0]} could not be decoded by NVDEC (corrupt or truncated "
+                             f"data in its group of pictures; the video has {idx.num_frames} frames)")
+        return out
+
+    def _packets(self, container, stream, idx: VideoIndex, key: int):
+        """Packets from keyframe ``key`` on, as (bytes, pts), ready for NVDEC (Annex B, codec headers first)."""
+        import av
+
+        container.seek(int(idx.pts[key]), stream=stream, backward=True, any_frame=False)
+        bsf_name = ANNEXB_FILTERS.get(idx.codec)
+        bsf = av.bitstream.BitStreamFilterContext(bsf_name, stream) if bsf_name else None
+        header = b""
+        extradata = bytes(stream.codec_context.extradata or b"")
+        if idx.codec == "mpeg4":
+            header = extradata
+        elif idx.codec == "av1" and len(extradata) > 4:
+            header = extradata[4:]  # av1C: 4 bytes of fields, then the sequence header OBUs
+        try:
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    break
+                pts = packet.pts if packet.pts is not None else packet.dts
+                for p in (bsf.filter(packet) if bsf else (packet,)):
+                    data = bytes(p)
+                    if header:
+                        data, header = header + data, b""
+                    yield data, pts
+        except av.error.FFmpegError as e:
+            logger.warning("%s: demuxing stopped: %s", idx.name, e)
+
+    def _run_plan(self, container, stream, idx: VideoIndex, plan, session: _Session, out: dict,
+                  wanted: set) -> None:
+        take = self._take
+        pos = -1
+        packets = None
+        for key, group in plan:
+            if packets is None or not (key <= pos + 1 and group[0] > pos):
+                if packets is not None:
+                    pos = take(session.feed(None, 0), idx, session, out, pos, wanted)  # flush the last run
+                packets = self._packets(container, stream, idx, key)
+                pos = -1
+            last = group[-1]
+            while pos < last:
+                item = next(packets, None)
+                if item is None:  # end of stream: flush what the decoder holds
+                    pos = take(session.feed(None, 0), idx, session, out, pos, wanted)
+                    packets = None
+                    break
+                pos = take(session.feed(*item), idx, session, out, pos, wanted)
+            if packets is None:
+                pos = -1
+        if packets is not None:
+            take(session.feed(None, 0), idx, session, out, pos, wanted)
+
+    @staticmethod
+    def _take(decoded: list, idx: VideoIndex, session: _Session, out: dict, pos: int, wanted: set) -> int:
+        """Keep the wanted frames among ``decoded``; return the newest frame number seen."""
+        for frame in decoded:
+            i = int(np.searchsorted(idx.pts, int(frame.timestamp), side="right")) - 1
+            if i < 0:
+                continue
+            pos = max(pos, i)
+            if i in wanted and i not in out:
+                out[i] = session.to_rgb(frame)
+        return pos

@@ -1,0 +1,155 @@
+"""``fn.decoders.video``: encoded video bytes in, chosen frames out (FHWC uint8 RGB).
+
+Frames are located through a per-file packet index (built once, cached on disk): each group of pictures holding
+a wanted frame is decoded once from its keyframe, so the cost of a clip depends on the clip, not on the length of
+the video. ``timestamps`` pick the frame shown at each time, exactly, also in variable-frame-rate files.
+``device="cpu"`` decodes with PyAV (FFmpeg); ``device="mixed"`` with NVDEC (PyNvVideoCodec), the frames staying on
+the GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from sluice.backends.video import PAD_MODES, Clip, PyAVBackend, read_frames
+from sluice.backends.video.pyav import default_threads
+from sluice.errors import SampleError
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
+
+
+def _num_outputs(args: dict[str, Any]) -> int:
+    return 1 + int(bool(args.get("enable_timestamps"))) + int(bool(args.get("enable_frame_num")))
+
+
+def _layouts(args: dict[str, Any], _inputs) -> list[str]:
+    return ["FHWC"] + [""] * (_num_outputs(args) - 1)
+
+
+SCHEMA = OpSchema(
+    "decoders.video",
+    doc="""Decodes chosen frames of encoded videos into FHWC uint8 RGB sequences.
+
+    Choose frames with ``frames`` (any order, repeats allowed), with ``timestamps`` in seconds (the frame shown at
+    that time, exact on variable-frame-rate files), or with ``start_frame`` / ``end_frame`` (exclusive) /
+    ``stride`` / ``sequence_length``; by default every frame. Frames past the end are an error unless
+    ``pad_mode`` pads them. Optional outputs: each frame's timestamp in seconds (float64, -1 for constant padding)
+    and its frame number (int64, -1 for constant padding).
+
+    Example::
+
+        data, _ = fn.readers.file(file_root=root, file_filters=["*.mp4"])
+        clips = fn.decoders.video(data, device="mixed", frames=[0, 10, 20, 30])
+        clips, ts = fn.decoders.video(data, timestamps=[0.5, 1.0], enable_timestamps=True)
+    """,
+    inputs=1,
+    outputs=_num_outputs,
+    devices=("cpu", "mixed"),
+    output_layout=_layouts,
+    args=[
+        Arg("frames", "int_list", None, "Frame numbers to decode, in output order (repeats allowed).",
+            per_sample=True),
+        Arg("timestamps", "float_list", None, "Times in seconds; each gives the frame shown at that time.",
+            per_sample=True),
+        Arg("start_frame", int, 0, "First frame (when neither frames nor timestamps are given).", per_sample=True),
+        Arg("end_frame", int, None, "Frame to stop before; default: the end of the video.", per_sample=True),
+        Arg("stride", int, 1, "Distance between consecutive frames.", per_sample=True),
+        Arg("sequence_length", int, None, "Number of frames from start_frame (instead of end_frame).",
+            per_sample=True),
+        Arg("pad_mode", str, "none", "How frames past the end are filled: 'none' (error), 'constant' "
+            "(fill_value), 'edge' (last frame), 'reflect_1001' (mirror, edge repeated), 'reflect_101' (mirror).",
+            choices=PAD_MODES),
+        Arg("fill_value", "int_list", [0], "Pixel value (one, or R, G, B) of constant padding frames."),
+        Arg("enable_timestamps", bool, False, "Also output each frame's timestamp in seconds."),
+        Arg("enable_frame_num", bool, False, "Also output each frame's number."),
+    ],
+)
+
+_REQUEST = ("frames", "timestamps", "start_frame", "end_frame", "stride", "sequence_length")
+
+
+def check_request(args: dict[str, Any]) -> None:
+    """Reject combinations DALI rejects: frames or timestamps with a range, frames with timestamps."""
+    chosen = [k for k in ("frames", "timestamps") if args.get(k) is not None]
+    if len(chosen) > 1:
+        raise ValueError("give only one of frames and timestamps")
+    ranged = [k for k in ("end_frame", "sequence_length") if args.get(k) is not None]
+    if chosen and (ranged or args.get("start_frame") or (args.get("stride") or 1) != 1):
+        raise ValueError(f"{chosen[0]} cannot be combined with start_frame, end_frame, stride or "
+                         "sequence_length")
+    if len(ranged) > 1:
+        raise ValueError("give only one of end_frame and sequence_length")
+
+
+def clip_outputs(clip: Clip, args: dict[str, Any], device: torch.device | str) -> tuple[torch.Tensor, ...]:
+    """The operator's outputs for one sample: frames, then timestamps and frame numbers when enabled."""
+    out = [clip.frames]
+    if args.get("enable_timestamps"):
+        out.append(torch.as_tensor(clip.timestamps, dtype=torch.float64).to(device))
+    if args.get("enable_frame_num"):
+        out.append(torch.as_tensor(clip.frame_numbers, dtype=torch.int64).to(device))
+    return tuple(out)
+
+
+def decode_sample(data: torch.Tensor, name: str, args: dict[str, Any], backend) -> Clip:
+    """Decode one sample's encoded bytes as the arguments ask."""
+    check_request(args)
+    if data.numel() == 0:
+        raise ValueError(f"{name or 'the sample'} is empty (0 bytes): not a video")
+    request = {k: args.get(k) for k in _REQUEST}
+    request["stride"] = request["stride"] or 1
+    request["start_frame"] = request["start_frame"] or 0
+    return read_frames(data.contiguous().numpy(), backend=backend, pad_mode=args["pad_mode"],
+                       fill_value=args["fill_value"], name=name or None, **request)
+
+
+_CPU_BACKEND = PyAVBackend(threads=default_threads())
+
+
+@SCHEMA.sample_kernel("cpu")
+def video_cpu(ctx, data: torch.Tensor, **args) -> tuple[torch.Tensor, ...]:
+    """PyAV decode of one sample (the pipeline's threads decode several samples at once)."""
+    return clip_outputs(decode_sample(data, ctx.source_info, args, _CPU_BACKEND), args, "cpu")
+
+
+_NVDEC: dict[int, Any] = {}
+_NVDEC_LOCK = threading.Lock()
+
+
+def nvdec_backend(device_id: int):
+    """The process-wide NVDEC backend of GPU ``device_id`` (its decoder sessions are shared by operators)."""
+    from sluice.backends.video.nvdec import NvdecBackend
+
+    with _NVDEC_LOCK:
+        if device_id not in _NVDEC:
+            _NVDEC[device_id] = NvdecBackend(device_id=device_id)
+        return _NVDEC[device_id]
+
+
+@SCHEMA.batch_kernel("mixed")
+def video_mixed(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
+    """NVDEC decode: samples run in the pipeline's threads, each on its own decoder session."""
+    device = ctx.device
+    backend = nvdec_backend(device.index or 0)
+    sources = ctx.source_info or [""] * len(data)
+
+    def one(i: int) -> tuple[torch.Tensor, ...]:
+        sample_args = args.sample(i)
+        try:
+            with torch.cuda.device(device):
+                clip = decode_sample(data[i].cpu(), sources[i], sample_args, backend)
+                return clip_outputs(clip, sample_args, device)
+        except Exception as e:  # noqa: BLE001 - re-raised naming the sample
+            raise SampleError(i, sources[i], e) from e
+
+    pool = ctx.thread_pool
+    results = list(pool.map(one, range(len(data)))) if pool is not None and len(data) > 1 else \
+        [one(i) for i in range(len(data))]
+    n_out = _num_outputs({k: args.const(k) for k in ("enable_timestamps", "enable_frame_num")})
+    if not results:
+        return tuple(Batch([]) for _ in range(n_out))
+    torch.cuda.current_stream(device).wait_stream(torch.cuda.default_stream(device))
+    return tuple(Batch(list(col), "FHWC" if k == 0 else "", sources) for k, col in enumerate(zip(*results)))

@@ -1,0 +1,161 @@
+"""``fn.brightness_contrast``, ``fn.brightness`` and ``fn.contrast``: pointwise intensity changes.
+
+The formula is DALI's::
+
+    out = brightness_shift * max_out + brightness * (contrast_center + contrast * (in - contrast_center))
+
+where ``max_out`` is 1 for float outputs and the largest value of an integer output type, and ``contrast_center``
+defaults to half the input type's positive range (128 for uint8, 0.5 for floats). Math is float32; integer outputs
+are rounded to nearest and clamped (DALI's saturating conversion).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sluice import types
+from sluice.ops.tensor._util import arg_tensor, convert_saturate, half_range, map_groups
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, OpSchema
+
+__all__ = ["brightness_contrast_kernel"]
+
+
+def brightness_contrast_kernel(x: torch.Tensor, brightness: torch.Tensor, brightness_shift: torch.Tensor,
+                               contrast: torch.Tensor, contrast_center: torch.Tensor | None,
+                               out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Apply the brightness/contrast formula to a stack of samples ``x`` (N x ...), with per-sample parameters of
+    shape (N,). ``contrast_center=None`` uses the input type's mid-grey. Works on any device.
+
+    Example::
+
+        y = brightness_contrast_kernel(imgs, torch.tensor([1.2]), torch.tensor([0.0]), torch.tensor([0.8]), None)
+    """
+    out_dtype = out_dtype or x.dtype
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    if contrast_center is None:
+        contrast_center = torch.full_like(brightness, half_range(x.dtype))
+    b, s, c, cc = (t.to(x.device, torch.float32).reshape(shape)
+                   for t in (brightness, brightness_shift, contrast, contrast_center))
+    xf = x.to(torch.float32)
+    out = s * types.max_value(out_dtype) + b * (cc + c * (xf - cc))
+    return convert_saturate(out, out_dtype)
+
+
+def _out_dtype(dtype, x: torch.Tensor) -> torch.dtype:
+    return x.dtype if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
+
+
+def _run_batch(images, brightness, brightness_shift, contrast, contrast_center, dtype):
+    """Shared batch path: one kernel call per group of equally shaped samples."""
+    samples = list(images.samples)
+    if not samples:
+        return []
+    dev = samples[0].device
+    n = len(samples)
+    b = arg_tensor(brightness if brightness is not None else [1.0] * n, dev)
+    s = arg_tensor(brightness_shift if brightness_shift is not None else [0.0] * n, dev)
+    c = arg_tensor(contrast if contrast is not None else [1.0] * n, dev)
+    cc = None
+    if contrast_center is not None and all(v is not None for v in contrast_center):
+        cc = arg_tensor(contrast_center, dev)
+
+    def run(stack, idx):
+        ix = torch.tensor(idx, device=dev)
+        return brightness_contrast_kernel(stack, b[ix], s[ix], c[ix], None if cc is None else cc[ix],
+                                          _out_dtype(dtype, stack))
+
+    return map_groups(samples, run, images.dense)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Operators
+# ------------------------------------------------------------------------------------------------------------
+
+_BRIGHTNESS = Arg("brightness", float, 1.0, "Brightness multiplier.", per_sample=True)
+_SHIFT = Arg("brightness_shift", float, 0.0, "Brightness shift, in units of the output type's full range "
+             "(1.0 is 255 for uint8).", per_sample=True)
+_CONTRAST = Arg("contrast", float, 1.0, "Contrast multiplier; 0 gives uniform grey.", per_sample=True)
+_CENTER = Arg("contrast_center", float, None, "The intensity unaffected by contrast; default: half of the input "
+              "type's range (128 for uint8, 0.5 for floats).", per_sample=True)
+_DTYPE = Arg("dtype", types.DALIDataType, None, "Output type; None keeps the input type.")
+_LAYOUT_DOC = "Input: channel-last images (HWC, FHWC, DHWC) or any tensor; the operation is pointwise."
+
+SCHEMA = OpSchema(
+    "brightness_contrast",
+    doc=f"""Adjusts the brightness and contrast of images.
+
+    ``out = brightness_shift * max_out + brightness * (contrast_center + contrast * (in - contrast_center))``,
+    ``max_out`` being 1 for float outputs and the type's maximum for integer outputs. {_LAYOUT_DOC}
+    Example::
+
+        images = fn.brightness_contrast(images, brightness=fn.random.uniform(range=[0.5, 1.5]), contrast=1.2)
+    """,
+    devices=("cpu", "gpu"),
+    args=[_BRIGHTNESS, _SHIFT, _CONTRAST, _CENTER, _DTYPE],
+)
+
+BRIGHTNESS_SCHEMA = OpSchema(
+    "brightness",
+    doc=f"""Adjusts the brightness of images: ``out = brightness_shift * max_out + brightness * in``.
+
+    {_LAYOUT_DOC} Example::
+
+        images = fn.brightness(images, brightness=fn.random.uniform(range=[0.5, 1.5]))
+    """,
+    devices=("cpu", "gpu"),
+    args=[_BRIGHTNESS, _SHIFT, _DTYPE],
+)
+
+CONTRAST_SCHEMA = OpSchema(
+    "contrast",
+    doc=f"""Adjusts the contrast of images: ``out = contrast_center + contrast * (in - contrast_center)``.
+
+    {_LAYOUT_DOC} Example::
+
+        images = fn.contrast(images, contrast=fn.random.uniform(range=[0.5, 1.5]))
+    """,
+    devices=("cpu", "gpu"),
+    args=[_CONTRAST, _CENTER, _DTYPE],
+)
+
+
+def _sample(image, brightness=1.0, brightness_shift=0.0, contrast=1.0, contrast_center=None, dtype=None):
+    return _run_batch(Batch([image]), [brightness], [brightness_shift], [contrast], [contrast_center], dtype)[0]
+
+
+def _batch(images, args, names):
+    get = {n: args[n] for n in names}
+    out = _run_batch(images, get.get("brightness"), get.get("brightness_shift"), get.get("contrast"),
+                     get.get("contrast_center"), args.const("dtype"))
+    return Batch(out, images.layout())
+
+
+@SCHEMA.sample_kernel("cpu")
+def brightness_contrast_cpu(ctx, image, *, brightness, brightness_shift, contrast, contrast_center, dtype, **_):
+    return _sample(image, brightness, brightness_shift, contrast, contrast_center, dtype)
+
+
+@SCHEMA.batch_kernel("gpu")
+def brightness_contrast_gpu(ctx, images, *, args):
+    return _batch(images, args, ("brightness", "brightness_shift", "contrast", "contrast_center"))
+
+
+@BRIGHTNESS_SCHEMA.sample_kernel("cpu")
+def brightness_cpu(ctx, image, *, brightness, brightness_shift, dtype, **_):
+    return _sample(image, brightness=brightness, brightness_shift=brightness_shift, dtype=dtype)
+
+
+@BRIGHTNESS_SCHEMA.batch_kernel("gpu")
+def brightness_gpu(ctx, images, *, args):
+    return _batch(images, args, ("brightness", "brightness_shift"))
+
+
+@CONTRAST_SCHEMA.sample_kernel("cpu")
+def contrast_cpu(ctx, image, *, contrast, contrast_center, dtype, **_):
+    return _sample(image, contrast=contrast, contrast_center=contrast_center, dtype=dtype)
+
+
+@CONTRAST_SCHEMA.batch_kernel("gpu")
+def contrast_gpu(ctx, images, *, args):
+    return _batch(images, args, ("contrast", "contrast_center"))

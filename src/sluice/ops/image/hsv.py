@@ -1,0 +1,221 @@
+"""``fn.hsv``, ``fn.hue``, ``fn.saturation`` and ``fn.color_twist``: colour changes done, as DALI does them, by one
+3x3 matrix (plus an offset) per sample in RGB space.
+
+The matrix is built in YIQ space: with ``RGB2YIQ`` / ``YIQ2RGB`` the NTSC conversion matrices (DALI's constants),
+``H(hue)`` a rotation of the I/Q plane by ``hue`` degrees, ``S`` a scaling of I and Q by ``saturation`` and ``V``
+a scaling of all three by ``value``::
+
+    M = brightness * contrast * YIQ2RGB @ H(hue) @ S(saturation) @ V(value) @ RGB2YIQ
+    out = M @ rgb + (half_range - half_range * contrast) * brightness
+
+``half_range`` is 128 for integer inputs and 0.5 for float inputs. ``fn.hsv`` uses only H, S, V; ``fn.color_twist``
+uses hue, saturation, brightness and contrast. Integer outputs are rounded to nearest and clamped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sluice import types
+from sluice.ops.tensor._util import arg_tensor, convert_saturate, map_groups
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, OpSchema
+
+__all__ = ["color_matrix", "apply_color_matrix", "RGB2YIQ", "YIQ2RGB"]
+
+RGB2YIQ = torch.tensor([[0.299, 0.587, 0.114],
+                        [0.596, -0.274, -0.321],
+                        [0.211, -0.523, 0.311]], dtype=torch.float64)
+YIQ2RGB = torch.tensor([[1.0, 0.956, 0.621],
+                        [1.0, -0.272, -0.647],
+                        [1.0, -1.107, 1.705]], dtype=torch.float64)
+_BGR = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+
+
+def color_matrix(hue: torch.Tensor, saturation: torch.Tensor, value: torch.Tensor, brightness: torch.Tensor,
+                 contrast: torch.Tensor, bgr: bool = False) -> torch.Tensor:
+    """Per-sample RGB->RGB matrices (N x 3 x 3, float64) for the given per-sample parameters (each shape (N,)).
+
+    Example::
+
+        m = color_matrix(torch.tensor([30.0]), *(torch.ones(1),) * 4)   # rotate hue by 30 degrees
+    """
+    hue, saturation, value, brightness, contrast = (
+        t.double().cpu().reshape(-1) for t in (hue, saturation, value, brightness, contrast))
+    n = hue.numel()
+    rad = hue * (math.pi / 180.0)
+    h = torch.zeros(n, 3, 3, dtype=torch.float64)
+    h[:, 0, 0] = 1.0
+    h[:, 1, 1] = torch.cos(rad)
+    h[:, 2, 2] = torch.cos(rad)
+    h[:, 1, 2] = torch.sin(rad)
+    h[:, 2, 1] = -torch.sin(rad)
+    s = torch.diag_embed(torch.stack([torch.ones(n, dtype=torch.float64), saturation, saturation], 1))
+    m = YIQ2RGB @ h @ s @ RGB2YIQ
+    m = m * (value * brightness * contrast).reshape(n, 1, 1)
+    if bgr:
+        m = _BGR @ m @ _BGR
+    return m
+
+
+def apply_color_matrix(x: torch.Tensor, matrix: torch.Tensor, offset: torch.Tensor,
+                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``out = matrix @ pixel + offset`` over the last (channel) axis of a stack ``x`` (N x ... x 3);
+    ``matrix`` is N x 3 x 3 and ``offset`` N. Float32 math, then DALI's saturating cast."""
+    if x.shape[-1] != 3:
+        raise ValueError(f"expected 3 channels in the last dimension (RGB/BGR, channel-last layout), got shape "
+                         f"{tuple(x.shape[1:])}")
+    out_dtype = out_dtype or x.dtype
+    n = x.shape[0]
+    m = matrix.to(x.device, torch.float32)
+    xf = x.to(torch.float32).reshape(n, -1, 3)
+    out = torch.baddbmm(offset.to(x.device, torch.float32).reshape(n, 1, 1), xf, m.transpose(1, 2))
+    return convert_saturate(out.reshape(x.shape), out_dtype)
+
+
+def _per_sample(values, n, default, dev):
+    return arg_tensor(values if values is not None else [default] * n, dev)
+
+
+def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None, contrast=None, dtype=None,
+               image_type=types.RGB):
+    """Shared batch path of the four operators: matrices for the whole batch, one bmm per shape group."""
+    samples = list(images.samples)
+    if not samples:
+        return []
+    if image_type not in (types.RGB, types.BGR):
+        raise ValueError(f"image_type={image_type!r} is not supported; supported: types.RGB, types.BGR")
+    n = len(samples)
+    cpu = torch.device("cpu")
+    h = _per_sample(hue, n, 0.0, cpu)
+    s = _per_sample(saturation, n, 1.0, cpu)
+    v = _per_sample(value, n, 1.0, cpu)
+    b = _per_sample(brightness, n, 1.0, cpu)
+    c = _per_sample(contrast, n, 1.0, cpu)
+    mats = color_matrix(h, s, v, b, c, bgr=image_type == types.BGR)
+    dev = samples[0].device
+    mats = mats.to(dev, torch.float32)
+
+    def run(stack, idx):
+        ix = torch.tensor(idx, device=dev)
+        hr = 0.5 if stack.dtype.is_floating_point else 128.0
+        off = ((hr - hr * c[idx]) * b[idx]).to(dev)
+        out_dtype = stack.dtype if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
+        return apply_color_matrix(stack, mats[ix], off, out_dtype)
+
+    return map_groups(samples, run, images.dense)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Operators
+# ------------------------------------------------------------------------------------------------------------
+_HUE = Arg("hue", float, 0.0, "Hue change, in degrees (an additive rotation; values wrap around).", per_sample=True)
+_SAT = Arg("saturation", float, 1.0, "Saturation multiplier; 0 gives greyscale.", per_sample=True)
+_VALUE = Arg("value", float, 1.0, "Value (brightness) multiplier.", per_sample=True)
+_BRIGHT = Arg("brightness", float, 1.0, "Brightness multiplier (0: black, 1: unchanged).", per_sample=True)
+_CONTR = Arg("contrast", float, 1.0, "Contrast multiplier around mid-grey (0: uniform grey, 1: unchanged).",
+             per_sample=True)
+_DTYPE = Arg("dtype", types.DALIDataType, None, "Output type; None keeps the input type.")
+_ITYPE = Arg("image_type", types.DALIImageType, types.RGB, "Colour space of the input and output images "
+             "(types.RGB or types.BGR).")
+_NOTE = ("Inputs are channel-last 3-channel images (HWC, FHWC, DHWC). The change is one 3x3 matrix per sample in "
+         "RGB space, built in YIQ space as DALI does (an approximation of HSV).")
+
+HSV_SCHEMA = OpSchema(
+    "hsv",
+    doc=f"""Adjusts hue, saturation and value (brightness) of RGB images.
+
+    ``hue`` is added (degrees); ``saturation`` and ``value`` multiply. {_NOTE} Example::
+
+        images = fn.hsv(images, hue=fn.random.uniform(range=[-30, 30]), saturation=1.2)
+    """,
+    devices=("cpu", "gpu"),
+    args=[_HUE, _SAT, _VALUE, _DTYPE],
+)
+HUE_SCHEMA = OpSchema(
+    "hue",
+    doc=f"""Changes the hue of images by ``hue`` degrees. {_NOTE} Example::
+
+        images = fn.hue(images, hue=45.0)
+    """,
+    devices=("cpu", "gpu"),
+    args=[_HUE, _DTYPE, _ITYPE],
+)
+SATURATION_SCHEMA = OpSchema(
+    "saturation",
+    doc=f"""Changes the saturation of images (multiplier; 0 gives greyscale). {_NOTE} Example::
+
+        images = fn.saturation(images, saturation=fn.random.uniform(range=[0.5, 1.5]))
+    """,
+    devices=("cpu", "gpu"),
+    args=[_SAT, _DTYPE, _ITYPE],
+)
+COLOR_TWIST_SCHEMA = OpSchema(
+    "color_twist",
+    doc=f"""Adjusts hue, saturation, brightness and contrast of images in one pass.
+
+    ``out = brightness * (contrast * M(hue, saturation) @ rgb + (1 - contrast) * half_range)``, with
+    ``half_range`` 128 for integer and 0.5 for float inputs. {_NOTE} Example::
+
+        images = fn.color_twist(images, brightness=fn.random.uniform(range=[0.8, 1.2]), hue=10.0)
+    """,
+    devices=("cpu", "gpu"),
+    args=[_HUE, _SAT, _BRIGHT, _CONTR, _DTYPE, _ITYPE],
+)
+
+_PARAMS = ("hue", "saturation", "value", "brightness", "contrast")
+
+
+def _sample(image, args: dict):
+    per = {k: [args[k]] for k in _PARAMS if k in args}
+    return _run_batch(Batch([image]), dtype=args.get("dtype"), image_type=args.get("image_type", types.RGB),
+                      **per)[0]
+
+
+def _batch(images, args):
+    per = {k: args[k] for k in _PARAMS if k in args}
+    image_type = args.const("image_type") if "image_type" in args else types.RGB
+    return Batch(_run_batch(images, dtype=args.const("dtype"), image_type=image_type, **per), images.layout())
+
+
+@HSV_SCHEMA.sample_kernel("cpu")
+def hsv_cpu(ctx, image, *, hue, saturation, value, dtype, **_):
+    return _sample(image, dict(hue=hue, saturation=saturation, value=value, dtype=dtype))
+
+
+@HUE_SCHEMA.sample_kernel("cpu")
+def hue_cpu(ctx, image, *, hue, dtype, image_type, **_):
+    return _sample(image, dict(hue=hue, dtype=dtype, image_type=image_type))
+
+
+@SATURATION_SCHEMA.sample_kernel("cpu")
+def saturation_cpu(ctx, image, *, saturation, dtype, image_type, **_):
+    return _sample(image, dict(saturation=saturation, dtype=dtype, image_type=image_type))
+
+
+@COLOR_TWIST_SCHEMA.sample_kernel("cpu")
+def color_twist_cpu(ctx, image, *, hue, saturation, brightness, contrast, dtype, image_type, **_):
+    return _sample(image, dict(hue=hue, saturation=saturation, brightness=brightness, contrast=contrast,
+                               dtype=dtype, image_type=image_type))
+
+
+@HSV_SCHEMA.batch_kernel("gpu")
+def hsv_gpu(ctx, images, *, args):
+    return _batch(images, args)
+
+
+@HUE_SCHEMA.batch_kernel("gpu")
+def hue_gpu(ctx, images, *, args):
+    return _batch(images, args)
+
+
+@SATURATION_SCHEMA.batch_kernel("gpu")
+def saturation_gpu(ctx, images, *, args):
+    return _batch(images, args)
+
+
+@COLOR_TWIST_SCHEMA.batch_kernel("gpu")
+def color_twist_gpu(ctx, images, *, args):
+    return _batch(images, args)

@@ -1,0 +1,196 @@
+"""``fn.normalize``: ``out = scale * (in - mean) / stddev + shift`` over any axes of any layout.
+
+Mean and standard deviation are computed over the reduced axes (``axes`` / ``axis_names``; all axes by default)
+of each sample, or of the whole batch with ``batch=True``, unless given as ``mean`` / ``stddev`` (scalars, arrays
+broadcastable to the input with extent 1 on the reduced axes, or per-sample tensors). The computed variance is
+``sum((in - mean)^2) / (count - ddof)``; ``epsilon`` is added to the variance before the square root. A zero
+variance with ``epsilon=0`` gives ``shift`` (DALI keeps the zero instead of dividing by it). Statistics and output
+are float32; integer ``dtype`` outputs are rounded to nearest and clamped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from sluice import types
+from sluice.ops.tensor._util import convert_saturate, group_by_shape, resolve_axes
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, OpSchema
+
+__all__ = ["normalize_samples", "infer_reduced_axes"]
+
+
+def _as_stat(value, device: torch.device) -> torch.Tensor | None:
+    if value is None:
+        return None
+    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value, dtype=np.float32))
+    return t.to(device, torch.float32)
+
+
+def infer_reduced_axes(shape: Sequence[int], stat_shape: Sequence[int]) -> list[int]:
+    """DALI's rule when no axes are given: an axis is reduced where the mean/stddev extent is 1 and the input's
+    is not. A scalar (or 1-element) statistic reduces every axis."""
+    if len(stat_shape) == 0 or int(np.prod(stat_shape)) == 1:
+        return list(range(len(shape)))
+    if len(stat_shape) != len(shape):
+        raise ValueError(f"normalize: mean/stddev of shape {tuple(stat_shape)} has {len(stat_shape)} dimensions; "
+                         f"the input has {len(shape)} ({tuple(shape)})")
+    return [a for a, (s, m) in enumerate(zip(shape, stat_shape)) if m == 1 and s != 1]
+
+
+def _check_stat(name: str, stat: torch.Tensor, shape: Sequence[int], axes: Sequence[int]) -> torch.Tensor:
+    if stat.dim() == 0 or stat.numel() == 1:
+        return stat.reshape((1,) * len(shape))
+    if stat.dim() != len(shape):
+        raise ValueError(f"normalize: {name} of shape {tuple(stat.shape)} does not match the input rank "
+                         f"{len(shape)}")
+    for a, (s, m) in enumerate(zip(shape, stat.shape)):
+        want = 1 if a in axes else s
+        if m != want:
+            raise ValueError(f"normalize: {name} has extent {m} in axis {a}; expected {want} (input shape "
+                             f"{tuple(shape)}, reduced axes {sorted(axes)})")
+    return stat
+
+
+def normalize_samples(samples: Sequence[torch.Tensor], *, layout: str = "", axes: Sequence[int] | None = None,
+                      axis_names: str | None = None, mean: Sequence | None = None, stddev: Sequence | None = None,
+                      batch: bool = False, scale: float = 1.0, shift: float = 0.0, epsilon: float = 0.0,
+                      ddof: int = 0, out_dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    """Normalize a list of samples (any device, any rank). ``mean`` / ``stddev``: None (computed) or one value
+    per sample (a scalar or an array). Samples of equal shape are processed as one stacked tensor.
+
+    Example::
+
+        out = normalize_samples([torch.rand(3, 100)], layout="ft", axis_names="t")   # per-row zero mean, unit std
+    """
+    samples = list(samples)
+    if not samples:
+        return []
+    if ddof < 0:
+        raise ValueError(f"normalize: ddof must be >= 0, got {ddof}")
+    dev = samples[0].device
+    ndim = samples[0].dim()
+    if any(s.dim() != ndim for s in samples):
+        raise ValueError("normalize: all samples must have the same number of dimensions")
+    means = [_as_stat(m, dev) for m in mean] if mean is not None else [None] * len(samples)
+    stds = [_as_stat(s, dev) for s in stddev] if stddev is not None else [None] * len(samples)
+    if (axes is not None and len(axes)) or axis_names:
+        red = resolve_axes(ndim, layout, axes, axis_names, op="normalize")
+    else:
+        given = next((t for t in means + stds if t is not None), None)
+        red = infer_reduced_axes(samples[0].shape, given.shape) if given is not None else list(range(ndim))
+    red_stack = [a + 1 for a in red]
+    means = [None if m is None else _check_stat("mean", m, s.shape, red) for m, s in zip(means, samples)]
+    stds = [None if v is None else _check_stat("stddev", v, s.shape, red) for v, s in zip(stds, samples)]
+    groups = group_by_shape(samples)
+    stacks = {g[0]: torch.stack([samples[i] for i in g]).to(torch.float32) for g in groups}
+    need_mean = any(m is None for m in means)
+    need_std = any(v is None for v in stds)
+
+    def count(shape) -> int:
+        return int(np.prod([shape[a] for a in red])) if red else 1
+
+    # ---- means -------------------------------------------------------------------------------------------
+    mean_of: dict[int, torch.Tensor] = {}
+    if need_mean:
+        if batch:
+            total = sum(stacks[g[0]].sum(dim=[0] + red_stack, keepdim=True) for g in groups)
+            n = sum(count(samples[g[0]].shape) * len(g) for g in groups)
+            shared = total / n
+            for g in groups:
+                mean_of[g[0]] = shared.expand(len(g), *shared.shape[1:])
+        else:
+            for g in groups:
+                mean_of[g[0]] = stacks[g[0]].mean(dim=red_stack, keepdim=True) if red else stacks[g[0]]
+    # Given means replace computed ones sample by sample.
+    for g in groups:
+        rows = []
+        for k, i in enumerate(g):
+            rows.append(means[i].unsqueeze(0) if means[i] is not None else mean_of[g[0]][k:k + 1])
+        mean_of[g[0]] = torch.cat(torch.broadcast_tensors(*rows)) if len(rows) > 1 else rows[0]
+
+    # ---- inverse standard deviations ---------------------------------------------------------------------
+    inv_of: dict[int, torch.Tensor] = {}
+    if need_std:
+        sq = {g[0]: ((stacks[g[0]] - mean_of[g[0]]) ** 2).sum(dim=red_stack, keepdim=True) if red
+              else (stacks[g[0]] - mean_of[g[0]]) ** 2 for g in groups}
+        if batch:
+            total = sum(v.sum(dim=0, keepdim=True) for v in sq.values())
+            n = sum(count(samples[g[0]].shape) * len(g) for g in groups)
+            var = {g[0]: (total / max(n - ddof, 1)).expand(len(g), *total.shape[1:]) for g in groups}
+        else:
+            var = {g[0]: sq[g[0]] / max(count(samples[g[0]].shape) - ddof, 1) for g in groups}
+        for g in groups:
+            v = var[g[0]] + epsilon
+            inv_of[g[0]] = torch.where(v > 0, v.clamp_min(1e-38).rsqrt(), torch.zeros_like(v))
+    for g in groups:
+        rows = []
+        for k, i in enumerate(g):
+            if stds[i] is not None:
+                v = stds[i].unsqueeze(0) ** 2 + epsilon
+                rows.append(torch.where(v > 0, v.clamp_min(1e-38).rsqrt(), torch.zeros_like(v)))
+            else:
+                rows.append(inv_of[g[0]][k:k + 1])
+        inv_of[g[0]] = torch.cat(torch.broadcast_tensors(*rows)) if len(rows) > 1 else rows[0]
+
+    out: list[torch.Tensor] = [None] * len(samples)  # type: ignore[list-item]
+    for g in groups:
+        y = (stacks[g[0]] - mean_of[g[0]]) * (inv_of[g[0]] * scale) + shift
+        y = convert_saturate(y, out_dtype)
+        for k, i in enumerate(g):
+            out[i] = y[k]
+    return out
+
+
+SCHEMA = OpSchema(
+    "normalize",
+    doc="""Normalizes the input: ``out = scale * (in - mean) / stddev + shift``.
+
+    Mean and standard deviation are computed over ``axes`` / ``axis_names`` (default: all axes) per sample, or
+    over the whole batch with ``batch=True``, unless given as ``mean`` / ``stddev`` (scalars, arrays with extent 1
+    on the reduced axes, or per-sample DataNodes). ``epsilon`` is added to the variance; ``ddof`` is the delta
+    degrees of freedom of the variance. Example::
+
+        mel = fn.normalize(mel, axis_names="t")                       # per frequency row of an "ft" spectrogram
+        images = fn.normalize(images, axes=[0, 1], batch=True, scale=64, shift=128, dtype=types.UINT8)
+    """,
+    devices=("cpu", "gpu"),
+    args=[
+        Arg("axes", "int_list", None, "Indices of the reduced axes (negative counts from the end)."),
+        Arg("axis_names", str, None, "Layout letters of the reduced axes, e.g. \"HW\" or \"t\"."),
+        Arg("mean", object, None, "Mean to subtract: a scalar or an array broadcastable to the input; computed "
+            "when not given.", per_sample=True),
+        Arg("stddev", object, None, "Standard deviation to divide by; computed when not given.", per_sample=True),
+        Arg("batch", bool, False, "Compute mean and stddev over the whole batch instead of per sample."),
+        Arg("scale", float, 1.0, "Multiplier of the normalized value."),
+        Arg("shift", float, 0.0, "Value added after scaling (the value the mean maps to)."),
+        Arg("epsilon", float, 0.0, "Added to the variance before the square root."),
+        Arg("ddof", int, 0, "Delta degrees of freedom: the variance divides by count - ddof."),
+        Arg("dtype", types.DALIDataType, types.FLOAT, "Output type; integer outputs are rounded and clamped."),
+    ],
+)
+
+
+def _out_dtype(dtype) -> torch.dtype:
+    return torch.float32 if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
+
+
+def _normalize_batch(ctx, data: Batch, *, args) -> Batch:
+    """Both devices: statistics may span the batch (``batch=True``), so the kernel runs once per batch; equally
+    shaped samples are reduced as one stacked tensor."""
+    n = len(data)
+    mean = None if args.is_const("mean") and args.const("mean") is None else args["mean"]
+    stddev = None if args.is_const("stddev") and args.const("stddev") is None else args["stddev"]
+    out = normalize_samples(
+        list(data.samples), layout=data.layout(), axes=args.const("axes"), axis_names=args.const("axis_names"),
+        mean=mean, stddev=stddev, batch=args.const("batch"), scale=args.const("scale"),
+        shift=args.const("shift"), epsilon=args.const("epsilon"), ddof=args.const("ddof"),
+        out_dtype=_out_dtype(args.const("dtype")))
+    return Batch(out, data.layout()) if n else Batch([], data.layout())
+
+
+SCHEMA.batch_kernel("cpu")(_normalize_batch)
+SCHEMA.batch_kernel("gpu")(_normalize_batch)

@@ -1,0 +1,211 @@
+"""``fn.slice``: extracts a region of every sample, on any axes of any layout, as DALI's ``fn.slice``.
+
+The region comes either from two positional inputs, ``fn.slice(data, anchor, shape)`` (normalised to [0, 1] by
+default: ``normalized_anchor`` / ``normalized_shape``; e.g. the anchor and shape outputs of
+``fn.random_bbox_crop``), or from the arguments ``start`` / ``rel_start`` and ``end`` / ``rel_end`` /
+``shape`` / ``rel_shape``. Values are given in the order of ``axis_names`` (default ``"WH"`` when the layout has W
+and H) or ``axes`` (default ``[1, 0]``). Fractional coordinates are rounded to the nearest integer (halves away
+from zero), the start and the end separately. Regions outside the sample raise (``out_of_bounds_policy="error"``),
+are filled with ``fill_values`` (``"pad"``) or are cut at the border (``"trim_to_shape"``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from sluice import types
+from sluice.ops.tensor._util import as_float_list, resolve_axes
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, OpSchema
+
+__all__ = ["slice_axes", "slice_bounds", "slice_sample"]
+
+_POLICIES = ("error", "pad", "trim_to_shape")
+
+
+def _llround(x: float) -> int:
+    return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
+
+
+def slice_axes(ndim: int, layout: str, axes: Sequence[int] | None, axis_names: str | None) -> list[int]:
+    """The sliced axes, in the order in which anchor/shape values are given."""
+    if axis_names:
+        return resolve_axes(ndim, layout, None, axis_names, op="slice")
+    if axes is not None and len(axes):
+        return resolve_axes(ndim, layout, axes, None, op="slice")
+    if layout and "W" in layout and "H" in layout:
+        return [layout.index("W"), layout.index("H")]
+    if ndim < 2:
+        raise ValueError(f"slice: the default axes [1, 0] (x, y) need 2-D or larger data; this {ndim}-D input "
+                         "needs axes= or axis_names=")
+    return [1, 0]
+
+
+def slice_bounds(shape: Sequence[int], axes: Sequence[int], *, anchor=None, sl_shape=None, normalized_anchor=True,
+                 normalized_shape=True, start=None, rel_start=None, end=None, rel_end=None, shape_arg=None,
+                 rel_shape=None) -> tuple[list[int], list[int]]:
+    """Integer [start, end) of every axis of a sample of ``shape`` (unsliced axes: the whole extent).
+
+    Example::
+
+        slice_bounds((10, 20, 3), [1, 0], rel_start=[0.25, 0.5], rel_shape=[0.5, 0.5])   # ([5, 5, 0], [10, 15, 3])
+    """
+    n = len(axes)
+
+    def vec(value, name):
+        v = as_float_list(value)
+        if not v:
+            return None
+        if len(v) == 1 and n > 1:
+            v = v * n
+        if len(v) != n:
+            raise ValueError(f"slice: {name} has {len(v)} values for {n} sliced axes {list(axes)}")
+        return v
+
+    if (start is not None) + (rel_start is not None) + (anchor is not None) > 1:
+        raise ValueError("slice: give only one of the anchor input, start and rel_start")
+    if (end is not None) + (rel_end is not None) + (shape_arg is not None) + (rel_shape is not None) + \
+            (sl_shape is not None) > 1:
+        raise ValueError("slice: give only one of the shape input, end, rel_end, shape and rel_shape")
+    ext = [float(shape[a]) for a in axes]
+    if anchor is not None:
+        a = vec(anchor, "anchor")
+        st = [x * e for x, e in zip(a, ext)] if normalized_anchor else a
+    elif rel_start is not None:
+        st = [x * e for x, e in zip(vec(rel_start, "rel_start"), ext)]
+    elif start is not None:
+        st = vec(start, "start")
+    else:
+        st = [0.0] * n
+    if sl_shape is not None:
+        s = vec(sl_shape, "shape input")
+        en = [p + (x * e if normalized_shape else x) for p, x, e in zip(st, s, ext)]
+    elif rel_shape is not None:
+        en = [p + x * e for p, x, e in zip(st, vec(rel_shape, "rel_shape"), ext)]
+    elif shape_arg is not None:
+        en = [p + x for p, x in zip(st, vec(shape_arg, "shape"))]
+    elif rel_end is not None:
+        en = [x * e for x, e in zip(vec(rel_end, "rel_end"), ext)]
+    elif end is not None:
+        en = vec(end, "end")
+    else:
+        en = ext
+    lo = [0] * len(shape)
+    hi = list(shape)
+    for k, ax in enumerate(axes):
+        lo[ax] = _llround(st[k])
+        hi[ax] = _llround(en[k])
+        if hi[ax] < lo[ax]:
+            raise ValueError(f"slice: the region on axis {ax} ends ({hi[ax]}) before it starts ({lo[ax]})")
+    return lo, hi
+
+
+def slice_sample(x: torch.Tensor, lo: Sequence[int], hi: Sequence[int], policy: str = "error",
+                 fill_values: Sequence[float] = (0.0,), channel_axis: int = -1) -> torch.Tensor:
+    """Cut [lo, hi) out of ``x`` (any device) following ``policy``. ``fill_values``: one value, or one per
+    channel along ``channel_axis`` for padding."""
+    if policy not in _POLICIES:
+        raise ValueError(f"slice: invalid out_of_bounds_policy ({policy!r}). Supported values are "
+                         f"{', '.join(repr(p) for p in _POLICIES)}.")
+    shape = list(x.shape)
+    outside = any(lo[a] < 0 or hi[a] > shape[a] for a in range(x.dim()))
+    if outside and policy == "error":
+        raise ValueError(f"slice: region [{list(lo)}, {list(hi)}) is outside the sample of shape {tuple(shape)}; "
+                         "use out_of_bounds_policy='pad' or 'trim_to_shape'")
+    if policy == "trim_to_shape" or not outside:
+        lo2 = [min(max(lo[a], 0), shape[a]) for a in range(x.dim())]
+        hi2 = [min(max(hi[a], lo2[a]), shape[a]) for a in range(x.dim())]
+        return x[tuple(slice(a, b) for a, b in zip(lo2, hi2))].clone()
+    out_shape = [hi[a] - lo[a] for a in range(x.dim())]
+    fills = list(fill_values) or [0.0]
+    if len(fills) == 1:
+        out = torch.full(out_shape, fills[0], dtype=x.dtype, device=x.device)
+    else:
+        ch = channel_axis % x.dim()
+        if out_shape[ch] != len(fills):
+            raise ValueError(f"slice: {len(fills)} fill_values for {out_shape[ch]} channels (axis {ch})")
+        view = [1] * x.dim()
+        view[ch] = len(fills)
+        out = torch.tensor(fills, dtype=x.dtype).reshape(view).to(x.device).expand(out_shape).clone()
+    src, dst = [], []
+    for a in range(x.dim()):
+        s0, s1 = max(lo[a], 0), min(hi[a], shape[a])
+        if s1 <= s0:
+            return out
+        src.append(slice(s0, s1))
+        dst.append(slice(s0 - lo[a], s1 - lo[a]))
+    out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+SCHEMA = OpSchema(
+    "slice",
+    doc="""Extracts a region of each sample, given by ``anchor``/``shape`` inputs or by start/end/shape arguments.
+
+    ``fn.slice(data, anchor, shape)`` takes normalised coordinates by default (``normalized_anchor``,
+    ``normalized_shape``), in the order of ``axis_names`` (default ``"WH"``) or ``axes`` (default ``[1, 0]``).
+    With arguments: ``start`` or ``rel_start``, and ``end``, ``rel_end``, ``shape`` or ``rel_shape``.
+    Example::
+
+        crop = fn.slice(images, anchor, shape)                               # from fn.random_bbox_crop
+        clip = fn.slice(audio, start=[1000], shape=[16000], axes=[0], out_of_bounds_policy="pad")
+        band = fn.slice(spectrogram, rel_start=[0.1], rel_end=[0.9], axis_names="t")
+    """,
+    inputs=(1, 3),
+    input_names=("data", "anchor", "slice_shape"),
+    devices=("cpu", "gpu"),
+    args=[
+        Arg("axes", "int_list", None, "Axes of the anchor/shape values (default [1, 0], i.e. x then y)."),
+        Arg("axis_names", str, None, "Layout letters of the anchor/shape values (default \"WH\" when the layout "
+            "has W and H); wins over axes."),
+        Arg("normalized_anchor", bool, True, "The anchor input is in [0, 1] units of the extent."),
+        Arg("normalized_shape", bool, True, "The shape input is in [0, 1] units of the extent."),
+        Arg("start", "float_list", None, "Absolute start coordinates.", per_sample=True),
+        Arg("rel_start", "float_list", None, "Relative start coordinates (fractions of the extent).",
+            per_sample=True),
+        Arg("end", "float_list", None, "Absolute end coordinates (exclusive).", per_sample=True),
+        Arg("rel_end", "float_list", None, "Relative end coordinates.", per_sample=True),
+        Arg("shape", "float_list", None, "Absolute extents of the region.", per_sample=True),
+        Arg("rel_shape", "float_list", None, "Relative extents of the region.", per_sample=True),
+        Arg("out_of_bounds_policy", str, "error", "What to do with regions outside the sample.",
+            choices=_POLICIES),
+        Arg("fill_values", "float_list", [0.0], "Padding value(s): one, or one per channel."),
+        Arg("dtype", types.DALIDataType, None, "Output type; None keeps the input type."),
+    ],
+)
+
+
+def _slice_one(x: torch.Tensor, layout: str, anchor, sl_shape, a: dict) -> torch.Tensor:
+    if (anchor is None) != (sl_shape is None):
+        raise ValueError("slice: give both the anchor and the shape inputs, or neither")
+    axes = slice_axes(x.dim(), layout, a["axes"], a["axis_names"])
+    lo, hi = slice_bounds(tuple(x.shape), axes, anchor=anchor, sl_shape=sl_shape,
+                          normalized_anchor=a["normalized_anchor"], normalized_shape=a["normalized_shape"],
+                          start=a["start"], rel_start=a["rel_start"], end=a["end"], rel_end=a["rel_end"],
+                          shape_arg=a["shape"], rel_shape=a["rel_shape"])
+    ch = layout.index("C") if layout and "C" in layout else -1
+    out = slice_sample(x, lo, hi, a["out_of_bounds_policy"], a["fill_values"] or [0.0], ch)
+    dtype = a["dtype"]
+    if dtype is not None and dtype != types.NO_TYPE:
+        out = out.to(types.to_torch_dtype(dtype))
+    return out
+
+
+@SCHEMA.sample_kernel("cpu")
+def slice_cpu(ctx, data, anchor=None, sl_shape=None, **args):
+    return _slice_one(data, ctx.layout, anchor, sl_shape, args)
+
+
+@SCHEMA.batch_kernel("gpu")
+def slice_gpu(ctx, data: Batch, anchor: Batch | None = None, sl_shape: Batch | None = None, *, args) -> Batch:
+    # Slices are views; the copies that make them contiguous are one small kernel per sample. The anchor and
+    # shape inputs are a few numbers per sample and are read on the host.
+    out = []
+    for i, x in enumerate(data.samples):
+        a = None if anchor is None else anchor[i].cpu()
+        s = None if sl_shape is None else sl_shape[i].cpu()
+        out.append(_slice_one(x, data.layout(), a, s, args.sample(i)))
+    return Batch(out, data.layout())

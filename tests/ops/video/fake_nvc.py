@@ -1,0 +1,70 @@
+"""A stand-in for PyNvVideoCodec that decodes the raw bitstream packets it is fed with PyAV's CodecContext.
+
+It checks, on a machine without a GPU, what the NVDEC backend sends: elementary-stream packets (Annex B for
+H.264/HEVC, codec headers first for MPEG-4/AV1) with their pts, flushes with an empty packet, and reads frames
+through DLPack. Only the surface the backend uses is modelled.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import types
+
+import av
+import numpy as np
+
+_DECODERS = {"H264": "h264", "HEVC": "hevc", "VP9": "vp9", "AV1": "libdav1d", "MPEG4": "mpeg4", "VP8": "vp8"}
+
+
+class PacketData:
+    bsl = 0
+    bsl_data = 0
+    pts = 0
+
+
+class _Frame:
+    def __init__(self, rgb: np.ndarray, pts: int) -> None:
+        self._rgb = np.ascontiguousarray(rgb)
+        self.timestamp = pts
+
+    def __dlpack__(self, stream=None):
+        return self._rgb.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._rgb.__dlpack_device__()
+
+
+class _Decoder:
+    def __init__(self, codec: str) -> None:
+        self.name = _DECODERS[codec]
+        self.ctx = av.CodecContext.create(self.name, "r")
+        self.packets = 0
+        self.flushes = 0
+
+    def Decode(self, packet: PacketData):  # noqa: N802 - PyNvVideoCodec's name
+        if packet.bsl == 0:
+            frames = self.ctx.decode(None)
+            self.ctx = av.CodecContext.create(self.name, "r")  # a flushed parser starts afresh, as NVDEC's
+            self.flushes += 1
+        else:
+            p = av.Packet(ctypes.string_at(packet.bsl_data, packet.bsl))
+            p.pts = packet.pts
+            frames = self.ctx.decode(p)
+            self.packets += 1
+        return [_Frame(f.to_ndarray(format="rgb24"), f.pts) for f in frames]
+
+
+def make_module(created: list) -> types.ModuleType:
+    mod = types.ModuleType("PyNvVideoCodec")
+    mod.PacketData = PacketData
+    mod.cudaVideoCodec = types.SimpleNamespace(**{k: k for k in _DECODERS})
+    mod.OutputColorType = types.SimpleNamespace(RGB="RGB", NATIVE="NATIVE")
+
+    def CreateDecoder(gpuid=0, codec="H264", usedevicememory=True, outputColorType="NATIVE", **_):  # noqa: N802
+        assert outputColorType == "RGB" and usedevicememory
+        dec = _Decoder(codec)
+        created.append(dec)
+        return dec
+
+    mod.CreateDecoder = CreateDecoder
+    return mod
