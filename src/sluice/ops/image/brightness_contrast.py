@@ -124,38 +124,20 @@ def _sample(image, brightness=1.0, brightness_shift=0.0, contrast=1.0, contrast_
     return _run_batch(Batch([image]), [brightness], [brightness_shift], [contrast], [contrast_center], dtype)[0]
 
 
-def _batch(images, args, names):
-    get = {n: args[n] for n in names}
+def brightness_contrast_gpu(ctx, images, *, args):
+    """GPU kernel of brightness_contrast, brightness and contrast: one launch per group of equal shapes."""
+    get = {n: args[n] for n in ("brightness", "brightness_shift", "contrast", "contrast_center") if n in args}
     out = _run_batch(images, get.get("brightness"), get.get("brightness_shift"), get.get("contrast"),
                      get.get("contrast_center"), args.const("dtype"))
     return Batch(out, images.layout())
 
 
-@SCHEMA.sample_kernel("cpu")
-def brightness_contrast_cpu(ctx, image, *, brightness, brightness_shift, contrast, contrast_center, dtype, **_):
-    return _sample(image, brightness, brightness_shift, contrast, contrast_center, dtype)
+def brightness_contrast_cpu(ctx, image, **a):
+    """CPU kernel of brightness_contrast, brightness and contrast, per sample in the pipeline's threads."""
+    return _sample(image, a.get("brightness", 1.0), a.get("brightness_shift", 0.0), a.get("contrast", 1.0),
+                   a.get("contrast_center"), a["dtype"])
 
 
-@SCHEMA.batch_kernel("gpu")
-def brightness_contrast_gpu(ctx, images, *, args):
-    return _batch(images, args, ("brightness", "brightness_shift", "contrast", "contrast_center"))
-
-
-@BRIGHTNESS_SCHEMA.sample_kernel("cpu")
-def brightness_cpu(ctx, image, *, brightness, brightness_shift, dtype, **_):
-    return _sample(image, brightness=brightness, brightness_shift=brightness_shift, dtype=dtype)
-
-
-@BRIGHTNESS_SCHEMA.batch_kernel("gpu")
-def brightness_gpu(ctx, images, *, args):
-    return _batch(images, args, ("brightness", "brightness_shift"))
-
-
-@CONTRAST_SCHEMA.sample_kernel("cpu")
-def contrast_cpu(ctx, image, *, contrast, contrast_center, dtype, **_):
-    return _sample(image, contrast=contrast, contrast_center=contrast_center, dtype=dtype)
-
-
-@CONTRAST_SCHEMA.batch_kernel("gpu")
-def contrast_gpu(ctx, images, *, args):
-    return _batch(images, args, ("contrast", "contrast_center"))
+for _schema in (SCHEMA, BRIGHTNESS_SCHEMA, CONTRAST_SCHEMA):
+    _schema.sample_kernel("cpu")(brightness_contrast_cpu)
+    _schema.batch_kernel("gpu")(brightness_contrast_gpu)

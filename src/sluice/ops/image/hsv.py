@@ -180,42 +180,16 @@ def _batch(images, args):
     return Batch(_run_batch(images, dtype=args.const("dtype"), image_type=image_type, **per), images.layout())
 
 
-@HSV_SCHEMA.sample_kernel("cpu")
-def hsv_cpu(ctx, image, *, hue, saturation, value, dtype, **_):
-    return _sample(image, dict(hue=hue, saturation=saturation, value=value, dtype=dtype))
+def color_matrix_cpu(ctx, image, **a):
+    """CPU kernel of hsv, hue, saturation and color_twist, per sample in the pipeline's threads."""
+    return _sample(image, a)
 
 
-@HUE_SCHEMA.sample_kernel("cpu")
-def hue_cpu(ctx, image, *, hue, dtype, image_type, **_):
-    return _sample(image, dict(hue=hue, dtype=dtype, image_type=image_type))
-
-
-@SATURATION_SCHEMA.sample_kernel("cpu")
-def saturation_cpu(ctx, image, *, saturation, dtype, image_type, **_):
-    return _sample(image, dict(saturation=saturation, dtype=dtype, image_type=image_type))
-
-
-@COLOR_TWIST_SCHEMA.sample_kernel("cpu")
-def color_twist_cpu(ctx, image, *, hue, saturation, brightness, contrast, dtype, image_type, **_):
-    return _sample(image, dict(hue=hue, saturation=saturation, brightness=brightness, contrast=contrast,
-                               dtype=dtype, image_type=image_type))
-
-
-@HSV_SCHEMA.batch_kernel("gpu")
-def hsv_gpu(ctx, images, *, args):
+def color_matrix_gpu(ctx, images, *, args):
+    """GPU kernel of hsv, hue, saturation and color_twist: one matrix per sample, one bmm per shape group."""
     return _batch(images, args)
 
 
-@HUE_SCHEMA.batch_kernel("gpu")
-def hue_gpu(ctx, images, *, args):
-    return _batch(images, args)
-
-
-@SATURATION_SCHEMA.batch_kernel("gpu")
-def saturation_gpu(ctx, images, *, args):
-    return _batch(images, args)
-
-
-@COLOR_TWIST_SCHEMA.batch_kernel("gpu")
-def color_twist_gpu(ctx, images, *, args):
-    return _batch(images, args)
+for _schema in (HSV_SCHEMA, HUE_SCHEMA, SATURATION_SCHEMA, COLOR_TWIST_SCHEMA):
+    _schema.sample_kernel("cpu")(color_matrix_cpu)
+    _schema.batch_kernel("gpu")(color_matrix_gpu)
