@@ -1,0 +1,246 @@
+"""``fn.readers.video``: sequences of frames read from video files, with labels (DALI's VideoReader).
+
+Every file is indexed once (packet index, cached on disk); its frames are cut into sequences of
+``sequence_length`` frames ``stride`` apart, a new sequence starting every ``step`` frames. Sequences are the
+reader's samples: sharded, shuffled and padded as by every reader (``readers/_sharding.py``). Decoding goes through
+the same backends as ``fn.decoders.video`` (PyAV on ``cpu``, NVDEC on ``gpu``), so only the groups of pictures a
+sequence touches are decoded. Optional outputs: the first frame's number, every frame's timestamp, and the audio
+of exactly the sequence's time window.
+
+``file_list`` lines are ``path label [start [end]]``: start and end (exclusive) are seconds, or frame numbers
+with ``file_list_format='frames'`` (DALI's ``file_list_frame_num=True``); a missing or 0 end means the end of the
+file, a negative end counts from it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from sluice.backends.video import get_index, read_audio_window, read_frames
+from sluice.backends.video.pyav import PyAVBackend, default_threads
+from sluice.errors import ArgumentError, SampleError
+from sluice.ops.readers.file import READER_ARGS, ReaderBase, list_files
+from sluice.pipeline.batch import Batch
+from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema, OpSpec
+
+VIDEO_FILTERS = ["*.mp4", "*.mov", "*.mkv", "*.webm", "*.avi", "*.m4v"]
+
+
+def _num_outputs(args: dict[str, Any]) -> int:
+    return 2 + sum(bool(args.get(k)) for k in ("enable_frame_num", "enable_timestamps", "enable_audio"))
+
+
+def _layouts(args: dict[str, Any], _inputs) -> list[str]:
+    return ["FHWC"] + [""] * (_num_outputs(args) - 1)
+
+
+SCHEMA = OpSchema(
+    "readers.video",
+    doc="""Reads sequences of frames from video files, with their labels.
+
+    Outputs: sequences (FHWC uint8 RGB), labels (INT32 [1]), then when enabled the first frame's number
+    (INT32 [1]), every frame's timestamp in seconds (FLOAT32 [F], -1 for padded frames) and the audio of the
+    sequence's time window (FLOAT32 [samples, channels]).
+
+    Example::
+
+        video, label = fn.readers.video(device="gpu", file_root="/data/clips", sequence_length=16, stride=2,
+                                        random_shuffle=True, name="Reader")
+        video, label, audio = fn.readers.video(filenames=files, sequence_length=8, enable_audio=True)
+    """,
+    inputs=0,
+    outputs=_num_outputs,
+    devices=("cpu", "gpu"),
+    stateful=True,
+    output_layout=_layouts,
+    args=[
+        Arg("filenames", "str_list", None, "Video files to read."),
+        Arg("labels", "int_list", None, "Labels of `filenames`; default 0, 1, 2, ..."),
+        Arg("file_root", str, None, "Folder of class sub-folders of videos (or the root of file_list/filenames)."),
+        Arg("file_list", str, None, "Text file with lines 'path label [start [end]]'."),
+        Arg("file_list_format", str, "timestamps", "Whether file_list start/end are 'timestamps' (seconds) or "
+            "'frames'.", choices=("timestamps", "frames")),
+        Arg("file_list_frame_num", bool, False, "DALI's spelling of file_list_format='frames'."),
+        Arg("file_filters", "str_list", VIDEO_FILTERS, "Glob patterns of the files taken from file_root."),
+        Arg("sequence_length", int, REQUIRED, "Frames per sequence."),
+        Arg("step", int, -1, "Frames between the starts of consecutive sequences; -1: sequence_length."),
+        Arg("stride", int, 1, "Frames between consecutive frames of a sequence."),
+        Arg("pad_sequences", bool, False, "Also make the incomplete sequences at the ends of files, padded with "
+            "black frames (timestamp -1)."),
+        Arg("enable_frame_num", bool, False, "Also output the number of each sequence's first frame."),
+        Arg("enable_timestamps", bool, False, "Also output each frame's timestamp in seconds."),
+        Arg("enable_audio", bool, False, "Also output the audio samples of each sequence's time window."),
+        Arg("audio_sample_rate", int, 0, "Resample the audio to this rate; 0 keeps the file's."),
+        Arg("resize_x", float, 0.0, "Output width (bilinear resize on read, on the reader's device); 0 keeps the "
+            "aspect ratio from resize_y, or the width."),
+        Arg("resize_y", float, 0.0, "Output height; 0 keeps the aspect ratio from resize_x, or the height."),
+        *READER_ARGS,
+    ],
+)
+
+
+def _parse_file_list(op: str, file_list: str, root: str | None) -> list[tuple[str, int, float | None, float | None]]:
+    if not os.path.isfile(file_list):
+        raise ArgumentError(f"{op}: file_list '{file_list}' does not exist")
+    base = root if root else os.path.dirname(os.path.abspath(file_list))
+    entries = []
+    with open(file_list) as f:
+        for number, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            if not 2 <= len(parts) <= 4:
+                raise ArgumentError(f"{op}: line {number} of '{file_list}' should be 'path label [start [end]]': "
+                                    f"{line.strip()!r}")
+            try:
+                label = int(parts[1])
+                start = float(parts[2]) if len(parts) > 2 else None
+                end = float(parts[3]) if len(parts) > 3 else None
+            except ValueError:
+                raise ArgumentError(f"{op}: line {number} of '{file_list}' has a non-numeric label, start or end: "
+                                    f"{line.strip()!r}") from None
+            entries.append((os.path.join(base, parts[0]), label, start, end))
+    return entries
+
+
+def _frame_range(idx, start: float | None, end: float | None, as_frames: bool) -> tuple[int, int]:
+    """[first, stop) frames of a file_list entry: frame numbers, or the frames shown in [start, end) seconds."""
+    n = idx.num_frames
+    if as_frames:
+        first = 0 if start is None else int(math.ceil(start))
+        stop = n if not end else (int(math.floor(end)) if end > 0 else n + int(math.floor(end)))
+    else:
+        times = idx.times
+        first = 0 if start is None else int(np.searchsorted(times, start - 1e-9, side="left"))
+        if not end:
+            stop = n
+        else:
+            t_end = end if end > 0 else idx.end_time + end
+            stop = int(np.searchsorted(times, t_end - 1e-9, side="left"))
+    return max(first, 0), min(stop, n)
+
+
+def resize_frames(frames: torch.Tensor, resize_x: float, resize_y: float) -> torch.Tensor:
+    """Bilinear resize of FHWC uint8 frames (DALI's VideoReaderResize), on the frames' device."""
+    if not resize_x and not resize_y:
+        return frames
+    h, w = frames.shape[1:3]
+    out_h = int(round(resize_y)) if resize_y else int(round(h * resize_x / w))
+    out_w = int(round(resize_x)) if resize_x else int(round(w * resize_y / h))
+    if (out_h, out_w) == (h, w) or frames.shape[0] == 0:
+        return frames
+    x = frames.permute(0, 3, 1, 2).float()
+    x = torch.nn.functional.interpolate(x, size=(out_h, out_w), mode="bilinear", align_corners=False,
+                                        antialias=out_h < h or out_w < w)
+    return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+@SCHEMA.operator_class("cpu")
+class VideoReader(ReaderBase):
+    """Sequences of video frames; on ``gpu`` the frames are decoded by NVDEC and resized on the GPU."""
+
+    op_name = "fn.readers.video"
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        a = spec.args
+        op = self.op_name
+        if not a.get("sequence_length") or a["sequence_length"] < 1:
+            raise ArgumentError(f"{op}: sequence_length is required and must be >= 1, got {a.get('sequence_length')}")
+        self.length = int(a["sequence_length"])
+        self.stride = int(a["stride"] or 1)
+        self.step = int(a["step"]) if a["step"] and a["step"] > 0 else self.length
+        if self.stride < 1:
+            raise ArgumentError(f"{op}: stride must be >= 1, got {self.stride}")
+        entries = self._entries(a)
+        if not entries:
+            raise ArgumentError(f"{op}: no video files found (file_root={a['file_root']!r}, file_list="
+                                f"{a['file_list']!r}, filenames={a['filenames']!r})")
+        self.as_frames = a["file_list_format"] == "frames" or bool(a["file_list_frame_num"])
+        with ThreadPoolExecutor(max(1, spec.num_threads)) as pool:
+            self.indexes = list(pool.map(lambda e: get_index(e[0]), entries))
+        self.paths = [e[0] for e in entries]
+        self.file_labels = [e[1] for e in entries]
+        self.samples: list[tuple[int, int]] = []
+        span = (self.length - 1) * self.stride
+        for f, (entry, idx) in enumerate(zip(entries, self.indexes)):
+            first, stop = _frame_range(idx, entry[2], entry[3], self.as_frames)
+            last_start = stop - 1 if a["pad_sequences"] else stop - 1 - span
+            self.samples.extend((f, s) for s in range(first, last_start + 1, self.step))
+        if not self.samples:
+            raise ArgumentError(f"{op}: no file has {span + 1} frames for a sequence of {self.length} frames with "
+                                f"stride {self.stride} (pass pad_sequences=True to pad short ones)")
+        self.setup_order(len(self.samples))
+        self.backend = self._backend(spec)
+
+    def _backend(self, spec: OpSpec):
+        return PyAVBackend(threads=default_threads())
+
+    def _entries(self, a: dict[str, Any]) -> list[tuple[str, int, float | None, float | None]]:
+        if a["file_list"] is not None:
+            if a["filenames"] is not None:
+                raise ArgumentError(f"{self.op_name}: give only one of file_list and filenames")
+            return _parse_file_list(self.op_name, a["file_list"], a["file_root"])
+        files = dict(file_root=a["file_root"], file_list=None, files=a["filenames"], labels=a["labels"],
+                     file_filters=a["file_filters"], case_sensitive_filter=False, dir_filters=None)
+        paths, labels = list_files(self.op_name, files)
+        return [(p, lab, None, None) for p, lab in zip(paths, labels)]
+
+    def load(self, sample: int) -> tuple[torch.Tensor, ...]:
+        f, start = self.samples[sample]
+        a = self.spec.args
+        idx = self.indexes[f]
+        wanted = start + self.stride * np.arange(self.length)
+        clip = read_frames(self.paths[f], frames=wanted, pad_mode="constant" if a["pad_sequences"] else "none",
+                           fill_value=0, backend=self.backend, index=idx)
+        frames = resize_frames(clip.frames, a["resize_x"], a["resize_y"])
+        dev = frames.device
+        out = [frames, torch.tensor([self.file_labels[f]], dtype=torch.int32, device=dev)]
+        if a["enable_frame_num"]:
+            out.append(torch.tensor([start], dtype=torch.int32, device=dev))
+        if a["enable_timestamps"]:
+            out.append(torch.as_tensor(clip.timestamps, dtype=torch.float32).to(dev))
+        if a["enable_audio"]:
+            real = clip.frame_numbers[clip.frame_numbers >= 0]
+            t0 = float(idx.times[real[0]])
+            last = int(real[-1])
+            t1 = float(idx.times[last + 1]) if last + 1 < idx.num_frames else idx.end_time
+            audio, _ = read_audio_window(self.paths[f], t0, t1, sample_rate=a["audio_sample_rate"])
+            out.append(torch.from_numpy(audio).to(dev))
+        return tuple(out)
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, ...]:
+        picks = [i for i, _ in self.next_samples(ctx)]
+        paths = [self.paths[self.samples[i][0]] for i in picks]
+
+        def one(k: int) -> tuple[torch.Tensor, ...]:
+            try:
+                return self.load(picks[k])
+            except Exception as e:  # noqa: BLE001 - re-raised naming the sample and its file
+                raise SampleError(k, paths[k], e) from e
+
+        pool = ctx.thread_pool
+        results = list(pool.map(one, range(len(picks)))) if pool is not None and len(picks) > 1 else \
+            [one(k) for k in range(len(picks))]
+        layouts = _layouts(self.spec.args, [])
+        return tuple(Batch(list(col), layouts[j], paths) for j, col in enumerate(zip(*results)))
+
+
+@SCHEMA.operator_class("gpu")
+class VideoReaderGPU(VideoReader):
+    """NVDEC decode (PyNvVideoCodec sessions shared by the pipeline's threads); outputs on the GPU."""
+
+    def _backend(self, spec: OpSpec):
+        from sluice.ops.decoders.video import nvdec_backend
+
+        return nvdec_backend(spec.device_id or 0)
+
+    def load(self, sample: int) -> tuple[torch.Tensor, ...]:
+        with torch.cuda.device(self.spec.device_id or 0):
+            return super().load(sample)

@@ -1,0 +1,130 @@
+"""fn.readers.video: sequences checked frame by frame by their barcodes; file_list semantics; sharding; audio."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sluice import fn, pipeline_def
+from sluice.backends.video.barcode import read_barcode, write_barcode_video
+
+from video_fixtures import NUM_FRAMES, VFR_PTS
+
+
+def codes(sample) -> list[int]:
+    return [read_barcode(f) for f in sample]
+
+
+def run_reader(batch_size=2, iterations=1, device="cpu", **kwargs):
+    @pipeline_def(batch_size=batch_size, num_threads=2, device_id=0 if device == "gpu" else None, seed=3)
+    def pipe():
+        return fn.readers.video(device=device, name="Reader", **kwargs)
+
+    p = pipe()
+    outs = [p.run() for _ in range(iterations)]
+    return p, outs
+
+
+def test_sequences_in_order_with_labels(videos):
+    files = [str(videos["h264-mp4"]), str(videos["vp9-webm"])]
+    p, outs = run_reader(batch_size=3, iterations=3, filenames=files, labels=[7, 9], sequence_length=4, stride=3,
+                         step=10, enable_frame_num=True, enable_timestamps=True)
+    got = []
+    for video, label, frame_num, ts in outs:
+        assert video.layout() == "FHWC"
+        for i in range(len(video)):
+            assert video[i].shape == (4, 48, 64, 3)
+            start = int(frame_num[i][0])
+            assert codes(video[i]) == [start, start + 3, start + 6, start + 9]
+            # webm keeps a millisecond clock
+            np.testing.assert_allclose(ts[i].numpy(), np.array([start, start + 3, start + 6, start + 9]) / 30,
+                                       atol=1e-3)
+            got.append((int(label[i][0]), start))
+    # starts 0, 10, 20 (30 would need frame 39 + ... = 39: 30+9=39 < 40 -> valid) per file
+    assert got[:8] == [(7, 0), (7, 10), (7, 20), (7, 30), (9, 0), (9, 10), (9, 20), (9, 30)]
+    assert p.reader_meta("Reader")["epoch_size"] == 8
+
+
+def test_file_list_frames_and_timestamps(videos, vfr_videos, tmp_path):
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"{videos['h264-mp4']} 1 5 13\n{videos['mpeg4-avi']} 2\n")
+    _, outs = run_reader(batch_size=2, iterations=1, file_list=str(lst), file_list_format="frames",
+                         sequence_length=4, enable_frame_num=True)
+    video, label, num = outs[0]
+    assert codes(video[0]) == [5, 6, 7, 8] and int(label[0][0]) == 1
+    assert codes(video[1]) == [9, 10, 11, 12]  # end 13 is exclusive: no room for 13..16
+    # timestamps (seconds) on a VFR file: frames shown in [0.2, 0.5) are 3..10 (pts 200 .. 456 ms)
+    lst.write_text(f"{vfr_videos['mp4']} 4 0.2 0.5\n")
+    _, outs = run_reader(batch_size=2, iterations=1, file_list=str(lst), sequence_length=4, enable_timestamps=True)
+    video, label, ts = outs[0]
+    assert codes(video[0]) == [3, 4, 5, 6] and codes(video[1]) == [7, 8, 9, 10]
+    np.testing.assert_allclose(ts[1].numpy(), np.array(VFR_PTS[7:11]) / 1000, atol=1e-6)
+
+
+def test_pad_sequences_and_sharding(videos):
+    files = [str(videos["h264-mp4"])]
+    _, outs = run_reader(batch_size=5, filenames=files, sequence_length=16, step=16, pad_sequences=True,
+                         enable_timestamps=True)
+    video, _, ts = outs[0]
+    assert codes(video[2][:8]) == list(range(32, 40))
+    assert (video[2][8:] == 0).all() and (ts[2][8:] == -1).all()
+    p0, o0 = run_reader(batch_size=2, filenames=files, sequence_length=2, step=2, num_shards=2, shard_id=1,
+                        enable_frame_num=True)
+    assert [int(x[0]) for x in o0[0][2]] == [20, 22]
+    assert p0.reader_meta("Reader")["number_of_shards"] == 2
+
+
+def test_resize_on_read(videos):
+    _, outs = run_reader(batch_size=1, filenames=[str(videos["h264-mp4"])], sequence_length=2, resize_x=128,
+                         resize_y=96)
+    video = outs[0][0]
+    assert video[0].shape == (2, 96, 128, 3)
+    assert codes(video[0]) == [0, 1]
+
+
+def test_audio_of_the_clip_window(video_dir):
+    path = video_dir / "av.mkv"
+    write_barcode_video(path, "libx264", num_frames=30, fps=10, audio="pcm_s16le", audio_rate=8000)
+    _, outs = run_reader(batch_size=2, filenames=[str(path)], sequence_length=5, stride=2, step=10,
+                         enable_audio=True, enable_frame_num=True)
+    video, _, num, audio = outs[0]
+    for i in range(2):
+        start = int(num[i][0])
+        # frames start .. start+8 at 10 fps: the window is [start/10, (start+9)/10) s
+        first, count = start * 800, 9 * 800
+        expected = (np.arange(first, first + count) % 32000 - 16000) / 32768.0
+        assert audio[i].shape == (count, 1)
+        np.testing.assert_allclose(audio[i][:, 0].numpy(), expected, atol=1e-6)
+
+
+def test_reader_errors(tmp_path, videos):
+    with pytest.raises(Exception, match="no video files found"):
+        run_reader(file_root=str(tmp_path), sequence_length=2)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a.mp4 x\n")
+    with pytest.raises(Exception, match=r"line 1 of .*bad.txt.* non-numeric label"):
+        run_reader(file_list=str(bad), sequence_length=2)
+    with pytest.raises(Exception, match="no file has 41 frames"):
+        run_reader(filenames=[str(videos["h264-mp4"])], sequence_length=41)
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"\0" * 100)
+    with pytest.raises(Exception, match="broken.mp4"):
+        run_reader(filenames=[str(broken)], sequence_length=2)
+
+
+@pytest.mark.cuda
+def test_gpu_reader(videos):
+    pytest.importorskip("PyNvVideoCodec")
+    files = [str(videos["h264-mp4"]), str(videos["hevc-mkv"])]
+    _, outs = run_reader(batch_size=4, device="gpu", filenames=files, sequence_length=8, stride=2, step=8,
+                         enable_frame_num=True, resize_x=32, resize_y=24)
+    video, label, num = outs[0]
+    assert video[0].is_cuda and video[0].shape == (8, 24, 32, 3)
+    _, outs = run_reader(batch_size=4, device="gpu", filenames=files, sequence_length=8, stride=2, step=8,
+                         enable_frame_num=True)
+    video, label, num = outs[0]
+    for i in range(4):
+        s = int(num[i][0])
+        assert codes(video[i]) == list(range(s, s + 16, 2))
+    assert isinstance(video[0], torch.Tensor)
