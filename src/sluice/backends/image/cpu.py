@@ -174,7 +174,7 @@ def _decode_pil(buf: memoryview, source: str, what: str) -> np.ndarray:
         elif mode == "F":
             raise ImageDecodeError("floating-point images are not supported; 8 and 16 bit are", source=source,
                                    decoder=PILLOW)
-        arr = np.asarray(img)
+        arr = np.array(img)  # a writable copy: Pillow's buffer view is read-only
     except ImageDecodeError:
         raise
     except Exception as exc:  # noqa: BLE001 - OSError (truncated), SyntaxError, struct.error ...
@@ -260,4 +260,5 @@ def decode(data, *, output_type: str = "RGB", adjust_orientation: bool = True, u
             raise ValueError(f"crop window (y={y}, x={x}, h={h}, w={w}) lies outside the "
                              f"{arr.shape[0]} x {arr.shape[1]} image")
         arr = arr[y:y + h, x:x + w]
-    return np.ascontiguousarray(to_output_type(arr, output_type))
+    arr = np.ascontiguousarray(to_output_type(arr, output_type))
+    return arr if arr.flags.writeable else arr.copy()

@@ -1,0 +1,322 @@
+"""Image decoders: ``fn.decoders.image``, ``image_random_crop``, ``image_crop``, ``image_slice`` and
+``fn.peek_image_shape``.
+
+Formats: JPEG (baseline, progressive; 4:4:4, 4:2:2, 4:2:0, gray, CMYK/YCCK), PNG (8/16 bit, palette, alpha),
+BMP, TIFF, PNM (pbm/pgm/ppm), WebP, JPEG 2000 and GIF (first frame). ``device="cpu"`` decodes with libjpeg-turbo
+(simplejpeg), OpenCV and Pillow in the pipeline's threads; ``device="mixed"`` takes CPU bytes and returns CUDA
+images, sharing JPEGs between the GPU's hardware JPEG engines, CUDA nvJPEG and the CPU threads (see
+:mod:`sluice.backends.image.gpu`). The crop variants decode only the kept region where the codec allows it
+(nvImageCodec region decoding on the GPU); on the CPU the window is cut right after decoding, before any
+conversion. EXIF orientation is applied when ``adjust_orientation`` is set, and crop windows refer to the upright
+image. Bad input (empty, truncated, corrupt, unknown format, above the pixel limit set with
+``sluice.backends.image.set_max_image_pixels``) raises an error naming the file, the decoder and the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from sluice import types
+from sluice.backends.image import ImageInfo, decode, probe
+from sluice.ops.decoders.crop_window import random_crop_window
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec, SampleContext
+
+__all__ = ["IMAGE", "IMAGE_RANDOM_CROP", "IMAGE_CROP", "IMAGE_SLICE", "PEEK_IMAGE_SHAPE", "convert_image_dtype"]
+
+logger = logging.getLogger(__name__)
+
+Roi = tuple[int, int, int, int]
+
+_DECODER_ARGS = [
+    Arg("output_type", types.DALIImageType, types.RGB,
+        "Colour space of the output: types.RGB, BGR, GRAY (1 channel), YCbCr or ANY_DATA (the channels as "
+        "stored, alpha kept)."),
+    Arg("dtype", types.DALIDataType, types.UINT8,
+        "Output type: UINT8, UINT16 or FLOAT (values scaled to [0, 1]).",
+        choices=(types.UINT8, types.UINT16, types.FLOAT)),
+    Arg("adjust_orientation", bool, True, "Apply the EXIF orientation (rotate/mirror to upright)."),
+    Arg("hw_decoder_load", float, 0.9,
+        "mixed: initial share of the GPU-decodable JPEGs given to the hardware JPEG engines; the split scheduler "
+        "then follows the measured speed of each path."),
+    Arg("use_fast_idct", bool, False, "Use libjpeg-turbo's fast integer IDCT (less exact)."),
+    Arg("jpeg_fancy_upsampling", bool, False,
+        "mixed: upsample chroma like libjpeg-turbo ('fancy' upsampling) so GPU and CPU outputs agree closer."),
+    Arg("preallocate_width_hint", int, 0, "Accepted for DALI compatibility (buffers are sized per batch)."),
+    Arg("preallocate_height_hint", int, 0, "Accepted for DALI compatibility (buffers are sized per batch)."),
+    Arg("affine", bool, True, "Accepted for DALI compatibility; no effect."),
+    Arg("device_memory_padding", int, 16 * 1024 * 1024, "Accepted for DALI compatibility; no effect."),
+    Arg("host_memory_padding", int, 8 * 1024 * 1024, "Accepted for DALI compatibility; no effect."),
+    Arg("device_memory_padding_jpeg2k", int, 0, "Accepted for DALI compatibility; no effect."),
+    Arg("host_memory_padding_jpeg2k", int, 0, "Accepted for DALI compatibility; no effect."),
+    Arg("hybrid_huffman_threshold", int, 1000000, "Accepted for DALI compatibility; no effect."),
+]
+
+_CROP_POS_ARGS = [
+    Arg("crop_pos_x", float, 0.5, "Horizontal position of the window, 0 (left) to 1 (right).", per_sample=True),
+    Arg("crop_pos_y", float, 0.5, "Vertical position of the window, 0 (top) to 1 (bottom).", per_sample=True),
+]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Pure helpers
+# ------------------------------------------------------------------------------------------------------------
+def convert_image_dtype(image: torch.Tensor, dtype: types.DALIDataType) -> torch.Tensor:
+    """Convert a decoded uint8/uint16 image to ``dtype`` (UINT8, UINT16 or FLOAT in [0, 1]) on its own device.
+
+    Example::
+
+        convert_image_dtype(torch.full((2, 2, 3), 255, dtype=torch.uint8), types.FLOAT)   # all 1.0
+    """
+    src16 = image.dtype == torch.uint16
+    if dtype is types.FLOAT:
+        return image.to(torch.float32) / (65535.0 if src16 else 255.0)
+    if dtype is types.UINT8:
+        if not src16:
+            return image
+        return ((image.to(torch.int32) + 128) // 257).to(torch.uint8)
+    if dtype is types.UINT16:
+        return image if src16 else (image.to(torch.int32) * 257).to(torch.uint16)
+    raise ValueError(f"Invalid dtype ({dtype!r}). Supported values are types.UINT8, types.UINT16, types.FLOAT.")
+
+
+def _window_crop(sample_args: dict, h: int, w: int) -> Roi:
+    """The fixed-size window of image_crop: size from ``crop`` or ``crop_h``/``crop_w``, placed at
+    ``crop_pos_*`` and clamped to the image (an image smaller than the crop is kept whole on that side)."""
+    crop = sample_args.get("crop")
+    ch = float(sample_args.get("crop_h") or 0.0)
+    cw = float(sample_args.get("crop_w") or 0.0)
+    if crop:
+        crop = [float(c) for c in np.asarray(crop).reshape(-1)]
+        if len(crop) == 1:
+            crop = crop * 2
+        if len(crop) != 2:
+            raise ValueError(f"Invalid crop ({crop}). Give (height, width) or one value for both.")
+        ch, cw = ch or crop[0], cw or crop[1]
+    if ch <= 0 or cw <= 0:
+        raise ValueError("image_crop needs a window size: give crop=(height, width) or crop_h and crop_w > 0")
+    ch_i, cw_i = min(int(round(ch)), h), min(int(round(cw)), w)
+    px, py = float(sample_args["crop_pos_x"]), float(sample_args["crop_pos_y"])
+    if not (0 <= px <= 1 and 0 <= py <= 1):
+        raise ValueError(f"Invalid crop_pos_x/crop_pos_y ({px}, {py}). They must lie in [0, 1].")
+    y = int(round(py * (h - ch_i)))
+    x = int(round(px * (w - cw_i)))
+    return y, x, ch_i, cw_i
+
+
+def _window_slice(sample_args: dict, h: int, w: int, anchor, shape) -> Roi:
+    """The window of image_slice from the anchor and shape inputs (in ``axis_names`` order, normalised or in
+    pixels)."""
+    axis_names = sample_args["axis_names"]
+    if sorted(axis_names) not in (["H", "W"], ["H"], ["W"]):
+        raise ValueError(f"Invalid axis_names ({axis_names!r}). Use 'WH', 'HW', 'H' or 'W'.")
+    anchor = np.asarray(anchor, np.float64).reshape(-1)
+    shape = np.asarray(shape, np.float64).reshape(-1)
+    if len(anchor) != len(axis_names) or len(shape) != len(axis_names):
+        raise ValueError(f"image_slice: anchor ({anchor.tolist()}) and shape ({shape.tolist()}) need one value per "
+                         f"axis of axis_names={axis_names!r}")
+    start, size = {"H": 0, "W": 0}, {"H": h, "W": w}
+    extent = {"H": h, "W": w}
+    for k, name in enumerate(axis_names):
+        a, s = anchor[k], shape[k]
+        if sample_args["normalized_anchor"]:
+            a = a * extent[name]
+        if sample_args["normalized_shape"]:
+            s = s * extent[name]
+        lo = int(round(a))
+        hi = int(round(a + s))
+        start[name], size[name] = lo, hi - lo
+    y, x, hh, ww = start["H"], start["W"], size["H"], size["W"]
+    if hh <= 0 or ww <= 0:
+        raise ValueError(f"image_slice: empty window (height {hh}, width {ww})")
+    if y < 0 or x < 0 or y + hh > h or x + ww > w:
+        if sample_args["out_of_bounds_policy"] == "error":
+            raise ValueError(f"image_slice: window (y={y}, x={x}, h={hh}, w={ww}) lies outside the {h} x {w} image; "
+                             "pass out_of_bounds_policy='trim_to_shape' to cut it to the image")
+        y0, x0 = max(y, 0), max(x, 0)
+        hh, ww = min(y + hh, h) - y0, min(x + ww, w) - x0
+        y, x = y0, x0
+        if hh <= 0 or ww <= 0:
+            raise ValueError("image_slice: the window does not overlap the image")
+    return y, x, hh, ww
+
+
+def _window_random(sample_args: dict, h: int, w: int, rng: np.random.Generator) -> Roi:
+    return random_crop_window(rng, h, w, sample_args["random_area"], sample_args["random_aspect_ratio"],
+                              sample_args["num_attempts"])
+
+
+# A window function: (sample_args, upright_h, upright_w, rng_or_None, extra_sample_inputs) -> roi or None.
+WindowFn = Callable[[dict, int, int, "np.random.Generator | None", tuple], "Roi | None"]
+
+_WINDOWS: dict[str, WindowFn] = {
+    "decoders.image": lambda a, h, w, rng, extra: None,
+    "decoders.image_crop": lambda a, h, w, rng, extra: _window_crop(a, h, w),
+    "decoders.image_slice": lambda a, h, w, rng, extra: _window_slice(a, h, w, *extra),
+    "decoders.image_random_crop": lambda a, h, w, rng, extra: _window_random(a, h, w, rng),
+}
+
+
+def _sample_bytes(sample: torch.Tensor) -> np.ndarray:
+    if sample.device.type != "cpu":
+        raise ValueError("decoders take encoded bytes on the CPU (1-D uint8 samples, e.g. from fn.readers.file); "
+                         "this input is on the GPU")
+    if sample.dtype != torch.uint8:
+        raise ValueError(f"decoders take encoded bytes as uint8 samples; got {sample.dtype}")
+    return sample.reshape(-1).numpy()
+
+
+def _output_type_name(args: dict) -> str:
+    return args["output_type"].name
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Kernels shared by the four decoders
+# ------------------------------------------------------------------------------------------------------------
+def _make_cpu_kernel(op: str) -> Callable:
+    window = _WINDOWS[op]
+
+    def kernel(ctx: SampleContext, data: torch.Tensor, *extra: torch.Tensor, **args) -> torch.Tensor:
+        buf = _sample_bytes(data)
+        info = probe(buf, source=ctx.source_info)
+        h, w, _ = info.shape(args["adjust_orientation"])
+        rng = ctx.rng if op == "decoders.image_random_crop" else None
+        roi = window(args, h, w, rng, tuple(e.numpy() for e in extra))
+        arr = decode(buf, output_type=_output_type_name(args), adjust_orientation=args["adjust_orientation"],
+                     use_fast_idct=args["use_fast_idct"], roi=roi, info=info, source=ctx.source_info)
+        return convert_image_dtype(torch.from_numpy(arr), args["dtype"])
+
+    kernel.__name__ = op.split(".")[-1] + "_cpu"
+    return kernel
+
+
+def _make_mixed_operator(op: str) -> type[Operator]:
+    window = _WINDOWS[op]
+
+    class MixedImageDecoder(Operator):
+        """Bytes on the CPU in, CUDA HWC images out, on the pipeline's stream (see sluice.backends.image.gpu)."""
+
+        def __init__(self, spec: OpSpec):
+            super().__init__(spec)
+            self._decoder = None
+
+        def _get_decoder(self, ctx: BatchContext):
+            if self._decoder is None:
+                from sluice.backends.image.gpu import GpuImageDecoder
+
+                a = self.spec.args
+                self._decoder = GpuImageDecoder(
+                    ctx.device.index or 0, hw_decoder_load=a.get("hw_decoder_load", 0.9),
+                    jpeg_fancy_upsampling=a.get("jpeg_fancy_upsampling", False),
+                    use_fast_idct=a.get("use_fast_idct", False), num_cpu_threads=max(1, self.spec.num_threads))
+                logger.info("%s (mixed) decodes with %s", op, self._decoder.backend_name)
+            return self._decoder
+
+        def run(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs) -> Batch:
+            n = len(data)
+            if n == 0:
+                return Batch([], layout="HWC")
+            sources = list(ctx.source_info) if ctx.source_info else [""] * n
+            bufs = [_sample_bytes(s) for s in data.samples]
+            const = {k: args.const(k) for k in ("output_type", "adjust_orientation", "dtype")}
+            adjust = const["adjust_orientation"]
+            pool = ctx.thread_pool
+            infos: list[ImageInfo] = list((pool.map if pool is not None else map)(
+                lambda i: probe(bufs[i], source=sources[i]), range(n)))
+            rois = []
+            for i in range(n):
+                h, w, _ = infos[i].shape(adjust)
+                rng = ctx.sample_rng(i) if op == "decoders.image_random_crop" else None
+                rois.append(window(args.sample(i), h, w, rng, tuple(b[i].numpy() for b in extra)))
+            decoder = self._get_decoder(ctx)
+            images = decoder.decode(bufs, output_type=const["output_type"].name, adjust_orientation=adjust,
+                                    rois=rois, infos=infos, sources=sources, thread_pool=pool,
+                                    stream=torch.cuda.current_stream(ctx.device))
+            return Batch([convert_image_dtype(t, const["dtype"]) for t in images], layout="HWC",
+                         source_info=sources)
+
+        def close(self) -> None:
+            if self._decoder is not None:
+                self._decoder.close()
+
+    MixedImageDecoder.__name__ = "".join(p.title() for p in op.split(".")[-1].split("_")) + "_mixed"
+    return MixedImageDecoder
+
+
+def _decoder_schema(name: str, summary: str, example: str, extra_args: list[Arg], *, inputs=1,
+                    random: bool = False, input_names=None) -> OpSchema:
+    schema = OpSchema(
+        name,
+        doc=f"""{summary}
+
+        Supported formats: JPEG, PNG, BMP, TIFF, PNM, WebP, JPEG 2000, GIF (first frame). The output is HWC.
+        ``device="mixed"`` returns CUDA images; ``device="cpu"`` decodes in the pipeline's threads. Example::
+
+            {example}
+        """,
+        inputs=inputs, outputs=1, devices=("cpu", "mixed"), random=random, output_layout="HWC",
+        input_names=input_names, args=_DECODER_ARGS + extra_args)
+    schema.sample_kernel("cpu")(_make_cpu_kernel(name))
+    schema.operator_class("mixed")(_make_mixed_operator(name))
+    return schema
+
+
+IMAGE = _decoder_schema(
+    "decoders.image", "Decodes images.",
+    'images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)', [])
+
+IMAGE_CROP = _decoder_schema(
+    "decoders.image_crop", "Decodes images and keeps a fixed-size window (decoding only that region on the GPU).",
+    'images = fn.decoders.image_crop(jpegs, device="mixed", crop=(224, 224), crop_pos_x=0.5, crop_pos_y=0.5)',
+    [Arg("crop", "float_list", None, "Window size (height, width) in pixels.", per_sample=True),
+     Arg("crop_w", float, 0.0, "Window width in pixels (overrides crop).", per_sample=True),
+     Arg("crop_h", float, 0.0, "Window height in pixels (overrides crop).", per_sample=True),
+     *_CROP_POS_ARGS])
+
+IMAGE_RANDOM_CROP = _decoder_schema(
+    "decoders.image_random_crop",
+    "Decodes images and keeps a random window of random area and aspect ratio (DALI's RandomCropGenerator).",
+    'images = fn.decoders.image_random_crop(jpegs, device="mixed", random_area=[0.08, 1.0])',
+    [Arg("random_area", "float_list", [0.08, 1.0], "Range of the window's area, as a fraction of the image."),
+     Arg("random_aspect_ratio", "float_list", [3 / 4, 4 / 3], "Range of the window's width / height."),
+     Arg("num_attempts", int, 10, "Draws before falling back to the whole image with the aspect ratio clamped.")],
+    random=True)
+
+IMAGE_SLICE = _decoder_schema(
+    "decoders.image_slice", "Decodes images and keeps the window given by the anchor and shape inputs.",
+    'images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed")',
+    [Arg("axis_names", str, "WH", "Order of the anchor/shape values: 'WH' (x first) or 'HW'."),
+     Arg("normalized_anchor", bool, True, "The anchor is a fraction of the image size (else pixels)."),
+     Arg("normalized_shape", bool, True, "The shape is a fraction of the image size (else pixels)."),
+     Arg("out_of_bounds_policy", str, "error", "What a window outside the image does.",
+         choices=("error", "trim_to_shape"))],
+    inputs=3, input_names=["data", "anchor", "shape"])
+
+# ------------------------------------------------------------------------------------------------------------
+# peek_image_shape
+# ------------------------------------------------------------------------------------------------------------
+PEEK_IMAGE_SHAPE = OpSchema(
+    "peek_image_shape",
+    doc="""Returns the shape (H, W, C) of encoded images, reading only their headers.
+
+    With ``adjust_orientation`` the EXIF orientation is applied (height and width swap for rotated images).
+    Example::
+
+        shapes = fn.peek_image_shape(jpegs)
+    """,
+    inputs=1, outputs=1, devices=("cpu",), output_layout="",
+    args=[Arg("dtype", types.DALIDataType, types.INT64, "Type of the output.",
+              choices=(types.INT32, types.INT64, types.UINT32, types.UINT64, types.FLOAT, types.FLOAT64)),
+          Arg("adjust_orientation", bool, True, "Swap height and width for images whose EXIF orientation rotates "
+              "them by 90 degrees.")])
+
+
+@PEEK_IMAGE_SHAPE.sample_kernel("cpu")
+def peek_image_shape_cpu(ctx: SampleContext, data: torch.Tensor, *, dtype, adjust_orientation, **_) -> torch.Tensor:
+    """The (H, W, C) of one encoded image from its header."""
+    info = probe(_sample_bytes(data), source=ctx.source_info)
+    return torch.tensor(info.shape(adjust_orientation), dtype=types.to_torch_dtype(dtype))
