@@ -21,6 +21,7 @@ from sluice.pipeline.batch import to_tensor
 log = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.2
+_STOP = "__sluice_end_of_epoch__"
 
 
 def _tensors(value: Any) -> Any:
@@ -38,7 +39,13 @@ def _worker_main(source: Any, kind: str, batch_info: bool, tasks: Any, results: 
         task_id, what, payload = task
         try:
             if what == "samples":
-                out = [_tensors(source(info)) for info in payload]
+                out = []
+                for info in payload:
+                    try:
+                        out.append(_tensors(source(info)))
+                    except StopIteration:
+                        out.append(_STOP)  # the samples before the end still count
+                        break
             elif what == "batch":
                 out = _tensors(source(payload) if batch_info else source())
             elif what == "next":
@@ -74,6 +81,7 @@ class WorkerPool:
         self._pending: dict[Any, list[int]] = {}  # key -> task ids
         self._done: dict[int, tuple[str, Any]] = {}
         self._restart_generator = True
+        self._discarded: set[int] = set()
 
     def _start(self) -> None:
         if self._procs:
@@ -103,7 +111,10 @@ class WorkerPool:
         while task_id not in self._done:
             try:
                 tid, status, payload = self._results.get(timeout=_POLL_SECONDS)
-                self._done[tid] = (status, payload)
+                if tid in self._discarded:
+                    self._discarded.discard(tid)
+                else:
+                    self._done[tid] = (status, payload)
             except queue.Empty:
                 for proc in self._procs:
                     if not proc.is_alive():
@@ -141,8 +152,13 @@ class WorkerPool:
                 base = first.idx_in_epoch + ahead * n
                 self._pending[k] = self._submit_samples(
                     [types.SampleInfo(base + i, i, first.iteration + ahead, first.epoch_idx) for i in range(n)])
-        chunks = self._collect(ids)
-        return [s for chunk in chunks for s in chunk]
+        samples = []
+        for chunk in self._collect(ids):
+            for sample in chunk:
+                if isinstance(sample, str) and sample == _STOP:
+                    return samples + [_STOP]
+                samples.append(sample)
+        return samples
 
     # ---- batch callables and generator functions --------------------------------------------------------------
     def get_batch(self, info: types.BatchInfo) -> Any:
@@ -162,12 +178,13 @@ class WorkerPool:
     # ---- epochs ------------------------------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget work prefetched past the end of the epoch."""
+        for ids in self._pending.values():
+            self._discarded.update(ids)
         self._pending.clear()
         self._restart_generator = True
 
     def restart_at(self, iteration: int, epoch_idx: int, idx_in_epoch: int) -> None:
-        self._pending.clear()
-        self._restart_generator = True
+        self.reset()
 
     def close(self) -> None:
         for tasks in self._tasks:

@@ -28,11 +28,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from sluice import types
 from sluice.errors import ArgumentError
-from sluice.ops._workers import WorkerPool
+from sluice.errors import SampleError
+from sluice.ops._workers import _STOP, WorkerPool
 from sluice.pipeline.batch import Batch, to_tensor
 from sluice.pipeline.executor import EndOfEpoch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
@@ -139,6 +138,7 @@ class ExternalSource(Operator):
         self.iteration = 0  # iterations within the epoch
         self.idx_in_epoch = 0
         self._iterator: Any = None
+        self._ended = False  # a per-sample source met its end inside the last batch
         self._kind = self._classify()
         self._pool: WorkerPool | None = None
         if self.parallel:
@@ -196,6 +196,8 @@ class ExternalSource(Operator):
     def _produce(self) -> list[Any]:
         """The raw data of each output for this iteration."""
         kind = self._kind
+        if self._ended:
+            raise StopIteration
         if kind == "feed":
             if self.fed:
                 data, layout = self.fed.popleft()
@@ -211,17 +213,41 @@ class ExternalSource(Operator):
         if self._pool is not None:
             if kind == "sample_callable":
                 samples = self._pool.get_samples(self._sample_infos())
-                return self._columns(samples)
+                return self._columns(self._until_end(samples))
             data = self._pool.get_batch(types.BatchInfo(self.iteration, self.epoch_idx))
             return list(data) if self.multi else [data]
         if kind == "sample_callable":
-            samples = [self.source(info) for info in self._sample_infos()]
-            return self._columns(samples)
+            samples = []
+            for info in self._sample_infos():
+                try:
+                    samples.append(self.source(info))
+                except StopIteration:
+                    samples.append(_STOP)
+                    break
+                except Exception as e:  # noqa: BLE001 - named with its sample
+                    raise SampleError(info.idx_in_batch, "", e) from e
+            return self._columns(self._until_end(samples))
         if self.batch:
             data = self._call_batch() if kind == "batch_callable" else self._next_item()
             return list(data) if self.multi else [data]
-        samples = [self._next_item() for _ in range(self.spec.batch_size)]
-        return self._columns(samples)
+        samples = []
+        for _ in range(self.spec.batch_size):
+            try:
+                samples.append(self._next_item())
+            except StopIteration:
+                samples.append(_STOP)
+                break
+        return self._columns(self._until_end(samples))
+
+    def _until_end(self, samples: list[Any]) -> list[Any]:
+        """Per-sample sources: the samples before the end of the data form a last, partial batch; the next
+        iteration then ends the epoch. Nothing read is dropped."""
+        if samples and isinstance(samples[-1], str) and samples[-1] == _STOP:
+            samples = samples[:-1]
+            self._ended = True
+            if not samples:
+                raise StopIteration
+        return samples
 
     def _columns(self, samples: list[Any]) -> list[list[Any]]:
         if not self.multi:
@@ -278,6 +304,7 @@ class ExternalSource(Operator):
         self.iteration = 0
         self.idx_in_epoch = 0
         self._iterator = None
+        self._ended = False
         if self._pool is not None:
             self._pool.reset()
 
@@ -299,6 +326,3 @@ class ExternalSource(Operator):
         if self._pool is not None:
             self._pool.close()
 
-
-def as_torch(x: Any) -> torch.Tensor:
-    return to_tensor(x)

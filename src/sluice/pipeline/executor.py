@@ -40,6 +40,7 @@ class _Failure:
 
 
 _END = object()  # an iteration that hit the end of the epoch
+_BATCH_SIZE = "batch_size"  # key of the iteration's batch size among a stage's values
 _CLOSE = object()
 
 
@@ -65,7 +66,12 @@ def topological_order(outputs: list[DataNode], extra: list[OpNode] = ()) -> list
         visit(out.op)
     for node in extra:
         visit(node)
-    return order
+    # Sources first: they fix the iteration's batch size, which input-less random operators follow.
+    return sorted(order, key=lambda n: 0 if _is_source(n) else 1)
+
+
+def _is_source(node: OpNode) -> bool:
+    return not node.inputs and not node.arg_inputs and node.schema.stateful and not node.schema.random
 
 
 class _Stage:
@@ -167,7 +173,7 @@ class Executor:
         if inputs:
             batch_size = len(inputs[0])
         else:
-            batch_size = self.batch_size
+            batch_size = values.get(_BATCH_SIZE, self.batch_size)
         per_sample = {}
         for key, arg_node in node.arg_inputs.items():
             batch = values[(arg_node.op.id, arg_node.index)]
@@ -200,6 +206,8 @@ class Executor:
                                 node.schema.name)
         for i, batch in enumerate(outs):
             values[(node.id, i)] = batch
+        if _is_source(node) and outs and _BATCH_SIZE not in values:
+            values[_BATCH_SIZE] = len(outs[0])
 
     def snapshot(self, iteration: int) -> None:
         """Remember the state of every stateful operator before ``iteration`` runs, so that a checkpoint taken
