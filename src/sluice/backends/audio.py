@@ -82,7 +82,20 @@ def _open(data: Any, source: str):
         ) from None
     if f.format in ("WAV", "WAVEX", "RF64", "W64"):
         _check_wav_length(f, source)
+    elif f.format == "OGG":
+        _check_ogg_end(f, buf, source)
     return f
+
+
+def _check_ogg_end(f, buf, source: str) -> None:
+    """An Ogg stream ends with a page flagged end-of-stream; a file cut short lacks it (libsndfile then
+    reports fewer frames, or none, without an error)."""
+    tail = bytes(buf[-65536:])
+    last = tail.rfind(b"OggS")
+    if last < 0 or last + 5 >= len(tail) or not tail[last + 5] & 0x04:
+        f.close()
+        raise AudioDecodeError(f"cannot decode audio{_where(source)}: the Ogg stream is truncated (its last page "
+                               "is not marked end-of-stream)")
 
 
 def _check_wav_length(f, source: str) -> None:

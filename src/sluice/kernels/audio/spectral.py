@@ -34,7 +34,10 @@ def hann_window(length: int, dtype: torch.dtype = torch.float32, device: torch.d
 
 def num_windows(length: int, window_length: int, window_step: int, center_windows: bool) -> int:
     """How many windows a signal of ``length`` samples gives: ``length // step + 1`` when centred, else the
-    number of whole windows inside the signal (``(length - window_length) // step + 1``, or 0)."""
+    number of whole windows inside the signal (``(length - window_length) // step + 1``, or 0). An empty signal
+    has no windows."""
+    if length == 0:
+        return 0
     if center_windows:
         return length // window_step + 1
     if length < window_length:

@@ -1,0 +1,57 @@
+"""Padding a ragged batch into one dense tensor for a single batched GPU computation, and cutting it back.
+
+Example::
+
+    dense, shapes = pad_stack([torch.ones(2, 5), torch.ones(2, 3)])    # dense: (2, 2, 5)
+    samples = unpad(dense, shapes)                                      # views of shapes (2, 5), (2, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from sluice.pipeline.batch import Batch
+
+__all__ = ["pad_stack", "unpad", "make_batch", "as_signal"]
+
+
+def pad_stack(samples: Sequence[torch.Tensor], fill: float = 0.0) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
+    """Stack samples of one rank, padding every dimension at the end to the batch's largest extent."""
+    shapes = [tuple(s.shape) for s in samples]
+    if not samples:
+        return torch.zeros(0), shapes
+    ranks = {len(s) for s in shapes}
+    if len(ranks) != 1:
+        raise ValueError(f"all samples must have the same number of dimensions, got shapes {shapes}")
+    if all(s == shapes[0] for s in shapes):
+        return torch.stack(list(samples)), shapes
+    big = tuple(max(dims) for dims in zip(*shapes))
+    out = samples[0].new_full((len(samples),) + big, fill)
+    for i, s in enumerate(samples):
+        out[(i,) + tuple(slice(0, d) for d in s.shape)] = s
+    return out, shapes
+
+
+def unpad(dense: torch.Tensor, shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    """Views of the leading corners of ``dense``'s rows with the given shapes."""
+    return [dense[(i,) + tuple(slice(0, d) for d in shape)] for i, shape in enumerate(shapes)]
+
+
+def make_batch(dense: torch.Tensor, shapes: Sequence[Sequence[int]], layout: str = "") -> Batch:
+    """A Batch of ``dense`` cut to ``shapes``: held dense when every shape is the full extent."""
+    full = tuple(dense.shape[1:])
+    if all(tuple(s) == full for s in shapes):
+        return Batch.from_dense(dense, layout)
+    return Batch(unpad(dense, shapes), layout)
+
+
+def as_signal(sample: torch.Tensor, op: str) -> torch.Tensor:
+    """A 1-D view of a one-channel signal given as ``(n,)``, ``(n, 1)`` or ``(1, n)``."""
+    if sample.dim() == 1:
+        return sample
+    if sample.dim() == 2 and 1 in sample.shape:
+        return sample.reshape(-1)
+    raise ValueError(f"{op}: expected a one-channel signal of shape (n,), (n, 1) or (1, n), got "
+                     f"{tuple(sample.shape)}; downmix it first (decoders.audio(downmix=True))")

@@ -1,0 +1,85 @@
+"""``fn.spectrogram``: short-time Fourier power (or magnitude) spectra of 1-D signals."""
+
+from __future__ import annotations
+
+import torch
+
+from sluice.kernels.audio.batching import as_signal
+from sluice.kernels.audio.spectral import pad_batch, stft_power
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
+
+__all__ = ["SCHEMA"]
+
+SCHEMA = OpSchema(
+    "spectrogram",
+    doc="""Produces a spectrogram from a 1-D signal: ``(nfft // 2 + 1, windows)`` for layout ``"ft"``.
+
+    Input: one channel, shape ``(n,)``, ``(n, 1)`` or ``(1, n)``. Windows of ``window_length`` samples every
+    ``window_step`` samples are multiplied by ``window_fn`` (default: the periodic Hann window, as librosa and
+    torch use) and transformed with an ``nfft``-point real FFT (``nfft`` defaults to ``window_length``; a
+    shorter window is centred in the FFT frame). With ``center_windows`` window ``t`` is centred on sample
+    ``t * window_step`` and there are ``n // window_step + 1`` windows; the signal is extended by reflection
+    (``reflect_padding``) or with zeros. Without it only whole windows inside the signal are taken. An empty
+    signal gives no windows. ``power`` 2 gives power, 1 magnitude. On the GPU the whole batch (padded to its
+    longest signal) is framed with one gather and transformed with one batched cuFFT call. Example::
+
+        spec = fn.spectrogram(audio, nfft=512, window_length=400, window_step=160, power=2)
+    """,
+    inputs=1,
+    outputs=1,
+    devices=("cpu", "gpu"),
+    output_layout=lambda args, _: args["layout"],
+    args=[
+        Arg("nfft", int, None, "FFT size; the output has nfft // 2 + 1 bins. Defaults to window_length."),
+        Arg("window_length", int, 512, "Window size in samples."),
+        Arg("window_step", int, 256, "Step between windows in samples."),
+        Arg("window_fn", "float_list", None, "Window samples (window_length values); default Hann."),
+        Arg("power", int, 2, "Exponent of the magnitude: 1 (amplitude) or 2 (power).", choices=(1, 2)),
+        Arg("center_windows", bool, True, "Centre windows on multiples of window_step (padding the signal)."),
+        Arg("reflect_padding", bool, True, "Pad by reflecting the signal (True) or with zeros (False)."),
+        Arg("layout", str, "ft", "Output layout: 'ft' (frequency-major) or 'tf' (time-major).",
+            choices=("ft", "tf")),
+    ],
+)
+
+
+def _run(signals: list[torch.Tensor], nfft, window_length, window_step, window_fn, power, center_windows,
+         reflect_padding, layout) -> tuple[torch.Tensor, torch.Tensor]:
+    if window_length <= 0 or window_step <= 0:
+        raise ValueError(f"spectrogram: window_length and window_step must be > 0, got {window_length} and "
+                         f"{window_step}")
+    nfft = nfft or window_length
+    padded, lengths = pad_batch([s.float() if not s.is_floating_point() else s for s in signals])
+    window = torch.tensor(window_fn, dtype=padded.dtype, device=padded.device) if window_fn else None
+    spec, frames = stft_power(padded, lengths, nfft=nfft, window_length=window_length, window_step=window_step,
+                              window=window, power=power, center_windows=center_windows,
+                              reflect_padding=reflect_padding)
+    if layout == "ft":
+        spec = spec.transpose(1, 2)
+    return spec, frames
+
+
+@SCHEMA.sample_kernel("cpu")
+def spectrogram_cpu(ctx: SampleContext, audio: torch.Tensor, **args) -> torch.Tensor:
+    spec, _ = _run([as_signal(audio, "spectrogram")], **_own(args))
+    return spec[0].contiguous()
+
+
+@SCHEMA.batch_kernel("gpu")
+def spectrogram_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> Batch:
+    own = {k: args.const(k) for k in _ARGS}
+    layout = own["layout"]
+    spec, frames = _run([as_signal(s, "spectrogram") for s in audio], **own)
+    if len(audio) and bool((frames == frames.max()).all()):
+        return Batch.from_dense(spec.contiguous(), layout)
+    axis = 2 if layout == "ft" else 1
+    return Batch([spec[i].narrow(axis - 1, 0, int(f)) for i, f in enumerate(frames)], layout)
+
+
+_ARGS = ("nfft", "window_length", "window_step", "window_fn", "power", "center_windows", "reflect_padding",
+         "layout")
+
+
+def _own(args: dict) -> dict:
+    return {k: args[k] for k in _ARGS}
