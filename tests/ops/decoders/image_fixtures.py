@@ -69,9 +69,11 @@ def reference_rgb(data: bytes, mode: str = "RGB") -> np.ndarray:
     return arr[:, :, None] if arr.ndim == 2 else arr
 
 
-def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=(), seed: int = 1234, **kwargs):
+def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=(), seed: int = 1234,
+                ctx_device=None, **kwargs):
     """Run one decoder operator's kernel on one batch, the way the executor does (validated arguments, a
-    thread pool, per-sample seeded generators), without building a pipeline. ``extra`` are the further input
+    thread pool, per-sample seeded generators), without building a pipeline. ``ctx_device`` overrides the
+    context's device (cuda:0 for mixed) for tests that stand in for the GPU. ``extra`` are the further input
     batches (image_slice's anchor and shape) as lists of arrays. Returns the output Batch."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -88,7 +90,7 @@ def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=
     data = Batch([torch.frombuffer(bytearray(s), dtype=torch.uint8) if len(s) else torch.empty(0, dtype=torch.uint8)
                   for s in samples], source_info=sources)
     more = [Batch([torch.as_tensor(np.asarray(v, np.float32)) for v in b]) for b in extra]
-    dev = torch.device("cuda", 0) if device == "mixed" else torch.device("cpu")
+    dev = ctx_device or (torch.device("cuda", 0) if device == "mixed" else torch.device("cpu"))
     with ThreadPoolExecutor(2) as pool:
         ctx = BatchContext(name, n, list(sources or [""] * n), [""] * (1 + len(more)), dev, pool, seed=seed)
         out = op.run(ctx, data, *more, args=BatchArgs(const, {}, n))

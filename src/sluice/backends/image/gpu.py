@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -41,6 +40,9 @@ __all__ = ["GpuImageDecoder", "to_output_type_gpu", "nvimgcodec_module", "gpu_el
 logger = logging.getLogger(__name__)
 
 Roi = tuple[int, int, int, int]
+
+# torch.cuda, behind one name so that the scheduling and assembly logic can be exercised on the CPU in tests.
+_cuda = torch.cuda
 
 
 def nvimgcodec_module():
@@ -102,15 +104,14 @@ class GpuImageDecoder:
     measured speed of each path. ``cpu_load`` is the initial CPU share (None: a guess from the thread count).
     """
 
-    def __init__(self, device_id: int = 0, *, hw_decoder_load: float = 0.9, jpeg_fancy_upsampling: bool = False,
+    def __init__(self, device_id: int | torch.device = 0, *, hw_decoder_load: float = 0.9, jpeg_fancy_upsampling: bool = False,
                  use_fast_idct: bool = False, cpu_load: float | None = None, adaptive: bool | None = None,
                  num_cpu_threads: int = 4):
-        self.device = torch.device("cuda", device_id)
+        self.device = device_id if isinstance(device_id, torch.device) else torch.device("cuda", device_id)
         self.use_fast_idct = use_fast_idct
         self._nv = nvimgcodec_module()
         self._hw = None
         self._cuda = None
-        self._lock = threading.Lock()
         if self._nv is not None:
             nv = self._nv
             options = f":fancy_upsampling={int(bool(jpeg_fancy_upsampling))}"
@@ -127,15 +128,16 @@ class GpuImageDecoder:
             self._hw = None
         if cpu_load is None:
             cpu_load = min(0.35, 0.02 * num_cpu_threads)
-        hw = hw_decoder_load if has_hw else 0.0
-        gpu_total = 1.0 - cpu_load
-        initial = {"hw": gpu_total * hw, "cuda": gpu_total * (1 - hw), "cpu": cpu_load}
+        if not 0.0 <= hw_decoder_load <= 1.0:
+            raise ValueError(f"Invalid hw_decoder_load ({hw_decoder_load}). It must lie in [0, 1].")
         if adaptive is None:
             adaptive = os.environ.get("SLUICE_IMAGE_ADAPTIVE", "1") != "0"
-        self.scheduler = SplitScheduler({k: v for k, v in initial.items() if v > 0 or k == "cuda"},
-                                        adaptive=adaptive)
+        # GPU vs CPU follows measured speed; within the GPU, hardware engines vs CUDA follow hw_decoder_load
+        # (both run ordered on the pipeline's stream, so their times cannot be told apart by events).
+        self.scheduler = SplitScheduler({"gpu": 1.0 - cpu_load, "cpu": cpu_load}, adaptive=adaptive)
+        hw = hw_decoder_load if has_hw else 0.0
+        self.gpu_split = SplitScheduler({"hw": hw, "cuda": 1.0 - hw} if hw < 1.0 else {"hw": 1.0}, adaptive=False)
         self._gpu_threads = ThreadPoolExecutor(2, thread_name_prefix="sluice-gpu-decode")
-        self._streams = {"hw": torch.cuda.Stream(self.device), "cuda": torch.cuda.Stream(self.device)}
         self.last_split: dict[str, int] = {}
 
     @property
@@ -146,14 +148,18 @@ class GpuImageDecoder:
         return "nvImageCodec (hardware JPEG + CUDA nvJPEG)" if self._hw is not None else "nvImageCodec (CUDA nvJPEG)"
 
     def _hw_works(self) -> bool:
+        """Whether the hardware JPEG engines decode (a decoder limited to them returns an image)."""
         import simplejpeg
 
-        probe_img = simplejpeg.encode_jpeg(np.full((64, 64, 3), 128, np.uint8), quality=90, colorsubsampling="420")
+        nv = self._nv
+        probe_img = simplejpeg.encode_jpeg(np.full((256, 256, 3), 128, np.uint8), quality=90,
+                                           colorsubsampling="420")
         try:
-            out = self._hw.decode([probe_img])
+            only_hw = nv.Decoder(device_id=self.device.index, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY)])
+            out = only_hw.decode([probe_img])
             return bool(out) and out[0] is not None
         except Exception as exc:  # noqa: BLE001
-            logger.info("hardware JPEG decoding failed its probe (%s); using CUDA nvJPEG only", exc)
+            logger.info("hardware JPEG decoding is unavailable (%s); using CUDA nvJPEG only", exc)
             return False
 
     # --- the GPU paths ---------------------------------------------------------------------------------------
@@ -186,7 +192,7 @@ class GpuImageDecoder:
         srcs = [self._source(buf, roi) for buf, roi in zip(bufs, rois)]
         images = decoder.decode(srcs, params=params, cuda_stream=stream.cuda_stream)
         out = []
-        with torch.cuda.stream(stream):
+        with _cuda.stream(stream):
             for img in images:
                 if img is None:
                     out.append(None)
@@ -199,8 +205,9 @@ class GpuImageDecoder:
                             stream: torch.cuda.Stream) -> list[torch.Tensor | None]:
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in bufs]
-        with torch.cuda.stream(stream):
+        arrays = [np.asarray(b) for b in bufs]
+        data = [torch.from_numpy(a if a.flags.writeable else a.copy()) for a in arrays]
+        with _cuda.stream(stream):
             chw = decode_jpeg(data, mode=ImageReadMode.GRAY if gray else ImageReadMode.RGB, device=self.device)
             out = []
             for t, roi in zip(chw, rois):
@@ -211,10 +218,11 @@ class GpuImageDecoder:
                 out.append(hwc)
         return out
 
-    def _run_gpu_path(self, path: str, bufs, rois, gray: bool) -> tuple[list, torch.cuda.Event, float]:
-        stream = self._streams[path]
-        start = time.perf_counter()
-        with torch.cuda.device(self.device):
+    def _run_gpu_path(self, path: str, bufs, rois, gray: bool, stream: torch.cuda.Stream
+                      ) -> tuple[list, float]:
+        """Decode on one GPU path, ordered on ``stream`` (the pipeline's). nvImageCodec allocates and frees its
+        images in order on that stream too, so a freed image cannot be reused while the pipeline still reads it."""
+        with _cuda.device(self.device):
             try:
                 if self._nv is not None:
                     decoder = self._hw if path == "hw" else self._cuda
@@ -224,10 +232,10 @@ class GpuImageDecoder:
             except Exception as exc:  # noqa: BLE001 - the CPU retries each sample and names the bad file
                 logger.debug("%s path failed on a batch of %d (%s); retrying on the CPU", path, len(bufs), exc)
                 out = [None] * len(bufs)
-            event = torch.cuda.Event()
+            event = _cuda.Event()
             event.record(stream)
-            event.synchronize()
-        return out, event, time.perf_counter() - start
+            event.synchronize()  # for the scheduler's timing: the GPU work queued so far is done
+        return out, time.perf_counter()
 
     # --- the CPU paths ---------------------------------------------------------------------------------------
     @staticmethod
@@ -249,7 +257,7 @@ class GpuImageDecoder:
         here when absent). Returns CUDA HWC tensors (uint8; uint16 for 16-bit non-JPEG sources) on ``stream``
         (default: the current stream)."""
         n = len(data)
-        stream = stream or torch.cuda.current_stream(self.device)
+        stream = stream or _cuda.current_stream(self.device)
         sources = list(sources) if sources is not None else [""] * n
         rois = list(rois) if rois is not None else [None] * n
         bufs = [as_bytes(d) for d in data]
@@ -260,9 +268,15 @@ class GpuImageDecoder:
         for i in eligible:
             check_pixel_limit(infos[i].height, infos[i].width, source=sources[i], decoder=self.backend_name)
         others = sorted(set(range(n)) - set(eligible))
-        paths = self.scheduler.assign([_pixels(infos[i], rois[i]) for i in eligible])
+        weights = [_pixels(infos[i], rois[i]) for i in eligible]
         groups: dict[str, list[int]] = {"hw": [], "cuda": [], "cpu": []}
-        for i, p in zip(eligible, paths):
+        on_gpu = []
+        for i, wgt, p in zip(eligible, weights, self.scheduler.assign(weights)):
+            if p == "cpu":
+                groups["cpu"].append(i)
+            else:
+                on_gpu.append((i, wgt))
+        for (i, _), p in zip(on_gpu, self.gpu_split.assign([wgt for _, wgt in on_gpu])):
             groups[p].append(i)
         self.last_split = {k: len(v) for k, v in groups.items()}
         gray = output_type == "GRAY"
@@ -277,8 +291,9 @@ class GpuImageDecoder:
                 if roi is not None and o != 1:
                     roi = roi_in_stored(roi, o, info.height, info.width)
                 stored.append(roi)
-            return self._run_gpu_path(path, [bufs[i] for i in idx], stored, gray)
+            return self._run_gpu_path(path, [bufs[i] for i in idx], stored, gray, stream)
 
+        gpu_start = time.perf_counter()
         gpu_futures = {p: self._gpu_threads.submit(gpu_job, p) for p in ("hw", "cuda") if groups[p]}
 
         # CPU share of the eligible JPEGs: decode into one pinned buffer, then one copy.
@@ -291,7 +306,8 @@ class GpuImageDecoder:
             cpu_shapes.append((h, w, channels))
             offsets.append(total)
             total += h * w * channels
-        staging = torch.empty(total, dtype=torch.uint8, pin_memory=True) if total else None
+        staging = (torch.empty(total, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+                   if total else None)
         cpu_start = time.perf_counter()
 
         def cpu_jpeg(k: int) -> None:
@@ -324,8 +340,11 @@ class GpuImageDecoder:
             raise first_error
         if cpu_idx:
             self.scheduler.record("cpu", pixels=sum(h * w for h, w, _ in cpu_shapes), seconds=cpu_seconds)
+        if gpu_results:
+            self.scheduler.record("gpu", pixels=sum(_pixels(infos[i], rois[i]) for i, _ in on_gpu),
+                                  seconds=max(end for _, end in gpu_results.values()) - gpu_start)
 
-        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+        with _cuda.device(self.device), _cuda.stream(stream):
             if staging is not None:
                 dev = staging.to(self.device, non_blocking=True)
                 for k, i in enumerate(cpu_idx):
@@ -334,15 +353,12 @@ class GpuImageDecoder:
             for i, arr in zip(others, other_arrays):
                 out[i] = torch.from_numpy(arr).to(self.device, non_blocking=False)
             retry = []
-            for p, (tensors, event, seconds) in gpu_results.items():
-                stream.wait_event(event)
+            for p, (tensors, _) in gpu_results.items():
                 idx = groups[p]
-                self.scheduler.record(p, pixels=sum(_pixels(infos[i], rois[i]) for i in idx), seconds=seconds)
                 for i, t in zip(idx, tensors):
                     if t is None:
                         retry.append(i)
                         continue
-                    t.record_stream(stream)
                     o = infos[i].orientation if adjust_orientation else 1
                     t = apply_orientation(t, o) if o != 1 else t
                     if output_type not in ("RGB", "GRAY"):

@@ -209,8 +209,10 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                 from sluice.backends.image.gpu import GpuImageDecoder
 
                 a = self.spec.args
+                device = ctx.device if ctx.device.index is not None or ctx.device.type != "cuda" else \
+                    torch.device("cuda", 0)
                 self._decoder = GpuImageDecoder(
-                    ctx.device.index or 0, hw_decoder_load=a.get("hw_decoder_load", 0.9),
+                    device, hw_decoder_load=a.get("hw_decoder_load", 0.9),
                     jpeg_fancy_upsampling=a.get("jpeg_fancy_upsampling", False),
                     use_fast_idct=a.get("use_fast_idct", False), num_cpu_threads=max(1, self.spec.num_threads))
                 logger.info("%s (mixed) decodes with %s", op, self._decoder.backend_name)
@@ -234,8 +236,7 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                 rois.append(window(args.sample(i), h, w, rng, tuple(b[i].numpy() for b in extra)))
             decoder = self._get_decoder(ctx)
             images = decoder.decode(bufs, output_type=const["output_type"].name, adjust_orientation=adjust,
-                                    rois=rois, infos=infos, sources=sources, thread_pool=pool,
-                                    stream=torch.cuda.current_stream(ctx.device))
+                                    rois=rois, infos=infos, sources=sources, thread_pool=pool)
             return Batch([convert_image_dtype(t, const["dtype"]) for t in images], layout="HWC",
                          source_info=sources)
 

@@ -1,0 +1,126 @@
+"""device="mixed" decoders (nvImageCodec hardware + CUDA nvJPEG, or torchvision's nvJPEG, plus CPU share) against
+the CPU decoder (libjpeg-turbo / OpenCV / Pillow). Run on a CUDA machine.
+
+Tolerances, nvJPEG vs libjpeg-turbo on the same JPEG (smooth pattern + noise, quality 90-95):
+* with ``jpeg_fancy_upsampling=True`` (both upsample chroma the same way; only the IDCTs differ): mean absolute
+  difference <= 1.0 level, max <= 12;
+* default (nvJPEG's plain chroma upsampling): mean <= 2.0, max <= 40 (at chroma edges);
+* lossless formats and the samples the scheduler gives to the CPU: exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from image_fixtures import cmyk_jpeg, encode, pattern, run_decoder, with_orientation
+from sluice import types
+from sluice.errors import SampleError
+
+pytestmark = pytest.mark.cuda
+
+
+def _jpegs(n: int = 12):
+    out = []
+    for i in range(n):
+        img = pattern(64 + 8 * i, 96 + 4 * i, seed=i)
+        out.append(encode(img, "JPEG", quality=90 + (i % 6), subsampling=i % 3))
+    return out
+
+
+def _diff(gpu: torch.Tensor, cpu: torch.Tensor) -> tuple[float, int]:
+    d = (gpu.cpu().to(torch.int32) - cpu.to(torch.int32)).abs()
+    return d.float().mean().item(), int(d.max())
+
+
+def _check(mixed, cpu, mean_tol, max_tol):
+    assert mixed.device == "gpu" and len(mixed) == len(cpu)
+    for i in range(len(cpu)):
+        t = mixed[i]
+        assert t.is_cuda and t.dtype == cpu[i].dtype and t.is_contiguous() and t.shape == cpu[i].shape, i
+        mean, mx = _diff(t, cpu[i])
+        assert mean <= mean_tol and mx <= max_tol, (i, mean, mx)
+
+
+@pytest.mark.parametrize("fancy,mean_tol,max_tol", [(True, 1.0, 12), (False, 2.0, 40)])
+def test_mixed_jpeg_matches_cpu(fancy, mean_tol, max_tol):
+    data = _jpegs()
+    gpu = run_decoder("decoders.image", data, device="mixed", jpeg_fancy_upsampling=fancy)
+    _check(gpu, run_decoder("decoders.image", data), mean_tol, max_tol)
+
+
+def test_mixed_other_formats_and_fallbacks_exact():
+    img = pattern(40, 56)
+    data = [encode(img, "PNG"), encode(img, "WEBP", lossless=True), encode(img, "BMP"), encode(img, "TIFF"),
+            encode(img, "GIF"), encode(img, "JPEG", progressive=True), cmyk_jpeg(img),
+            encode(pattern(20, 30, 1)[:, :, 0], "PNG")]
+    gpu = run_decoder("decoders.image", data, device="mixed")
+    cpu = run_decoder("decoders.image", data)
+    _check(gpu, cpu, 0.0, 0)  # all of these take the CPU path inside mixed: identical
+
+
+@pytest.mark.parametrize("output_type", [types.GRAY, types.BGR, types.YCbCr])
+def test_mixed_output_types(output_type):
+    data = _jpegs(6)
+    gpu = run_decoder("decoders.image", data, device="mixed", output_type=output_type, jpeg_fancy_upsampling=True)
+    cpu = run_decoder("decoders.image", data, output_type=output_type)
+    _check(gpu, cpu, 1.5, 16)
+
+
+def test_mixed_float_and_orientation():
+    img = pattern(48, 64)
+    data = [with_orientation(img, o, "JPEG", quality=95) for o in range(1, 9)]
+    gpu = run_decoder("decoders.image", data, device="mixed", dtype=types.FLOAT, jpeg_fancy_upsampling=True)
+    cpu = run_decoder("decoders.image", data, dtype=types.FLOAT)
+    for i in range(8):
+        assert gpu[i].dtype == torch.float32 and gpu[i].shape == cpu[i].shape
+        assert (gpu[i].cpu() - cpu[i]).abs().mean().item() <= 1.0 / 255
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+def test_mixed_crop_decodes_the_same_window(orientation):
+    img = pattern(96, 128)
+    data = [with_orientation(img, orientation, "JPEG", quality=95, subsampling=0)] * 4
+    kw = dict(crop=(40, 56), crop_pos_x=0.25, crop_pos_y=0.75)
+    gpu = run_decoder("decoders.image_crop", data, device="mixed", jpeg_fancy_upsampling=True, **kw)
+    _check(gpu, run_decoder("decoders.image_crop", data, **kw), 1.0, 12)
+    rc = dict(random_area=[0.2, 0.6], seed=3)
+    gpu = run_decoder("decoders.image_random_crop", data, device="mixed", jpeg_fancy_upsampling=True, **rc)
+    _check(gpu, run_decoder("decoders.image_random_crop", data, **rc), 1.0, 12)
+    sl = dict(extra=([[0.1, 0.2]] * 4, [[0.5, 0.4]] * 4))
+    gpu = run_decoder("decoders.image_slice", data, device="mixed", jpeg_fancy_upsampling=True, **sl)
+    _check(gpu, run_decoder("decoders.image_slice", data, **sl), 1.0, 12)
+
+
+def test_split_scheduler_uses_every_path():
+    from sluice.backends.image import decode
+    from sluice.backends.image.gpu import GpuImageDecoder
+
+    data = _jpegs(48)
+    dec = GpuImageDecoder(0, cpu_load=0.25, adaptive=False, jpeg_fancy_upsampling=True)
+    try:
+        for _ in range(3):
+            out = dec.decode(data)
+            assert dec.last_split["cpu"] > 0 and dec.last_split["cuda"] + dec.last_split["hw"] > 0
+        torch.cuda.current_stream().synchronize()
+        for d, t in zip(data, out):
+            ref = torch.from_numpy(decode(d))
+            assert _diff(t, ref)[0] <= 1.0
+    finally:
+        dec.close()
+
+
+def test_mixed_bad_input_raises_naming_the_file():
+    good = encode(pattern(64, 64), "JPEG")
+    bad_entropy = bytearray(good)
+    sos = bad_entropy.find(b"\xff\xda")
+    bad_entropy[sos + 20: sos + 60] = b"\xff\xd0" * 20
+    cases = {"empty": b"", "truncated": good[: len(good) // 2], "unknown image format": b"\x01" * 100,
+             "corrupt": bytes(bad_entropy)}
+    for reason, data in cases.items():
+        with pytest.raises((SampleError, ValueError)) as err:
+            run_decoder("decoders.image", [good, data, good], device="mixed",
+                        sources=["/d/a.jpg", "/d/bad.jpg", "/d/c.jpg"])
+        msg = str(err.value)
+        assert "/d/bad.jpg" in msg and reason in msg, msg

@@ -1,0 +1,149 @@
+"""The mixed decoder's batch logic (routing, split scheduling, pinned staging, region mapping under EXIF
+orientation, CPU retry, output assembly) run on the CPU: torch.cuda is replaced by no-op streams and torchvision's
+batched nvJPEG by a stand-in that decodes with libjpeg-turbo and returns CHW tensors as torchvision does.
+The real GPU is exercised by test_image_gpu.py (cuda mark)."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import sys
+import types as pytypes
+
+import numpy as np
+import pytest
+import simplejpeg
+import torch
+
+from image_fixtures import cmyk_jpeg, encode, pattern, run_decoder, with_orientation
+from sluice import types
+from sluice.backends.image import decode, gpu
+from sluice.backends.image.gpu import GpuImageDecoder, to_output_type_gpu
+from sluice.backends.image.cpu import to_output_type
+
+
+class _FakeCuda:
+    class Event:
+        def record(self, stream=None):
+            pass
+
+        def synchronize(self):
+            pass
+
+    @staticmethod
+    def current_stream(device=None):
+        return pytypes.SimpleNamespace(cuda_stream=0)
+
+    @staticmethod
+    def stream(s):
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def device(d):
+        return contextlib.nullcontext()
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    calls = {"batches": [], "fail": False}
+
+    class ImageReadMode(enum.Enum):
+        RGB = "RGB"
+        GRAY = "GRAY"
+
+    def decode_jpeg(data, mode, device):
+        assert isinstance(data, list) and all(t.dtype == torch.uint8 for t in data)
+        calls["batches"].append(len(data))
+        if calls["fail"]:
+            raise RuntimeError("nvjpeg: bitstream not supported")
+        out = []
+        for t in data:
+            arr = simplejpeg.decode_jpeg(t.numpy(), colorspace="GRAY" if mode is ImageReadMode.GRAY else "RGB")
+            out.append(torch.from_numpy(arr).permute(2, 0, 1).contiguous())
+        return out
+
+    io_mod = pytypes.ModuleType("torchvision.io")
+    io_mod.decode_jpeg, io_mod.ImageReadMode = decode_jpeg, ImageReadMode
+    tv = pytypes.ModuleType("torchvision")
+    tv.io = io_mod
+    monkeypatch.setitem(sys.modules, "torchvision", tv)
+    monkeypatch.setitem(sys.modules, "torchvision.io", io_mod)
+    monkeypatch.setattr(gpu, "_cuda", _FakeCuda)
+    monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: None)
+    return calls
+
+
+def _jpegs(n):
+    return [encode(pattern(40 + 4 * i, 56 + 2 * i, seed=i), "JPEG", quality=90, subsampling=i % 3) for i in range(n)]
+
+
+def test_split_and_assembly(fake_gpu):
+    data = _jpegs(12) + [encode(pattern(30, 20), "PNG"), cmyk_jpeg(pattern(16, 16)),
+                         encode(pattern(20, 20), "JPEG", progressive=True)]
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.4, adaptive=False)
+    out = dec.decode(data)
+    assert dec.last_split["cpu"] > 0 and dec.last_split["cuda"] > 0 and dec.last_split["hw"] == 0
+    assert dec.last_split["cpu"] + dec.last_split["cuda"] == 12  # PNG, CMYK and progressive are not GPU work
+    assert fake_gpu["batches"] == [dec.last_split["cuda"]]  # one batched call, not one per sample
+    for d, t in zip(data, out):
+        assert t.is_contiguous() and t.dtype == torch.uint8
+        np.testing.assert_array_equal(t.numpy(), decode(d))
+    dec.close()
+
+
+def test_truncated_jpeg_is_not_sent_to_the_gpu(fake_gpu):
+    good = _jpegs(1)[0]
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, adaptive=False)
+    with pytest.raises(ValueError, match="'t.jpg'.*truncated"):
+        dec.decode([good, good[:-200]], sources=["g.jpg", "t.jpg"])
+    assert fake_gpu["batches"] == [1]
+
+
+def test_gpu_failure_retries_on_cpu_and_names_the_file(fake_gpu):
+    data = _jpegs(4)
+    fake_gpu["fail"] = True
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, adaptive=False)
+    out = dec.decode(data)
+    for d, t in zip(data, out):
+        np.testing.assert_array_equal(t.numpy(), decode(d))
+    bad = bytearray(data[0])
+    sos = bad.find(b"\xff\xda")
+    bad[sos + 20: sos + 60] = b"\xff\xd0" * 20
+    with pytest.raises(ValueError, match="'bad.jpg' with simplejpeg"):
+        dec.decode([data[1], bytes(bad)], sources=["ok.jpg", "bad.jpg"])
+
+
+def test_scheduler_adapts_to_cpu_speed(fake_gpu):
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.5, adaptive=True)
+    before = dec.scheduler.shares["cpu"]
+    for _ in range(3):
+        dec.decode(_jpegs(8))
+    assert dec.scheduler.shares["cpu"] != before  # measured, not the initial guess
+
+
+@pytest.mark.parametrize("orientation", [1, 2, 5, 6, 7, 8])
+@pytest.mark.parametrize("op,kw", [
+    ("decoders.image_crop", dict(crop=(20, 28), crop_pos_x=0.2, crop_pos_y=0.9)),
+    ("decoders.image_random_crop", dict(random_area=[0.2, 0.5], seed=11)),
+    ("decoders.image", dict(output_type=types.YCbCr)),
+    ("decoders.image", dict(output_type=types.GRAY, dtype=types.FLOAT)),
+])
+def test_mixed_operator_matches_cpu_operator(fake_gpu, orientation, op, kw):
+    img = pattern(48, 64)
+    data = [with_orientation(img, orientation, "JPEG", quality=95)] * 3 + [encode(img, "PNG")]
+    mixed = run_decoder(op, data, device="mixed", ctx_device=torch.device("cpu"), **kw)
+    cpu = run_decoder(op, data, **kw)
+    assert mixed.layout() == "HWC"
+    for i in range(len(data)):
+        assert mixed[i].shape == cpu[i].shape and mixed[i].dtype == cpu[i].dtype
+        tol = 1.0 / 255 if mixed[i].dtype == torch.float32 else 1
+        assert (mixed[i].double() - cpu[i].double()).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("output_type", ["RGB", "BGR", "GRAY", "YCbCr"])
+def test_torch_color_conversion_matches_numpy(output_type):
+    for img in (pattern(9, 7), pattern(9, 7, 1)):
+        ref = to_output_type(img, output_type)
+        got = to_output_type_gpu(torch.from_numpy(img), output_type).numpy()
+        assert got.shape == ref.shape
+        assert np.abs(got.astype(int) - ref.astype(int)).max() <= 1
