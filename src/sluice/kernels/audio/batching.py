@@ -8,13 +8,13 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from sluice.pipeline.batch import Batch
 
-__all__ = ["pad_stack", "unpad", "make_batch", "as_signal"]
+__all__ = ["pad_stack", "unpad", "make_batch", "as_signal", "contract_batch"]
 
 
 def pad_stack(samples: Sequence[torch.Tensor], fill: float = 0.0) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
@@ -55,3 +55,24 @@ def as_signal(sample: torch.Tensor, op: str) -> torch.Tensor:
         return sample.reshape(-1)
     raise ValueError(f"{op}: expected a one-channel signal of shape (n,), (n, 1) or (1, n), got "
                      f"{tuple(sample.shape)}; downmix it first (decoders.audio(downmix=True))")
+
+
+def contract_batch(batch: Batch, axis_of: Callable[[int], int],
+                   matrix_for: Callable[[int, torch.Tensor], torch.Tensor], op: str) -> Batch:
+    """Multiply one axis of every sample by a matrix (mel filters, DCT) as one product over the padded batch.
+
+    ``axis_of(ndim)`` gives the contracted axis of a sample; ``matrix_for(extent, x)`` the ``(out, extent)``
+    matrix (on ``x``'s device and dtype). Samples must share the extent of that axis."""
+    from sluice.kernels.audio.spectral import apply_matrix
+
+    if not len(batch):
+        return Batch([], batch.layout())
+    dense, shapes = pad_stack(list(batch))
+    axis = axis_of(dense.dim() - 1)
+    extents = sorted({s[axis] for s in shapes})
+    if len(extents) != 1:
+        raise ValueError(f"{op}: all samples of a batch must have the same extent along axis {axis}, got {extents}")
+    x = dense if dense.dtype == torch.float64 else dense.float()
+    m = matrix_for(extents[0], x)
+    out = apply_matrix(x, m, axis + 1)
+    return make_batch(out, [s[:axis] + (m.shape[0],) + s[axis + 1:] for s in shapes], batch.layout())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sluice.kernels.audio.batching import make_batch, pad_stack
+from sluice.kernels.audio.batching import contract_batch
 from sluice.kernels.audio.spectral import apply_matrix, mel_matrix
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
@@ -68,15 +68,6 @@ def mel_filter_bank_cpu(ctx: SampleContext, spec: torch.Tensor, **args) -> torch
 
 @SCHEMA.batch_kernel("gpu")
 def mel_filter_bank_gpu(ctx: BatchContext, spec: Batch, *, args: BatchArgs) -> Batch:
-    if not len(spec):
-        return Batch([], spec.layout())
     a = {k: args.const(k) for k in _ARGS}
-    dense, shapes = pad_stack(list(spec))
-    axis = frequency_axis(spec.layout(), dense.dim() - 1, "mel_filter_bank")
-    if len({s[axis] for s in shapes}) != 1:
-        raise ValueError("mel_filter_bank: all spectrograms of a batch must have the same number of bins, got "
-                         f"{sorted({s[axis] for s in shapes})}")
-    x = dense if dense.dtype == torch.float64 else dense.float()
-    out = apply_matrix(x, _filters(shapes[0][axis], x, a), axis + 1)
-    new_shapes = [s[:axis] + (a["nfilter"],) + s[axis + 1:] for s in shapes]
-    return make_batch(out, new_shapes, spec.layout())
+    return contract_batch(spec, lambda ndim: frequency_axis(spec.layout(), ndim, "mel_filter_bank"),
+                          lambda nbins, x: _filters(nbins, x, a), "mel_filter_bank")

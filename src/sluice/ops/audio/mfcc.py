@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sluice.kernels.audio.batching import make_batch, pad_stack
+from sluice.kernels.audio.batching import contract_batch
 from sluice.kernels.audio.spectral import apply_matrix, dct_matrix, lifter_weights
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
@@ -36,15 +36,19 @@ SCHEMA = OpSchema(
 )
 
 
-def _mfcc(x: torch.Tensor, axis: int, a: dict) -> torch.Tensor:
-    x = x if x.dtype == torch.float64 else x.float()
-    n_in = x.shape[axis]
+def _matrix(n_in: int, x: torch.Tensor, a: dict) -> torch.Tensor:
+    """The liftered DCT rows, ``(n_mfcc, n_in)``."""
     if a["n_mfcc"] > n_in:
         raise ValueError(f"mfcc: n_mfcc ({a['n_mfcc']}) is larger than the {n_in} values along axis {a['axis']}")
     m = dct_matrix(a["n_mfcc"], n_in, a["dct_type"], a["normalize"], dtype=x.dtype, device=x.device)
     if a["lifter"]:
         m = m * lifter_weights(a["n_mfcc"], a["lifter"], x.dtype, x.device)[:, None]
-    return apply_matrix(x, m, axis)
+    return m
+
+
+def _mfcc(x: torch.Tensor, axis: int, a: dict) -> torch.Tensor:
+    x = x if x.dtype == torch.float64 else x.float()
+    return apply_matrix(x, _matrix(x.shape[axis], x, a), axis)
 
 
 def _axis(axis: int, ndim: int) -> int:
@@ -64,13 +68,5 @@ def mfcc_cpu(ctx: SampleContext, x: torch.Tensor, **args) -> torch.Tensor:
 
 @SCHEMA.batch_kernel("gpu")
 def mfcc_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> Batch:
-    if not len(x):
-        return Batch([], x.layout())
     a = {k: args.const(k) for k in _ARGS}
-    dense, shapes = pad_stack(list(x))
-    axis = _axis(a["axis"], dense.dim() - 1)
-    if len({s[axis] for s in shapes}) != 1:
-        raise ValueError("mfcc: all samples of a batch must have the same extent along the DCT axis, got "
-                         f"{sorted({s[axis] for s in shapes})}")
-    out = _mfcc(dense, axis + 1, a)
-    return make_batch(out, [s[:axis] + (a["n_mfcc"],) + s[axis + 1:] for s in shapes], x.layout())
+    return contract_batch(x, lambda ndim: _axis(a["axis"], ndim), lambda n, t: _matrix(n, t, a), "mfcc")
