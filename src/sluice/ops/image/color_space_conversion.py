@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from sluice import types
-from sluice.ops.tensor._util import convert_saturate, map_groups
-from sluice.pipeline.batch import Batch
+from sluice.ops.image._color_affine import affine_channels, triton_available
+from sluice.ops.tensor._util import convert_saturate, map_groups, to_batch
 from sluice.schema import REQUIRED, Arg, OpSchema
 
 __all__ = ["convert_color"]
@@ -80,24 +80,55 @@ def convert_color(x: torch.Tensor, image_type: types.DALIImageType, output_type:
         return x.clone()
     if {image_type, output_type} <= {types.RGB, types.BGR} and out_dtype == x.dtype:
         return x.flip(-1).contiguous()
-    scale_in = types.max_value(x.dtype)
-    xf = x.to(torch.float32) / scale_in
-    # Integer data: offsets are exactly 16 and 128 of 255 (DALI's uint8 path); float data: 1/16 and 1/2.
-    y_off, mid = (0.0625, 0.5) if x.dtype.is_floating_point else (16.0 / 255.0, 128.0 / 255.0)
-    if image_type is types.GRAY and output_type is types.YCbCr:
-        y = xf * _Y_SCALE + y_off
-        out = torch.cat([y, torch.full_like(y, mid), torch.full_like(y, mid)], -1)
-    elif image_type is types.YCbCr and output_type is types.GRAY:
-        out = (xf[..., :1] - y_off) / _Y_SCALE
-    else:
-        out = _from_rgb(_to_rgb(xf, image_type, y_off, mid), output_type, y_off, mid)
+    xf = x.to(torch.float32) / types.max_value(x.dtype)
+    out = _normalized(xf, image_type, output_type, x.dtype.is_floating_point)
     if out_dtype.is_floating_point:
         return out.to(out_dtype)
     return convert_saturate(out * types.max_value(out_dtype), out_dtype)
 
 
+def _normalized(xf: torch.Tensor, src: types.DALIImageType, dst: types.DALIImageType,
+                float_input: bool) -> torch.Tensor:
+    """The conversion on values normalised to [0, 1]."""
+    # Integer data: offsets are exactly 16 and 128 of 255 (DALI's uint8 path); float data: 1/16 and 1/2.
+    y_off, mid = (0.0625, 0.5) if float_input else (16.0 / 255.0, 128.0 / 255.0)
+    if src is types.GRAY and dst is types.YCbCr:
+        y = xf * _Y_SCALE + y_off
+        return torch.cat([y, torch.full_like(y, mid), torch.full_like(y, mid)], -1)
+    if src is types.YCbCr and dst is types.GRAY:
+        return (xf[..., :1] - y_off) / _Y_SCALE
+    return _from_rgb(_to_rgb(xf, src, y_off, mid), dst, y_off, mid)
+
+
+def affine_of(src: types.DALIImageType, dst: types.DALIImageType, in_dtype: torch.dtype,
+              out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The conversion as ``out = M @ in + o`` on raw values of the given types (every conversion here is
+    affine): M is C_out x C_in, o is C_out (float64), read off by converting the origin and the unit vectors."""
+    c_in = src.channels
+    points = torch.cat([torch.zeros(1, c_in, dtype=torch.float64), torch.eye(c_in, dtype=torch.float64)])
+    values = _normalized(points, src, dst, in_dtype.is_floating_point)
+    o = values[0]
+    m = (values[1:] - o).T
+    scale_out = types.max_value(out_dtype)
+    return m * (scale_out / types.max_value(in_dtype)), o * scale_out
+
+
 def _run_batch(images, image_type, output_type, dtype=None):
+    """On CUDA with Triton: the conversion as one affine map, one launch for a dense batch. Otherwise one torch
+    call per group of equally shaped samples."""
     out_dtype = _torch_dtype(dtype)
+    samples = list(images.samples)
+    if samples and triton_available(samples[0]) and image_type in _SUPPORTED and output_type in _SUPPORTED:
+        for x in samples:
+            if x.dim() == 0 or x.shape[-1] != image_type.channels:
+                raise ValueError(f"color_space_conversion: image_type={image_type!r} needs {image_type.channels} "
+                                 f"channel(s) in the last dimension; got shape {tuple(x.shape)}")
+        out_dtype = out_dtype or samples[0].dtype
+        m, o = affine_of(image_type, output_type, samples[0].dtype, out_dtype)
+        n = len(samples)
+        dev = samples[0].device
+        return affine_channels(samples, m.expand(n, *m.shape).to(dev), o.expand(n, *o.shape).to(dev), out_dtype,
+                               image_type.channels, output_type.channels, images.dense)
     return map_groups(list(images.samples), lambda s, _: convert_color(s, image_type, output_type, out_dtype),
                       images.dense)
 
@@ -134,4 +165,4 @@ def color_space_conversion_cpu(ctx, image, *, image_type, output_type, dtype, **
 @SCHEMA.batch_kernel("gpu")
 def color_space_conversion_gpu(ctx, images, *, args):
     out = _run_batch(images, args.const("image_type"), args.const("output_type"), args.const("dtype"))
-    return Batch(out, images.layout())
+    return to_batch(out, images.layout())

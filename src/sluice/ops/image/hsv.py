@@ -19,7 +19,8 @@ import math
 import torch
 
 from sluice import types
-from sluice.ops.tensor._util import arg_tensor, convert_saturate, map_groups
+from sluice.ops.image._color_affine import affine_channels, triton_available
+from sluice.ops.tensor._util import arg_tensor, convert_saturate, map_groups, to_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -81,7 +82,8 @@ def _per_sample(values, n, default, dev):
 
 def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None, contrast=None, dtype=None,
                image_type=types.RGB):
-    """Shared batch path of the four operators: matrices for the whole batch, one bmm per shape group."""
+    """Shared batch path of the four operators: a matrix per sample; on CUDA with Triton one launch for a dense
+    batch, otherwise one bmm per group of equally shaped samples. Returns a dense tensor or a list."""
     samples = list(images.samples)
     if not samples:
         return []
@@ -97,13 +99,19 @@ def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None
     mats = color_matrix(h, s, v, b, c, bgr=image_type == types.BGR)
     dev = samples[0].device
     mats = mats.to(dev, torch.float32)
+    half = 0.5 if samples[0].dtype.is_floating_point else 128.0
+    offsets = ((half - half * c) * b).to(dev)
+    out_dtype = samples[0].dtype if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
+    if triton_available(samples[0]):
+        for x in samples:
+            if x.dim() == 0 or x.shape[-1] != 3:
+                raise ValueError(f"expected 3 channels in the last dimension (RGB/BGR, channel-last layout), got "
+                                 f"shape {tuple(x.shape)}")
+        return affine_channels(samples, mats, offsets.reshape(n, 1).expand(n, 3), out_dtype, 3, 3, images.dense)
 
     def run(stack, idx):
         ix = torch.tensor(idx, device=dev)
-        hr = 0.5 if stack.dtype.is_floating_point else 128.0
-        off = ((hr - hr * c[idx]) * b[idx]).to(dev)
-        out_dtype = stack.dtype if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
-        return apply_color_matrix(stack, mats[ix], off, out_dtype)
+        return apply_color_matrix(stack, mats[ix], offsets[ix], out_dtype)
 
     return map_groups(samples, run, images.dense)
 
@@ -177,7 +185,7 @@ def _sample(image, args: dict):
 def _batch(images, args):
     per = {k: args[k] for k in _PARAMS if k in args}
     image_type = args.const("image_type") if "image_type" in args else types.RGB
-    return Batch(_run_batch(images, dtype=args.const("dtype"), image_type=image_type, **per), images.layout())
+    return to_batch(_run_batch(images, dtype=args.const("dtype"), image_type=image_type, **per), images.layout())
 
 
 def color_matrix_cpu(ctx, image, **a):

@@ -10,8 +10,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from sluice.pipeline.batch import Batch
+
 __all__ = [
     "convert_saturate", "half_range", "resolve_axes", "arg_tensor", "group_by_shape", "map_groups", "as_float_list",
+    "to_batch",
 ]
 
 
@@ -126,3 +129,10 @@ def map_groups(samples: Sequence[torch.Tensor],
             for k, t in enumerate(res.unbind(0)):
                 out[idx[k]] = t
     return out
+
+
+def to_batch(result: torch.Tensor | Sequence[torch.Tensor], layout: str = "") -> Batch:
+    """A kernel's result as a Batch: a dense N x ... tensor stays dense, a list of samples stays a list."""
+    if isinstance(result, torch.Tensor):
+        return Batch.from_dense(result, layout)
+    return Batch(list(result), layout)

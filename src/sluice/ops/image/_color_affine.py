@@ -1,0 +1,106 @@
+"""One Triton kernel for every colour operator on the GPU: a per-sample affine map of the channels,
+``out[p] = M @ in[p] + offset`` (M is C_out x C_in with C in {1, 3}), then DALI's rounding (to nearest, ties to
+even) and clamping for integer outputs.
+
+brightness/contrast are the 1 x 1 case over every element; hsv, hue, saturation and color_twist are 3 x 3;
+colour space conversions are 3 x 3, 1 x 3 (to gray) or 3 x 1 (from gray), with the input and output type ranges
+folded into M and the offset. A dense batch is one launch; samples of a ragged batch are launched one by one
+(no copies). Without Triton (or on the CPU) the operators use their torch path, which computes the same values.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["triton_available", "affine_channels"]
+
+try:  # Triton is optional: present on GPU machines, absent on CPU-only installs
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - depends on the installation
+    triton = None
+    tl = None
+
+_SUPPORTED = (torch.uint8, torch.int8, torch.uint16, torch.int16, torch.int32, torch.float16, torch.bfloat16,
+              torch.float32)
+
+
+def triton_available(x: torch.Tensor) -> bool:
+    """Whether the Triton kernel can run on ``x`` (a CUDA tensor of a supported type, Triton installed)."""
+    return triton is not None and x.is_cuda and x.dtype in _SUPPORTED
+
+
+if triton is not None:
+    @triton.jit
+    def _round_half_even(v):
+        r = tl.floor(v + 0.5)
+        tie = (r - v) == 0.5
+        odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+        return tl.where(tie & odd, r - 1.0, r)
+
+    @triton.jit
+    def _affine_kernel(x_ptr, m_ptr, o_ptr, y_ptr, P, lo, hi, C_IN: tl.constexpr, C_OUT: tl.constexpr,
+                       OUT_INT: tl.constexpr, BLOCK: tl.constexpr):
+        n = tl.program_id(1)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < P
+        x_base = x_ptr + n.to(tl.int64) * P * C_IN
+        y_base = y_ptr + n.to(tl.int64) * P * C_OUT
+        m_base = m_ptr + n * (C_OUT * C_IN)
+        o_base = o_ptr + n * C_OUT
+        x0 = tl.load(x_base + offs * C_IN, mask=mask, other=0).to(tl.float32)
+        if C_IN == 3:
+            x1 = tl.load(x_base + offs * C_IN + 1, mask=mask, other=0).to(tl.float32)
+            x2 = tl.load(x_base + offs * C_IN + 2, mask=mask, other=0).to(tl.float32)
+        for co in tl.static_range(C_OUT):
+            acc = tl.load(o_base + co) + tl.load(m_base + co * C_IN) * x0
+            if C_IN == 3:
+                acc += tl.load(m_base + co * C_IN + 1) * x1
+                acc += tl.load(m_base + co * C_IN + 2) * x2
+            if OUT_INT:
+                acc = tl.minimum(tl.maximum(_round_half_even(acc), lo), hi)
+            tl.store(y_base + offs * C_OUT + co, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch(x: torch.Tensor, m: torch.Tensor, o: torch.Tensor, out: torch.Tensor, c_in: int, c_out: int) -> None:
+    n = x.shape[0]
+    p = x[0].numel() // c_in if n else 0
+    if n == 0 or p == 0:
+        return
+    out_int = not out.dtype.is_floating_point
+    lo, hi = (float(torch.iinfo(out.dtype).min), float(torch.iinfo(out.dtype).max)) if out_int else (0.0, 0.0)
+    block = 1024
+    grid = (triton.cdiv(p, block), n)
+    _affine_kernel[grid](x, m, o, out, p, lo, hi, C_IN=c_in, C_OUT=c_out, OUT_INT=out_int, BLOCK=block)
+
+
+def affine_channels(samples: list[torch.Tensor], matrices: torch.Tensor, offsets: torch.Tensor,
+                    out_dtype: torch.dtype, c_in: int, c_out: int, dense: torch.Tensor | None = None
+                    ) -> list[torch.Tensor] | torch.Tensor:
+    """Apply ``matrices[i]`` (C_out x C_in, float32) and ``offsets[i]`` (C_out) to the channel-last sample ``i``.
+    ``c_in == c_out == 1`` treats every element as a pixel (layout-agnostic pointwise ops). Returns the dense
+    N x ... output when ``dense`` (the batch as one contiguous tensor) is given, else a list of samples.
+
+    Example::
+
+        out = affine_channels([img], torch.eye(3)[None] * 1.2, torch.zeros(1, 3), torch.uint8, 3, 3)
+    """
+    if out_dtype not in _SUPPORTED:
+        raise ValueError(f"colour kernel: output type {out_dtype} is not supported; supported: {_SUPPORTED}")
+    m = matrices.to(torch.float32).contiguous()
+    o = offsets.to(torch.float32).contiguous()
+
+    def out_shape(shape):
+        return (*shape[:-1], c_out) if c_in != 1 or c_out != 1 else tuple(shape)
+
+    if dense is not None and dense.is_contiguous():
+        out = torch.empty(out_shape(dense.shape), dtype=out_dtype, device=dense.device)
+        _launch(dense, m, o, out, c_in, c_out)
+        return out
+    result = []
+    for i, s in enumerate(samples):
+        s = s.contiguous()
+        out = torch.empty(out_shape(s.shape), dtype=out_dtype, device=s.device)
+        _launch(s.unsqueeze(0), m[i:i + 1], o[i:i + 1], out.unsqueeze(0), c_in, c_out)
+        result.append(out)
+    return result
