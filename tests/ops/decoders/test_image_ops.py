@@ -127,3 +127,28 @@ def test_unknown_argument_is_explained():
         run_decoder("decoders.image", [PNG], output_typ=types.RGB)
     with pytest.raises(ArgumentError, match="dtype"):
         run_decoder("decoders.image", [PNG], dtype=types.INT8)
+
+
+def test_pipeline_reader_to_decoder_names_the_bad_file(tmp_path):
+    from sluice import fn, pipeline_def
+    from sluice.errors import PipelineError
+
+    for c in range(2):
+        (tmp_path / f"c{c}").mkdir()
+        for i in range(3):
+            (tmp_path / f"c{c}" / f"{i}.png").write_bytes(encode(pattern(10 + i, 12, seed=c), "PNG"))
+    (tmp_path / "c1" / "zz_bad.jpg").write_bytes(JPG[:100])
+
+    @pipeline_def(batch_size=4, num_threads=2, device_id=None, seed=1)
+    def pipe():
+        files, labels = fn.readers.file(file_root=str(tmp_path))
+        return fn.decoders.image(files, device="cpu"), fn.peek_image_shape(files), labels
+
+    p = pipe()
+    p.build()
+    images, shapes, labels = p.run()
+    assert images.layout() == "HWC" and images.shape() == [(10, 12, 3), (11, 12, 3), (12, 12, 3), (10, 12, 3)]
+    assert [tuple(s.tolist()) for s in shapes.samples] == images.shape()
+    np.testing.assert_array_equal(images.at(3), pattern(10, 12, seed=1))
+    with pytest.raises(PipelineError, match=r"zz_bad\.jpg.*(truncated|corrupt)"):
+        p.run()

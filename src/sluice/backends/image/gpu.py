@@ -115,13 +115,15 @@ class GpuImageDecoder:
         if self._nv is not None:
             nv = self._nv
             options = f":fancy_upsampling={int(bool(jpeg_fancy_upsampling))}"
+            # nvImageCodec's own host threads (bitstream parsing): few, the pipeline's threads decode on the CPU.
+            host_threads = max(2, num_cpu_threads // 4)
             try:
-                self._hw = nv.Decoder(device_id=device_id, options=options,
+                self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads, options=options,
                                       backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=1.0),
                                                 nv.Backend(nv.BackendKind.GPU_ONLY)])
             except Exception as exc:  # noqa: BLE001 - no hardware engine on this GPU
                 logger.info("nvImageCodec hardware JPEG decoder unavailable (%s)", exc)
-            self._cuda = nv.Decoder(device_id=device_id, options=options,
+            self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads, options=options,
                                     backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
         has_hw = self._hw is not None and self._hw_works()
         if not has_hw:
