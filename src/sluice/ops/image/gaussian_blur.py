@@ -74,10 +74,10 @@ def _blur_axis(x: torch.Tensor, axis: int, weights: torch.Tensor) -> torch.Tenso
     w = weights.to(x.device, torch.float32)
     if n == 1 or bool((weights == weights[:1]).all()):
         out = F.conv1d(flat.reshape(-1, 1, length + 2 * r), w[:1].reshape(1, 1, k)).reshape(n, -1, length)
-    else:  # per-sample kernels: accumulate the taps, each a batched multiply-add
-        out = flat[..., 0:length] * w[:, 0].reshape(n, 1, 1)
-        for t in range(1, k):
-            out = out + flat[..., t:t + length] * w[:, t].reshape(n, 1, 1)
+    else:  # per-sample kernels: one grouped (depthwise) convolution, each row with its sample's kernel
+        m = flat.shape[1]
+        out = F.conv1d(flat.reshape(1, n * m, length + 2 * r), w.repeat_interleave(m, 0).reshape(n * m, 1, k),
+                       groups=n * m).reshape(n, m, length)
     return out.reshape(*moved_shape[:-1], length).movedim(-1, axis)
 
 

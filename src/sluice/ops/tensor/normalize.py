@@ -23,11 +23,30 @@ from sluice.schema import Arg, OpSchema
 __all__ = ["normalize_samples", "infer_reduced_axes"]
 
 
-def _as_stat(value, device: torch.device) -> torch.Tensor | None:
+def _as_stat(value) -> torch.Tensor | None:
+    """A given mean or stddev as a float32 host tensor (moved to the device once per group, not per sample)."""
     if value is None:
         return None
     t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value, dtype=np.float32))
-    return t.to(device, torch.float32)
+    return t.detach().to("cpu", torch.float32)
+
+
+def _inv_std(var: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """1 / sqrt(var + epsilon), and 0 where that is 0 (DALI keeps the zero instead of dividing by it)."""
+    v = var + epsilon
+    return torch.where(v > 0, v.clamp_min(1e-38).rsqrt(), torch.zeros_like(v))
+
+
+def _merge(given: list[torch.Tensor | None], computed: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """One group's statistics: the given values (host tensors) where present, the computed ones elsewhere."""
+    if all(r is None for r in given):
+        return computed
+    if all(r is not None for r in given):
+        rows = [r.unsqueeze(0) for r in given]
+        stacked = torch.cat(torch.broadcast_tensors(*rows)) if len(rows) > 1 else rows[0]
+        return stacked.to(device, non_blocking=True)
+    rows = [r.unsqueeze(0).to(device) if r is not None else computed[k:k + 1] for k, r in enumerate(given)]
+    return torch.cat(torch.broadcast_tensors(*rows))
 
 
 def infer_reduced_axes(shape: Sequence[int], stat_shape: Sequence[int]) -> list[int]:
@@ -58,9 +77,11 @@ def _check_stat(name: str, stat: torch.Tensor, shape: Sequence[int], axes: Seque
 def normalize_samples(samples: Sequence[torch.Tensor], *, layout: str = "", axes: Sequence[int] | None = None,
                       axis_names: str | None = None, mean: Sequence | None = None, stddev: Sequence | None = None,
                       batch: bool = False, scale: float = 1.0, shift: float = 0.0, epsilon: float = 0.0,
-                      ddof: int = 0, out_dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+                      ddof: int = 0, out_dtype: torch.dtype = torch.float32,
+                      dense: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Normalize a list of samples (any device, any rank). ``mean`` / ``stddev``: None (computed) or one value
-    per sample (a scalar or an array). Samples of equal shape are processed as one stacked tensor.
+    per sample (a scalar or an array). Samples of equal shape are processed as one stacked tensor; ``dense`` (the
+    batch as one N x ... tensor, when it is one) saves the stacking copy.
 
     Example::
 
@@ -75,8 +96,8 @@ def normalize_samples(samples: Sequence[torch.Tensor], *, layout: str = "", axes
     ndim = samples[0].dim()
     if any(s.dim() != ndim for s in samples):
         raise ValueError("normalize: all samples must have the same number of dimensions")
-    means = [_as_stat(m, dev) for m in mean] if mean is not None else [None] * len(samples)
-    stds = [_as_stat(s, dev) for s in stddev] if stddev is not None else [None] * len(samples)
+    means = [_as_stat(m) for m in mean] if mean is not None else [None] * len(samples)
+    stds = [_as_stat(s) for s in stddev] if stddev is not None else [None] * len(samples)
     if (axes is not None and len(axes)) or axis_names:
         red = resolve_axes(ndim, layout, axes, axis_names, op="normalize")
     else:
@@ -85,8 +106,12 @@ def normalize_samples(samples: Sequence[torch.Tensor], *, layout: str = "", axes
     red_stack = [a + 1 for a in red]
     means = [None if m is None else _check_stat("mean", m, s.shape, red) for m, s in zip(means, samples)]
     stds = [None if v is None else _check_stat("stddev", v, s.shape, red) for v, s in zip(stds, samples)]
-    groups = group_by_shape(samples)
-    stacks = {g[0]: torch.stack([samples[i] for i in g]).to(torch.float32) for g in groups}
+    if dense is not None:
+        groups = [list(range(len(samples)))]
+        stacks = {0: dense.to(torch.float32)}
+    else:
+        groups = group_by_shape(samples)
+        stacks = {g[0]: torch.stack([samples[i] for i in g]).to(torch.float32) for g in groups}
     need_mean = any(m is None for m in means)
     need_std = any(v is None for v in stds)
 
@@ -105,12 +130,8 @@ def normalize_samples(samples: Sequence[torch.Tensor], *, layout: str = "", axes
         else:
             for g in groups:
                 mean_of[g[0]] = stacks[g[0]].mean(dim=red_stack, keepdim=True) if red else stacks[g[0]]
-    # Given means replace computed ones sample by sample.
-    for g in groups:
-        rows = []
-        for k, i in enumerate(g):
-            rows.append(means[i].unsqueeze(0) if means[i] is not None else mean_of[g[0]][k:k + 1])
-        mean_of[g[0]] = torch.cat(torch.broadcast_tensors(*rows)) if len(rows) > 1 else rows[0]
+    for g in groups:  # given means replace computed ones sample by sample
+        mean_of[g[0]] = _merge([means[i] for i in g], mean_of.get(g[0]), dev)
 
     # ---- inverse standard deviations ---------------------------------------------------------------------
     inv_of: dict[int, torch.Tensor] = {}
@@ -124,17 +145,10 @@ def normalize_samples(samples: Sequence[torch.Tensor], *, layout: str = "", axes
         else:
             var = {g[0]: sq[g[0]] / max(count(samples[g[0]].shape) - ddof, 1) for g in groups}
         for g in groups:
-            v = var[g[0]] + epsilon
-            inv_of[g[0]] = torch.where(v > 0, v.clamp_min(1e-38).rsqrt(), torch.zeros_like(v))
+            inv_of[g[0]] = _inv_std(var[g[0]], epsilon)
     for g in groups:
-        rows = []
-        for k, i in enumerate(g):
-            if stds[i] is not None:
-                v = stds[i].unsqueeze(0) ** 2 + epsilon
-                rows.append(torch.where(v > 0, v.clamp_min(1e-38).rsqrt(), torch.zeros_like(v)))
-            else:
-                rows.append(inv_of[g[0]][k:k + 1])
-        inv_of[g[0]] = torch.cat(torch.broadcast_tensors(*rows)) if len(rows) > 1 else rows[0]
+        given = [None if stds[i] is None else _inv_std(stds[i] ** 2, epsilon) for i in g]
+        inv_of[g[0]] = _merge(given, inv_of.get(g[0]), dev)
 
     out: list[torch.Tensor] = [None] * len(samples)  # type: ignore[list-item]
     for g in groups:
@@ -188,7 +202,7 @@ def _normalize_batch(ctx, data: Batch, *, args) -> Batch:
         list(data.samples), layout=data.layout(), axes=args.const("axes"), axis_names=args.const("axis_names"),
         mean=mean, stddev=stddev, batch=args.const("batch"), scale=args.const("scale"),
         shift=args.const("shift"), epsilon=args.const("epsilon"), ddof=args.const("ddof"),
-        out_dtype=_out_dtype(args.const("dtype")))
+        out_dtype=_out_dtype(args.const("dtype")), dense=data.dense)
     return Batch(out, data.layout()) if n else Batch([], data.layout())
 
 
