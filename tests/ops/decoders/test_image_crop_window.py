@@ -39,21 +39,27 @@ def test_same_seed_same_windows():
     assert len(others) > 5  # different seeds, different windows
 
 
-@pytest.mark.parametrize("H,W,ratio_range,expected", [
-    (100, 100, (3.0, 4.0), (33, 0, 33, 100)),     # too tall for 3:1 -> keep width, narrow height
-    (100, 100, (0.25, 0.5), (0, 25, 100, 50)),    # too wide for 1:2 -> keep height, narrow width
-    (60, 80, (0.5, 2.0), (0, 0, 60, 80)),         # ratio already allowed -> whole image
+@pytest.mark.parametrize("H,W,area,ratio_range,expected_hw", [
+    (100, 100, (0.99, 1.0), (3.0, 4.0), (33, 100)),     # too tall for 3:1 at 99% area: tallest allowed at once
+    (100, 100, (0.99, 1.0), (0.25, 0.5), (100, 50)),    # too wide for 1:2: tallest allowed at once
+    (100, 400, (0.5, 0.6), (0.9, 1.1), (100, 110)),     # too wide: full height, widest allowed ratio
 ])
-def test_fallback_after_all_attempts(H, W, ratio_range, expected):
-    # A window of >= 99% area with such ratios cannot fit: every attempt fails.
-    rng = np.random.default_rng(1)
-    y, x, h, w = random_crop_window(rng, H, W, (0.99, 1.0), ratio_range, 10)
-    if ratio_range == (0.5, 2.0):
-        # here attempts can succeed with near-full windows; with area >= 0.99 it is (almost) the whole image
-        assert h * w >= 0.97 * H * W
-        return
-    assert (y, x, h, w) == expected
-    assert ratio_range[0] - 0.05 <= w / h <= ratio_range[1] + 0.05
+def test_impossible_ranges_take_the_nearest_allowed_window(H, W, area, ratio_range, expected_hw):
+    for seed in range(5):
+        y, x, h, w = random_crop_window(np.random.default_rng(seed), H, W, area, ratio_range, 10)
+        assert (h, w) == expected_hw
+        assert 0 <= y <= H - h and 0 <= x <= W - w
+
+
+def test_fallback_after_all_attempts_fail():
+    # 2 x 2 image, ratio range [1.2, 1.5]: every rounded window has ratio 1/2, 1 or 2, so all attempts fail and
+    # the fallback (whole image, ratio 1 < 1.2 -> tallest allowed: 2 / 1.2 -> 1 row) is used.
+    y, x, h, w = random_crop_window(np.random.default_rng(0), 2, 2, (0.25, 1.0), (1.2, 1.5), 3)
+    assert (h, w) == (1, 2) and x == 0 and y in (0, 1)
+    # 3 x 3, ratio [1.2, 1.3]: rounding gives ratios 1 or 1.5, so attempts fail; the fallback 2 x 3 window (6 px)
+    # is above random_area's maximum (0.6 * 9 = 5.4 px) and is shrunk, keeping its shape, to 1 x 2.
+    for seed in range(5):
+        assert random_crop_window(np.random.default_rng(seed), 3, 3, (0.5, 0.6), (1.2, 1.3), 2)[2:] == (1, 2)
 
 
 def test_bad_arguments():

@@ -4,9 +4,11 @@ Shared by ``fn.decoders.image_random_crop`` (which decodes only the window) and 
 
 Each attempt draws an area fraction uniformly from ``random_area`` and an aspect ratio (width / height)
 log-uniformly from ``random_aspect_ratio``; the window is ``w = round(sqrt(area * ratio))``,
-``h = round(sqrt(area / ratio))`` and is accepted when it fits in the image, its position then being uniform.
-When ``num_attempts`` attempts all fail, the fallback is the whole image narrowed to the nearest allowed aspect
-ratio, centred.
+``h = round(sqrt(area / ratio))`` (at least 1) and is accepted when it fits in the image and its rounded aspect
+ratio is still in range. When no window of the smallest area can have an allowed aspect ratio (a very wide or
+very tall image), the widest (tallest) allowed window is taken at once. When all ``num_attempts`` fail, the
+fallback is the whole image narrowed to the nearest allowed aspect ratio, then shrunk (keeping its shape) to the
+largest allowed area. The window's position is uniform over the places where it fits, fallback included.
 
 Example::
 
@@ -57,22 +59,34 @@ def random_crop_window(rng: np.random.Generator, height: int, width: int,
     if height <= 0 or width <= 0:
         return 0, 0, max(height, 0), max(width, 0)
     (a_min, a_max), (r_min, r_max) = check_crop_ranges(random_area, random_aspect_ratio, num_attempts)
-    log_lo, log_hi = math.log(r_min), math.log(r_max)
-    image_area = float(height) * float(width)
-    for _ in range(int(num_attempts)):
-        area = rng.uniform(a_min, a_max) * image_area
-        ratio = math.exp(rng.uniform(log_lo, log_hi))
-        w = int(round(math.sqrt(area * ratio)))
-        h = int(round(math.sqrt(area / ratio)))
-        if 0 < w <= width and 0 < h <= height:
-            y = int(rng.integers(0, height - h + 1))
-            x = int(rng.integers(0, width - w + 1))
-            return y, x, h, w
-    # Fallback: the whole image, narrowed to the closest allowed aspect ratio, centred.
-    h, w = height, width
-    ratio = width / height
-    if ratio < r_min:
-        h = max(1, min(height, int(round(width / r_min))))
-    elif ratio > r_max:
-        w = max(1, min(width, int(round(height * r_max))))
-    return (height - h) // 2, (width - w) // 2, h, w
+    H, W = int(height), int(width)
+    widest = max(1, int(H * r_max))   # widest allowed window at full height
+    tallest = max(1, int(W / r_min))  # tallest allowed window at full width
+    smallest_area = a_min * H * W
+    if H * widest < smallest_area:      # image too wide for any allowed window of the smallest area
+        h, w = H, widest
+    elif W * tallest < smallest_area:   # image too tall
+        h, w = tallest, W
+    else:
+        log_lo, log_hi = math.log(r_min), math.log(r_max)
+        for _ in range(int(num_attempts)):
+            area = rng.uniform(a_min, a_max) * H * W
+            ratio = math.exp(rng.uniform(log_lo, log_hi))
+            w = max(1, int(round(math.sqrt(area * ratio))))
+            h = max(1, int(round(math.sqrt(area / ratio))))
+            if w <= W and h <= H and r_min <= w / h <= r_max:
+                break
+        else:
+            # Fallback: the whole image narrowed to an allowed aspect ratio, shrunk to the largest allowed area.
+            if W / H > r_max:
+                h, w = H, widest
+            elif W / H < r_min:
+                h, w = tallest, W
+            else:
+                h, w = H, W
+            shrink = math.sqrt(min(1.0, a_max * H * W / (h * w)))
+            h, w = max(1, int(h * shrink)), max(1, int(w * shrink))
+    h, w = min(h, H), min(w, W)
+    y = int(rng.integers(0, H - h + 1))
+    x = int(rng.integers(0, W - w + 1))
+    return y, x, h, w
