@@ -90,6 +90,11 @@ def test_argument_errors_name_the_operator():
         run_op("hue", [np.zeros((4, 4, 1), np.uint8)], layout="HWC", hue=10.0)
     with pytest.raises(Exception, match="odd"):
         run_op("gaussian_blur", IMAGES, layout="HWC", window_size=4)
+    chw = [np.ascontiguousarray(x.transpose(2, 0, 1)) for x in IMAGES]
+    for op, kw in (("hsv", dict(hue=3.0)), ("color_space_conversion", dict(image_type=types.RGB,
+                                                                           output_type=types.GRAY))):
+        with pytest.raises(Exception, match="channels must be the last axis"):
+            run_op(op, chw, layout="CHW", **kw)
 
 
 @pytest.mark.cuda

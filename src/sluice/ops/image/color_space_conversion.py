@@ -18,7 +18,7 @@ import torch
 
 from sluice import types
 from sluice.ops.image._color_affine import affine_channels, triton_available
-from sluice.ops.tensor._util import convert_saturate, map_groups, to_batch
+from sluice.ops.tensor._util import check_channel_last, convert_saturate, map_groups, to_batch
 from sluice.schema import REQUIRED, Arg, OpSchema
 
 __all__ = ["convert_color"]
@@ -117,6 +117,7 @@ def _run_batch(images, image_type, output_type, dtype=None):
     """On CUDA with Triton: the conversion as one affine map, one launch for a dense batch. Otherwise one torch
     call per group of equally shaped samples."""
     out_dtype = _torch_dtype(dtype)
+    check_channel_last(images.layout(), "color_space_conversion")
     samples = list(images.samples)
     if samples and triton_available(samples[0]) and image_type in _SUPPORTED and output_type in _SUPPORTED:
         for x in samples:
@@ -159,6 +160,7 @@ def _torch_dtype(dtype):
 
 @SCHEMA.sample_kernel("cpu")
 def color_space_conversion_cpu(ctx, image, *, image_type, output_type, dtype, **_):
+    check_channel_last(ctx.layout, "color_space_conversion")
     return convert_color(image, image_type, output_type, _torch_dtype(dtype))
 
 

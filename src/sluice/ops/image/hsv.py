@@ -20,7 +20,7 @@ import torch
 
 from sluice import types
 from sluice.ops.image._color_affine import affine_channels, triton_available
-from sluice.ops.tensor._util import arg_tensor, convert_saturate, map_groups, to_batch
+from sluice.ops.tensor._util import arg_tensor, check_channel_last, convert_saturate, map_groups, to_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -89,6 +89,7 @@ def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None
         return []
     if image_type not in (types.RGB, types.BGR):
         raise ValueError(f"image_type={image_type!r} is not supported; supported: types.RGB, types.BGR")
+    check_channel_last(images.layout(), "colour operator")
     n = len(samples)
     cpu = torch.device("cpu")
     h = _per_sample(hue, n, 0.0, cpu)
@@ -176,9 +177,9 @@ COLOR_TWIST_SCHEMA = OpSchema(
 _PARAMS = ("hue", "saturation", "value", "brightness", "contrast")
 
 
-def _sample(image, args: dict):
+def _sample(image, layout: str, args: dict):
     per = {k: [args[k]] for k in _PARAMS if k in args}
-    return _run_batch(Batch([image]), dtype=args.get("dtype"), image_type=args.get("image_type", types.RGB),
+    return _run_batch(Batch([image], layout), dtype=args.get("dtype"), image_type=args.get("image_type", types.RGB),
                       **per)[0]
 
 
@@ -190,7 +191,7 @@ def _batch(images, args):
 
 def color_matrix_cpu(ctx, image, **a):
     """CPU kernel of hsv, hue, saturation and color_twist, per sample in the pipeline's threads."""
-    return _sample(image, a)
+    return _sample(image, ctx.layout, a)
 
 
 def color_matrix_gpu(ctx, images, *, args):

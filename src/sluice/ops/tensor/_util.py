@@ -14,7 +14,7 @@ from sluice.pipeline.batch import Batch
 
 __all__ = [
     "convert_saturate", "half_range", "resolve_axes", "arg_tensor", "group_by_shape", "map_groups", "as_float_list",
-    "to_batch",
+    "to_batch", "check_channel_last",
 ]
 
 
@@ -136,3 +136,10 @@ def to_batch(result: torch.Tensor | Sequence[torch.Tensor], layout: str = "") ->
     if isinstance(result, torch.Tensor):
         return Batch.from_dense(result, layout)
     return Batch(list(result), layout)
+
+
+def check_channel_last(layout: str, op: str) -> None:
+    """Colour operators read channels from the last axis: reject layouts that put them elsewhere (e.g. CHW)."""
+    if layout and not layout.endswith("C"):
+        raise ValueError(f"{op}: layout {layout!r} is not supported; the channels must be the last axis (HWC, FHWC, "
+                         "DHWC); transpose the data first (fn.transpose)")
