@@ -84,6 +84,13 @@ def test_slice_positional_anchor_and_shape_inputs():
     np.testing.assert_array_equal(out[1].numpy(), IMAGES[1][0:3, 0:8])
 
 
+def test_slice_absolute_positional_inputs_on_audio():
+    begins, lengths = [np.array([10]), np.array([0]), np.array([100])], [np.array([50]), np.array([160]), np.array([30])]
+    out = run_op("slice", AUDIO, begins, lengths, axes=[0], normalized_anchor=False, normalized_shape=False)
+    for x, b, n, y in zip(AUDIO, begins, lengths, out):
+        np.testing.assert_array_equal(y.numpy(), x[b[0]:b[0] + n[0]])
+
+
 def test_slice_errors():
     with pytest.raises(Exception, match="outside the sample"):
         run_op("slice", AUDIO, axes=[0], start=[50], shape=[100])
@@ -107,6 +114,7 @@ def test_one_hot_operator():
     ("pad", SPECS_FT, dict(layout="ft", axis_names="t", align=8)),
     ("slice", AUDIO, dict(axes=[0], start=[-5], shape=[50], out_of_bounds_policy="pad")),
     ("slice", IMAGES, dict(layout="HWC", rel_start=[0.1, 0.2], rel_shape=[0.5, 0.5])),
+    ("slice", AUDIO, dict(axes=[0], rel_start=[0.1], rel_end=[0.6])),
     ("one_hot", [np.array(1), np.array(2)], dict(num_classes=5)),
 ])
 def test_gpu_equals_cpu(op, data, kw):

@@ -203,9 +203,15 @@ def slice_cpu(ctx, data, anchor=None, sl_shape=None, **args):
 def slice_gpu(ctx, data: Batch, anchor: Batch | None = None, sl_shape: Batch | None = None, *, args) -> Batch:
     # Slices are views; the copies that make them contiguous are one small kernel per sample. The anchor and
     # shape inputs are a few numbers per sample and are read on the host.
-    out = []
-    for i, x in enumerate(data.samples):
-        a = None if anchor is None else anchor[i].cpu()
-        s = None if sl_shape is None else sl_shape[i].cpu()
-        out.append(_slice_one(x, data.layout(), a, s, args.sample(i)))
+    anchors = _to_host(anchor) if anchor is not None else [None] * len(data)
+    shapes = _to_host(sl_shape) if sl_shape is not None else [None] * len(data)
+    out = [_slice_one(x, data.layout(), anchors[i], shapes[i], args.sample(i)) for i, x in enumerate(data.samples)]
     return Batch(out, data.layout())
+
+
+def _to_host(batch: Batch) -> list[torch.Tensor]:
+    """The samples of a small batch (anchors, shapes) on the host, in one copy."""
+    flat = [t.reshape(-1).double() for t in batch.samples]
+    if not flat:
+        return []
+    return list(torch.cat(flat).cpu().split([t.numel() for t in flat]))
