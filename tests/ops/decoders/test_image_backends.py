@@ -229,3 +229,19 @@ def test_scheduler_follows_measured_speed():
     assert fixed.shares == {"hw": 0.5, "cpu": 0.5}
     with pytest.raises(ValueError, match="Invalid initial shares"):
         SplitScheduler({})
+
+
+def test_share_tuner_climbs_to_the_best_share():
+    from sluice.backends.image.scheduler import ShareTuner
+
+    def rate(share):  # combined GPU speed peaks with 60 % on the hardware engines
+        return 10000 - 20000 * (share - 0.6) ** 2
+
+    t = ShareTuner(0.9, step=0.05, window=1)
+    for _ in range(40):
+        t.record(rate(t.value))
+    assert abs(t.value - 0.6) <= 0.1
+    pinned = ShareTuner(1.0)
+    for _ in range(6):
+        pinned.record(rate(pinned.value))
+    assert pinned.value < 1.0  # it explores downwards from the upper bound

@@ -33,7 +33,7 @@ import torch
 from . import cpu
 from .common import YCBCR_FROM_RGB, ImageDecodeError, apply_orientation, check_pixel_limit, roi_in_stored
 from .formats import as_bytes
-from .scheduler import SplitScheduler
+from .scheduler import ShareTuner, SplitScheduler
 
 __all__ = ["GpuImageDecoder", "to_output_type_gpu", "nvimgcodec_module", "gpu_eligible"]
 
@@ -134,11 +134,12 @@ class GpuImageDecoder:
             raise ValueError(f"Invalid hw_decoder_load ({hw_decoder_load}). It must lie in [0, 1].")
         if adaptive is None:
             adaptive = os.environ.get("SLUICE_IMAGE_ADAPTIVE", "1") != "0"
-        # GPU vs CPU follows measured speed; within the GPU, hardware engines vs CUDA follow hw_decoder_load
-        # (both run ordered on the pipeline's stream, so their times cannot be told apart by events).
+        # GPU vs CPU follows measured speed. Within the GPU, the hardware engines' share starts at hw_decoder_load
+        # and, when adaptive, is hill-climbed on the combined GPU speed (both paths finish on the pipeline's
+        # stream, so their separate times cannot be told apart by events).
         self.scheduler = SplitScheduler({"gpu": 1.0 - cpu_load, "cpu": cpu_load}, adaptive=adaptive)
-        hw = hw_decoder_load if has_hw else 0.0
-        self.gpu_split = SplitScheduler({"hw": hw, "cuda": 1.0 - hw} if hw < 1.0 else {"hw": 1.0}, adaptive=False)
+        self.hw_tuner = ShareTuner(hw_decoder_load) if has_hw and adaptive else None
+        self._hw_share = hw_decoder_load if has_hw else 0.0
         self._gpu_threads = ThreadPoolExecutor(2, thread_name_prefix="sluice-gpu-decode")
         self.last_split: dict[str, int] = {}
 
@@ -278,7 +279,9 @@ class GpuImageDecoder:
                 groups["cpu"].append(i)
             else:
                 on_gpu.append((i, wgt))
-        for (i, _), p in zip(on_gpu, self.gpu_split.assign([wgt for _, wgt in on_gpu])):
+        hw = self.hw_tuner.value if self.hw_tuner is not None else self._hw_share
+        gpu_split = SplitScheduler({"hw": hw, "cuda": 1.0 - hw} if hw < 1.0 else {"hw": 1.0}, adaptive=False)
+        for (i, _), p in zip(on_gpu, gpu_split.assign([wgt for _, wgt in on_gpu])):
             groups[p].append(i)
         self.last_split = {k: len(v) for k, v in groups.items()}
         gray = output_type == "GRAY"
@@ -343,8 +346,11 @@ class GpuImageDecoder:
         if cpu_idx:
             self.scheduler.record("cpu", pixels=sum(h * w for h, w, _ in cpu_shapes), seconds=cpu_seconds)
         if gpu_results:
-            self.scheduler.record("gpu", pixels=sum(_pixels(infos[i], rois[i]) for i, _ in on_gpu),
-                                  seconds=max(end for _, end in gpu_results.values()) - gpu_start)
+            gpu_pixels = sum(_pixels(infos[i], rois[i]) for i, _ in on_gpu)
+            gpu_seconds = max(end for _, end in gpu_results.values()) - gpu_start
+            self.scheduler.record("gpu", pixels=gpu_pixels, seconds=gpu_seconds)
+            if self.hw_tuner is not None and gpu_seconds > 0:
+                self.hw_tuner.record(gpu_pixels / gpu_seconds)
 
         with _cuda.device(self.device), _cuda.stream(stream):
             if staging is not None:

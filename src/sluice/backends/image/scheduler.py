@@ -86,3 +86,44 @@ class SplitScheduler:
             out[i] = path
             given[path] += weights[i]
         return out
+
+
+class ShareTuner:
+    """Tunes one fraction in [lo, hi] by hill climbing on a measured rate (higher is better).
+
+    Used for the hardware-engine share of the GPU's JPEGs: the hardware engines and CUDA nvJPEG finish on one
+    stream, so only their combined speed can be timed; the tuner moves the share by ``step`` while the combined
+    rate improves and turns back when it does not. The best rate decays slowly so that it keeps exploring.
+
+    Example::
+
+        t = ShareTuner(0.9)
+        t.record(12000.0)    # rate measured with share t.value
+    """
+
+    def __init__(self, value: float, *, step: float = 0.05, lo: float = 0.0, hi: float = 1.0, window: int = 3,
+                 decay: float = 0.99):
+        self.value = min(hi, max(lo, float(value)))
+        self.step, self.lo, self.hi, self.window, self.decay = step, lo, hi, window, decay
+        self._direction = -1.0 if self.value >= hi else 1.0
+        self._kept = self.value      # best share so far
+        self._kept_rate: float | None = None
+        self._rates: list[float] = []
+
+    def record(self, rate: float) -> None:
+        """Report the rate measured with the current ``value``."""
+        self._rates.append(rate)
+        if len(self._rates) < self.window:
+            return
+        mean = sum(self._rates) / len(self._rates)
+        self._rates.clear()
+        if self._kept_rate is None or mean > self._kept_rate:
+            self._kept, self._kept_rate = self.value, mean
+        else:
+            self._direction = -self._direction  # worse: go back and try the other way next
+            self._kept_rate *= self.decay
+        nxt = self._kept + self._direction * self.step
+        if not self.lo <= nxt <= self.hi:
+            self._direction = -self._direction
+            nxt = self._kept + self._direction * self.step
+        self.value = min(self.hi, max(self.lo, nxt))
