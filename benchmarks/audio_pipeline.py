@@ -1,0 +1,194 @@
+"""Log-mel front end over WAV files: sluice (CPU decode, GPU resample + spectra) beside torchaudio.
+
+Workload (issue 5): 1024 WAV files, 10 s, 44.1 kHz mono 16-bit (``make_audio.py``); per clip: decode ->
+resample to 16 kHz -> power spectrogram (nfft 512, window 400, step 160) -> 80 mel filters -> decibels; batches
+of 64. Peers, in the same run:
+
+* ``torchaudio-gpu``: files loaded in 16 threads, stacked, moved to the GPU, then torchaudio's ``Resample``,
+  ``MelSpectrogram`` and ``AmplitudeToDB`` on the whole batch.
+* ``torchaudio-cpu-16proc``: 16 worker processes (one torch thread each), each loading and transforming clips
+  with the same torchaudio transforms on the CPU, features returned to the parent (as a DataLoader does).
+
+torchaudio >= 2.9 no longer decodes files itself (that moved to torchcodec), so both peers load WAVs with
+soundfile, which was torchaudio's own backend for WAV. Files are read once before timing (page cache warm for
+everyone). Every path computes the same features; sluice's are checked against torchaudio's on one batch.
+Example::
+
+    python benchmarks/make_audio.py --out /tmp/sluice_bench_audio
+    python benchmarks/audio_pipeline.py --root /tmp/sluice_bench_audio
+
+Target: sluice >= 12x torchaudio-cpu-16proc in clips/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import report, timed  # noqa: E402
+
+IN_RATE, OUT_RATE, NFFT, WIN, STEP, NMEL = 44100, 16000, 512, 400, 160, 80
+
+
+# ------------------------------------------------------------------------------------------------- the peers
+def _load(path: str) -> np.ndarray:
+    import soundfile
+
+    x, _ = soundfile.read(path, dtype="float32")
+    return x
+
+
+def _transforms(device: str):
+    import torch
+    import torchaudio
+
+    resample = torchaudio.transforms.Resample(IN_RATE, OUT_RATE).to(device)
+    mel = torchaudio.transforms.MelSpectrogram(sample_rate=OUT_RATE, n_fft=NFFT, win_length=WIN, hop_length=STEP,
+                                               n_mels=NMEL, power=2.0, norm="slaney", mel_scale="slaney",
+                                               pad_mode="reflect", center=True).to(device)
+    to_db = torchaudio.transforms.AmplitudeToDB(stype="power").to(device)
+    return lambda x: to_db(mel(resample(x))), torch
+
+
+def torchaudio_gpu(paths: list[str], batch: int, threads: int = 16):
+    import torch
+
+    fn, _ = _transforms("cuda")
+    out = None
+    with ThreadPoolExecutor(threads) as pool:
+        for s in range(0, len(paths), batch):
+            x = torch.from_numpy(np.stack(list(pool.map(_load, paths[s: s + batch])))).cuda()
+            with torch.no_grad():
+                out = fn(x)
+    torch.cuda.synchronize()
+    return out
+
+
+_WORKER_FN = None
+
+
+def _worker_init() -> None:
+    global _WORKER_FN
+    import torch
+
+    torch.set_num_threads(1)
+    _WORKER_FN, _ = _transforms("cpu")
+
+
+def _worker_clip(path: str) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return _WORKER_FN(torch.from_numpy(_load(path))).numpy()
+
+
+def torchaudio_cpu_procs(paths: list[str], procs: int = 16) -> tuple[float, np.ndarray]:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(procs, initializer=_worker_init) as pool:
+        pool.map(_worker_clip, paths[:procs], chunksize=1)           # warm-up: imports, transforms
+        with timed(sync_cuda=False) as t:
+            feats = pool.map(_worker_clip, paths, chunksize=4)
+    return t["seconds"], feats[0]
+
+
+# ------------------------------------------------------------------------------------------------------ sluice
+def sluice_pipeline(root: str, batch: int, threads: int, device: str):
+    from sluice import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0 if device == "gpu" else None, seed=1,
+                  prefetch_queue_depth=2)
+    def logmel():
+        data, _ = fn.readers.file(file_root=root, name="Reader")
+        audio, rate = fn.decoders.audio(data, dtype=types.INT16, downmix=True)
+        audio = audio.gpu() if device == "gpu" else audio
+        audio = fn.audio_resample(audio, in_rate=rate, out_rate=float(OUT_RATE), dtype=types.FLOAT, device=device)
+        spec = fn.spectrogram(audio, nfft=NFFT, window_length=WIN, window_step=STEP, power=2, device=device)
+        mel = fn.mel_filter_bank(spec, sample_rate=float(OUT_RATE), nfilter=NMEL, device=device)
+        return fn.to_decibels(mel, multiplier=10.0, reference=1.0, cutoff_db=-100.0, device=device)
+
+    return logmel()
+
+
+def run_sluice(pipe, iterations: int):
+    out = None
+    for _ in range(iterations):
+        try:
+            (out,) = pipe.run()
+        except StopIteration:
+            pipe.reset()
+            (out,) = pipe.run()
+    if out is not None and out.device == "gpu":
+        import torch
+
+        torch.cuda.synchronize()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default="/tmp/sluice_bench_audio")
+    ap.add_argument("--files", type=int, default=1024, help="made with make_audio.py when missing")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=3, help="sluice epochs timed (after one warm-up batch pair)")
+    ap.add_argument("--device", default=None, help="sluice device: gpu (default with CUDA) or cpu")
+    ap.add_argument("--peers", nargs="*", default=["torchaudio-gpu", "torchaudio-cpu-16proc"])
+    args = ap.parse_args(argv)
+    import torch
+
+    device = args.device or ("gpu" if torch.cuda.is_available() else "cpu")
+    paths = sorted(glob.glob(os.path.join(args.root, "*", "*.wav")))
+    if len(paths) < args.files:
+        from make_audio import make
+
+        paths = sorted(make(args.root, args.files))
+    paths = paths[: args.files]
+    with ThreadPoolExecutor(args.threads) as pool:                   # warm the page cache for everyone
+        list(pool.map(lambda p: open(p, "rb").read(), paths))
+    n = len(paths)
+    workload = f"log-mel {n} WAV 10 s 44.1 kHz -> 16 kHz, nfft 512, 80 mel, dB, batch {args.batch}"
+
+    peers: dict[str, float] = {}
+    if "torchaudio-gpu" in args.peers and torch.cuda.is_available():
+        torchaudio_gpu(paths[: args.batch], args.batch, args.threads)  # warm-up
+        with timed() as t:
+            torchaudio_gpu(paths, args.batch, args.threads)
+        peers["torchaudio-gpu (16 threads)"] = n / t["seconds"]
+        print(f"torchaudio-gpu: {n / t['seconds']:,.1f} clips/s", flush=True)
+    if "torchaudio-cpu-16proc" in args.peers:
+        seconds, _ = torchaudio_cpu_procs(paths, 16)
+        peers["torchaudio-cpu (16 processes)"] = n / seconds
+        print(f"torchaudio-cpu-16proc: {n / seconds:,.1f} clips/s", flush=True)
+
+    # sluice is built after the peers ran, so that its prefetching cannot work ahead during their runs.
+    pipe = sluice_pipeline(args.root, args.batch, args.threads, device)
+    first = run_sluice(pipe, 1).as_tensor().clone()                   # warm-up: CUDA context, cuFFT plans
+    run_sluice(pipe, 1)
+    iterations = max(1, args.epochs * n // args.batch)
+    with timed() as t:
+        run_sluice(pipe, iterations)
+    report(workload + f", sluice {device}", "clips/s", iterations * args.batch / t["seconds"], peers)
+
+    if torch.cuda.is_available() and "torchaudio-gpu" in args.peers:
+        # The reader's first batch holds the first files in sorted order: compare with torchaudio on them. The
+        # resamplers differ (16-lobe Hann sinc vs torchaudio's 6-lobe), so dB values differ slightly.
+        ref = torchaudio_gpu(paths[: args.batch], args.batch, args.threads)
+        ours = first.float().to(ref.device)
+        t_common = min(ours.shape[-1], ref.shape[-1])
+        err = (ours[..., :t_common] - ref[..., :t_common]).abs().flatten()
+        print(f"sluice vs torchaudio log-mel on the first batch: median |diff| {err.median().item():.3g} dB, "
+              f"99th percentile {err.quantile(0.99).item():.3g} dB (shapes {tuple(ours.shape)} / "
+              f"{tuple(ref.shape)})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
