@@ -73,8 +73,9 @@ def bb_flip_gpu(ctx, boxes: Batch, *, args) -> Batch:
     # One launch for the whole batch: concatenate the boxes, broadcast the per-sample flags to rows, split back.
     counts = [s.reshape(-1, 4).shape[0] if s.numel() else 0 for s in samples]
     dev = samples[0].device
-    h = arg_tensor(args["horizontal"], dev).repeat_interleave(torch.tensor(counts, device=dev))
-    v = arg_tensor(args["vertical"], dev).repeat_interleave(torch.tensor(counts, device=dev))
+    rep = torch.tensor(counts, device=dev)
+    h = arg_tensor(args["horizontal"], dev).repeat_interleave(rep, output_size=sum(counts))
+    v = arg_tensor(args["vertical"], dev).repeat_interleave(rep, output_size=sum(counts))
     flat = torch.cat([s.reshape(-1, 4) for s in samples])
     out = bb_flip_kernel(flat, h, v, args.const("ltrb")).split(counts)
     return Batch([o.reshape(s.shape) for o, s in zip(out, samples)], boxes.layout())

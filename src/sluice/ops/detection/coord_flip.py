@@ -93,8 +93,8 @@ def coord_flip_gpu(ctx, coords: Batch, *, args) -> Batch:
     counts = [s.numel() // d for s in samples]
     dev = samples[0].device
     rep = torch.tensor(counts, device=dev)
-    flip = {c: arg_tensor(args[f"flip_{c}"], dev).repeat_interleave(rep) for c in lay}
-    center = {c: arg_tensor(args[f"center_{c}"], dev).repeat_interleave(rep) for c in lay}
+    flip = {c: arg_tensor(args[f"flip_{c}"], dev).repeat_interleave(rep, output_size=sum(counts)) for c in lay}
+    center = {c: arg_tensor(args[f"center_{c}"], dev).repeat_interleave(rep, output_size=sum(counts)) for c in lay}
     flat = torch.cat([s.reshape(-1, d) for s in samples])
     out = coord_flip_kernel(flat, lay, flip, center).split(counts)
     return Batch([o.reshape(s.shape) for o, s in zip(out, samples)])

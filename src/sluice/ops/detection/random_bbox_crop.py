@@ -181,7 +181,7 @@ def _num_inputs_of_call() -> int:
     while frame is not None:
         inputs = frame.f_locals.get("inputs")
         schema = frame.f_locals.get("schema")
-        if isinstance(inputs, list) and getattr(schema, "name", None) == "random_bbox_crop":
+        if isinstance(inputs, (list, tuple)) and getattr(schema, "name", None) == "random_bbox_crop":
             return len(inputs)
         frame = frame.f_back
     return 2
