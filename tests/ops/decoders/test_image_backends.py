@@ -112,7 +112,9 @@ def test_jpeg_gray_and_cmyk():
 
     data = cmyk_jpeg(IMG)
     assert jpeg_header(data).cmyk
-    assert _max_diff(decode(data), reference_rgb(data)) == 0
+    out = decode(data)
+    assert _max_diff(out, reference_rgb(data)) == 0
+    assert np.abs(out.astype(int) - IMG).mean() < 4  # the picture, not a black or inverted image
 
 
 @pytest.mark.parametrize("output_type,mode", [("GRAY", "L"), ("YCbCr", "YCbCr")])
@@ -245,3 +247,26 @@ def test_share_tuner_climbs_to_the_best_share():
     for _ in range(6):
         pinned.record(rate(pinned.value))
     assert pinned.value < 1.0  # it explores downwards from the upper bound
+
+
+def test_ycck_jpeg():
+    import simplejpeg
+
+    # Adobe (Photoshop) convention, which Pillow, OpenCV and libjpeg-based readers follow: CMYK stored inverted.
+    cmyk = 255 - np.asarray(Image.fromarray(IMG).convert("CMYK"))
+    data = simplejpeg.encode_jpeg(np.ascontiguousarray(cmyk), quality=95, colorspace="CMYK")  # stored as YCCK
+    hdr = jpeg_header(data)
+    assert hdr.cmyk and hdr.adobe_transform == 2
+    out = decode(data)
+    assert _max_diff(out, reference_rgb(data)) == 0
+    assert np.abs(out.astype(int) - IMG).mean() < 6  # the picture survives CMYK -> YCCK -> CMYK -> RGB
+
+
+@pytest.mark.parametrize("ext", [".pgm", ".tiff", ".png"])
+def test_16bit_gray_formats(ext):
+    g16 = pattern(12, 10, 1, dtype=np.uint16)[:, :, 0]
+    ok, enc = cv2.imencode(ext, g16)
+    assert ok
+    out = decode(enc.tobytes(), output_type="ANY_DATA")
+    assert out.dtype == np.uint16
+    np.testing.assert_array_equal(out[:, :, 0], g16)
