@@ -171,7 +171,7 @@ class GpuImageDecoder:
         nv = self._nv
         try:
             cs = nv.CodeStream(np.frombuffer(buf, np.uint8))
-        except TypeError:
+        except Exception:  # noqa: BLE001 - versions that take only bytes
             cs = nv.CodeStream(bytes(buf))
         if roi is None:
             return cs
