@@ -282,7 +282,11 @@ class Operator:
 
 def _finish_outputs(schema: OpSchema, spec: OpSpec, outputs: Any, inputs: Sequence[Batch]) -> tuple[Batch, ...]:
     outs = outputs if isinstance(outputs, tuple) else (outputs,)
-    layouts = schema.output_layouts(spec.args, [b.layout() for b in inputs], len(outs))
+    in_layouts = tuple(b.layout() for b in inputs)
+    cache = spec.__dict__.setdefault("_layout_cache", {})
+    layouts = cache.get((in_layouts, len(outs)))
+    if layouts is None:
+        layouts = cache[(in_layouts, len(outs))] = schema.output_layouts(spec.args, list(in_layouts), len(outs))
     source = inputs[0].source_info if inputs else None
     fixed = []
     for batch, layout in zip(outs, layouts):

@@ -19,7 +19,7 @@ import torch
 
 from sluice import types
 from sluice.pipeline.batch import Batch
-from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
+from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 _BINARY = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "fdiv": torch.true_divide,
@@ -91,33 +91,50 @@ def _operands(positions: str, nodes: list[Any], constants: list[Any]) -> list[An
     return [next(it_n) if p == "n" else next(it_c) for p in positions]
 
 
-@ARITHMETIC.batch_kernel("cpu")
-@ARITHMETIC.batch_kernel("gpu")
-def arithmetic(ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
-    op = args.const("op")
-    positions = args.const("positions")
-    device = inputs[0].torch_device
-    consts = [torch.as_tensor(np.asarray(c)).to(device, non_blocking=True) for c in args.const("constants")]
-    n = len(inputs[0])
-    if any(len(b) != n for b in inputs):
-        raise ValueError(f"operands have different batch sizes: {[len(b) for b in inputs]}")
-    if n == 0:
-        return Batch([])
-    dtypes = [b.dtype for b in inputs] + [c.dtype for c in consts]
-    compute, out_type = result_type(op, dtypes)
-    consts = [c.to(compute) for c in consts]
-    if all(b.is_dense_tensor() for b in inputs):
-        # One operation for the whole batch: align every operand's sample dims to the right.
-        dense = [b.as_tensor().to(compute) for b in inputs]
-        ndim = max([d.dim() - 1 for d in dense] + [c.dim() for c in consts])
-        dense = [d.reshape(d.shape[:1] + (1,) * (ndim - d.dim() + 1) + d.shape[1:]) for d in dense]
-        result = _apply(op, _operands(positions, dense, consts))
-        return Batch.from_dense(result.to(out_type), inputs[0].layout())
-    samples = []
-    for i in range(n):
-        operands = _operands(positions, [b[i].to(compute) for b in inputs], consts)
-        samples.append(_apply(op, operands).to(out_type))
-    return Batch(samples, inputs[0].layout())
+@ARITHMETIC.operator_class("cpu")
+@ARITHMETIC.operator_class("gpu")
+class Arithmetic(Operator):
+    """Keeps its constants as tensors on the right device and type, so an iteration costs one operation."""
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        self.op = spec.args["op"]
+        self.positions = spec.args["positions"]
+        self.arrays = [np.asarray(c) for c in spec.args["constants"]]
+        self._consts: dict[tuple, list[torch.Tensor]] = {}
+
+    def constants(self, device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
+        key = (device, dtype)
+        if key not in self._consts:
+            self._consts[key] = [torch.as_tensor(a).to(device=device, dtype=dtype) for a in self.arrays]
+        return self._consts[key]
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
+        n = len(inputs[0])
+        if any(len(b) != n for b in inputs):
+            raise ValueError(f"operands have different batch sizes: {[len(b) for b in inputs]}")
+        if n == 0:
+            return Batch([])
+        dtypes = [b.dtype for b in inputs] + [torch.from_numpy(a.reshape(-1)[:0]).dtype for a in self.arrays]
+        compute, out_type = result_type(self.op, dtypes)
+        consts = self.constants(inputs[0].torch_device, compute)
+        if all(b.is_dense_tensor() for b in inputs):
+            # One operation for the whole batch: align every operand's sample dims to the right.
+            dense = [_as(b.as_tensor(), compute) for b in inputs]
+            ndim = max([d.dim() - 1 for d in dense] + [c.dim() for c in consts])
+            dense = [d if d.dim() == ndim + 1 else d.reshape(d.shape[:1] + (1,) * (ndim - d.dim() + 1) + d.shape[1:])
+                     for d in dense]
+            result = _apply(self.op, _operands(self.positions, dense, consts))
+            return Batch.from_dense(_as(result, out_type), inputs[0].layout())
+        samples = []
+        for i in range(n):
+            operands = _operands(self.positions, [_as(b[i], compute) for b in inputs], consts)
+            samples.append(_as(_apply(self.op, operands), out_type))
+        return Batch(samples, inputs[0].layout())
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -140,6 +140,7 @@ class ExternalSource(Operator):
         self._iterator: Any = None
         self._ended = False  # a per-sample source met its end inside the last batch
         self._kind = self._classify()
+        self._takes_iteration = self._kind == "batch_callable" and _positional_count(self.source) >= 1
         self._pool: WorkerPool | None = None
         if self.parallel:
             if self._kind not in ("sample_callable", "batch_callable", "generator_function"):
@@ -185,7 +186,7 @@ class ExternalSource(Operator):
     def _call_batch(self) -> Any:
         if self.spec.args["batch_info"]:
             return self.source(types.BatchInfo(self.iteration, self.epoch_idx))
-        if _positional_count(self.source) >= 1:
+        if self._takes_iteration:
             return self.source(self.iteration)
         return self.source()
 

@@ -71,14 +71,25 @@ class Batch:
 
     @classmethod
     def from_dense(cls, tensor: torch.Tensor, layout: str = "", source_info: Sequence[str] | None = None) -> Batch:
-        """A uniform batch held as one N x ... tensor; the samples are views of it."""
-        batch = cls(list(tensor.unbind(0)), layout, source_info)
+        """A uniform batch held as one N x ... tensor; the samples are views of it, made only when asked for
+        (a batch of 256 would otherwise cost 256 view objects per operator)."""
+        if tensor.dim() == 0:
+            raise ValueError("a dense batch needs a leading batch dimension")
+        batch = cls.__new__(cls)
+        batch._samples = None
         batch._dense = tensor
+        batch._layout = layout or ""
+        n = tensor.shape[0]
+        batch.source_info = list(source_info) if source_info is not None else [""] * n
+        if len(batch.source_info) != n:
+            raise ValueError(f"source_info has {len(batch.source_info)} entries for {n} samples")
         return batch
 
     # ---- contents -------------------------------------------------------------------------------------------
     @property
     def samples(self) -> list[torch.Tensor]:
+        if self._samples is None:
+            self._samples = list(self._dense.unbind(0))
         return self._samples
 
     @property
@@ -87,13 +98,13 @@ class Batch:
         return self._dense
 
     def __len__(self) -> int:
-        return len(self._samples)
+        return self._dense.shape[0] if self._dense is not None else len(self._samples)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        return self._samples[i]
+        return self._dense[i] if self._samples is None else self._samples[i]
 
     def __iter__(self):
-        return iter(self._samples)
+        return iter(self.samples)
 
     @property
     def device(self) -> str:
@@ -110,6 +121,8 @@ class Batch:
 
     @property
     def dtype(self) -> torch.dtype | None:
+        if self._dense is not None:
+            return self._dense.dtype
         return self._samples[0].dtype if self._samples else None
 
     def layout(self) -> str:
@@ -124,6 +137,8 @@ class Batch:
 
     def shape(self) -> list[tuple[int, ...]]:
         """The shape of each sample."""
+        if self._dense is not None:
+            return [tuple(self._dense.shape[1:])] * self._dense.shape[0]
         return [tuple(s.shape) for s in self._samples]
 
     def is_dense_tensor(self) -> bool:
@@ -143,12 +158,12 @@ class Batch:
             if not self._samples:
                 raise ValueError("an empty batch has no dense tensor")
             self._dense = torch.stack(self._samples)
-            self._samples = list(self._dense.unbind(0))
+            self._samples = None
         return self._dense
 
     def at(self, i: int) -> np.ndarray:
         """Sample ``i`` as a NumPy array (CPU batches; as DALI's ``TensorListCPU.at``)."""
-        sample = self._samples[i]
+        sample = self[i]
         if sample.is_cuda:
             raise TypeError("at() reads CPU batches; call as_cpu() first")
         return sample.numpy()
@@ -163,7 +178,7 @@ class Batch:
             return self
         if self._dense is not None:
             return Batch.from_dense(self._dense.cpu(), self._layout, self.source_info)
-        return Batch([s.cpu() for s in self._samples], self._layout, self.source_info)
+        return Batch([s.cpu() for s in self.samples], self._layout, self.source_info)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """The batch on ``device``; uniform batches move as one copy."""
@@ -172,7 +187,7 @@ class Batch:
             if not dense.is_cuda and str(device).startswith("cuda") and non_blocking:
                 dense = dense.pin_memory()
             return Batch.from_dense(dense.to(device, non_blocking=non_blocking), self._layout, self.source_info)
-        return Batch([s.to(device, non_blocking=non_blocking) for s in self._samples], self._layout, self.source_info)
+        return Batch([s.to(device, non_blocking=non_blocking) for s in self.samples], self._layout, self.source_info)
 
     def __repr__(self) -> str:
         shapes = self.shape()
