@@ -124,3 +124,28 @@ def test_mixed_bad_input_raises_naming_the_file():
                         sources=["/d/a.jpg", "/d/bad.jpg", "/d/c.jpg"])
         msg = str(err.value)
         assert "/d/bad.jpg" in msg and reason in msg, msg
+
+
+def test_mixed_in_a_pipeline(tmp_path):
+    from sluice import fn, pipeline_def
+
+    for c in range(2):
+        (tmp_path / f"c{c}").mkdir()
+        for i in range(4):
+            img = pattern(50 + 10 * i, 70, seed=c * 10 + i)
+            (tmp_path / f"c{c}" / f"{i}.jpg").write_bytes(encode(img, "JPEG", quality=92))
+
+    @pipeline_def(batch_size=8, num_threads=2, device_id=0, seed=1)
+    def pipe():
+        files, labels = fn.readers.file(file_root=str(tmp_path))
+        return (fn.decoders.image(files, device="mixed", jpeg_fancy_upsampling=True),
+                fn.decoders.image(files, device="cpu"), labels)
+
+    p = pipe()
+    p.build()
+    gpu, cpu, labels = p.run()
+    assert gpu.device == "gpu" and gpu.layout() == "HWC"
+    for i in range(8):
+        assert gpu[i].is_cuda and gpu[i].shape == cpu[i].shape
+        mean, mx = _diff(gpu[i], cpu[i])
+        assert mean <= 1.0 and mx <= 12
