@@ -10,11 +10,13 @@ Example::
         images, labels = batch[0]["images"], batch[0]["labels"]
 """
 
+from sluice.torch import proxy
 from sluice.torch.iterator import DALIClassificationIterator, DALIGenericIterator, LastBatchPolicy
+from sluice.torch.proxy import DALIServer
 
 # Short names.
 Iterator = DALIGenericIterator
 ClassificationIterator = DALIClassificationIterator
 
 __all__ = ["DALIGenericIterator", "DALIClassificationIterator", "Iterator", "ClassificationIterator",
-           "LastBatchPolicy"]
+           "LastBatchPolicy", "DALIServer", "proxy"]
