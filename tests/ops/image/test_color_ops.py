@@ -43,9 +43,9 @@ def test_per_sample_brightness_from_a_data_node():
 
 def test_per_sample_sigma_from_a_data_node():
     out = _run_with_arg_node("gaussian_blur", arg="sigma")
-    for x, v, y in zip(IMAGES, VALUES, out):
+    for x, v, y in zip(IMAGES, VALUES, out):  # the CPU kernel blurs with OpenCV: within one level of blur_axes
         p = gaussian_params(v, 0)
-        torch.testing.assert_close(y, blur_axes(torch.from_numpy(x)[None], [1, 2], [[p, p]])[0])
+        assert (y.int() - blur_axes(torch.from_numpy(x)[None], [1, 2], [[p, p]])[0].int()).abs().max() <= 1
 
 
 def test_random_uniform_argument_runs_and_is_deterministic():

@@ -65,3 +65,16 @@ def test_cuda_equals_cpu():
     cpu = blur_axes(imgs, [1, 2], p)
     gpu = blur_axes(imgs.cuda(), [1, 2], p).cpu()
     assert (cpu.int() - gpu.int()).abs().max() <= 1
+
+
+def test_operator_images_and_sequences_match_opencv():
+    from sluice.testing import run_op
+
+    img = _image(7)
+    out = run_op("gaussian_blur", [img], layout="HWC", sigma=[1.2, 0.6])[0].numpy()
+    s = [gaussian_params(v, 0) for v in (1.2, 0.6)]
+    assert np.abs(out.astype(int) - _opencv(img, (1.2, 0.6), (s[0][1], s[1][1]))).max() <= 1
+    seq = np.stack([_image(8), _image(9)]).astype(np.float32)  # FHWC: frames blurred one by one, F untouched
+    out = run_op("gaussian_blur", [seq], layout="FHWC", window_size=5)[0].numpy()
+    for f in range(2):
+        np.testing.assert_allclose(out[f], _opencv(seq[f], (1.1, 1.1), (5, 5)), atol=1e-4)

