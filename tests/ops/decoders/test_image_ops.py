@@ -73,6 +73,9 @@ def test_image_slice():
     out = run_decoder("decoders.image_slice", [PNG], extra=([[2, 3]], [[4, 5]]), axis_names="HW",
                       normalized_anchor=False, normalized_shape=False)
     np.testing.assert_array_equal(out.at(0), IMG[2:6, 3:8])
+    out = run_decoder("decoders.image_slice", [PNG], extra=([[2, 3]], [[4, 5]]), axes=[0, 1],
+                      normalized_anchor=False, normalized_shape=False)
+    np.testing.assert_array_equal(out.at(0), IMG[2:6, 3:8])
     with pytest.raises(SampleError, match="outside"):
         run_decoder("decoders.image_slice", [PNG], extra=([[0.8, 0.8]], [[0.5, 0.5]]))
     out = run_decoder("decoders.image_slice", [PNG], extra=([[0.8, 0.8]], [[0.5, 0.5]]),

@@ -112,6 +112,10 @@ def _window_slice(sample_args: dict, h: int, w: int, anchor, shape) -> Roi:
     """The window of image_slice from the anchor and shape inputs (in ``axis_names`` order, normalised or in
     pixels)."""
     axis_names = sample_args["axis_names"]
+    if sample_args.get("axes") is not None:
+        if any(a not in (0, 1) for a in sample_args["axes"]):
+            raise ValueError(f"Invalid axes ({sample_args['axes']}). Use 0 (height) and/or 1 (width).")
+        axis_names = "".join("HW"[a] for a in sample_args["axes"])
     if sorted(axis_names) not in (["H", "W"], ["H"], ["W"]):
         raise ValueError(f"Invalid axis_names ({axis_names!r}). Use 'WH', 'HW', 'H' or 'W'.")
     anchor = np.asarray(anchor, np.float64).reshape(-1)
@@ -291,6 +295,7 @@ IMAGE_SLICE = _decoder_schema(
     "decoders.image_slice", "Decodes images and keeps the window given by the anchor and shape inputs.",
     'images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed")',
     [Arg("axis_names", str, "WH", "Order of the anchor/shape values: 'WH' (x first) or 'HW'."),
+     Arg("axes", "int_list", None, "The same as axis_names by index (0 = height, 1 = width); overrides it."),
      Arg("normalized_anchor", bool, True, "The anchor is a fraction of the image size (else pixels)."),
      Arg("normalized_shape", bool, True, "The shape is a fraction of the image size (else pixels)."),
      Arg("out_of_bounds_policy", str, "error", "What a window outside the image does.",
