@@ -25,12 +25,13 @@ import io
 import logging
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 __all__ = [
-    "decode_audio", "audio_info", "resample_soxr", "soxr_quality", "resample_length",
+    "decode_audio", "open_audio", "plan_window", "read_into", "WindowPlan", "audio_info", "resample_soxr", "soxr_quality", "resample_length",
     "SUPPORTED_FORMATS", "OUT_OF_BOUNDS_POLICIES", "AudioDecodeError",
 ]
 
@@ -141,8 +142,45 @@ def decode_audio(data: Any, *, dtype: str = "float32", downmix: bool = False, st
 
         audio, rate = decode_audio(wav_bytes, dtype="int16")
     """
+    np_dtype = _dtype(dtype)
+    with open_audio(data, source) as f:
+        plan = plan_window(f, start_time=start_time, duration=duration, out_of_bounds_policy=out_of_bounds_policy,
+                           source=source)
+        out = np.empty(plan.shape(downmix), np_dtype)
+        read_into(f, plan, out, source=source)
+    return out, plan.rate
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """What to read from an opened file: ``n_read`` frames from frame ``start``, then ``n_out - n_read`` zeros."""
+
+    rate: int
+    channels: int
+    start: int
+    n_read: int
+    n_out: int
+
+    def shape(self, downmix: bool) -> tuple[int, ...]:
+        """The decoded array's shape."""
+        return (self.n_out,) if downmix else (self.n_out, self.channels)
+
+
+def _dtype(dtype: str) -> type:
     if dtype not in _DTYPES:
         raise ValueError(f"Invalid dtype ({dtype!r}). Supported values are {', '.join(map(repr, _DTYPES))}.")
+    return _DTYPES[dtype]
+
+
+def open_audio(data: Any, source: str = ""):
+    """An open ``soundfile.SoundFile`` over encoded bytes (a context manager); raises :class:`AudioDecodeError`
+    naming ``source`` for empty, corrupt, truncated or unsupported files."""
+    return _open(data, source)
+
+
+def plan_window(f, *, start_time: float = 0.0, duration: float | None = None, out_of_bounds_policy: str = "error",
+                source: str = "") -> WindowPlan:
+    """Check a time window against an open file and say which frames to read (see :func:`decode_audio`)."""
     if out_of_bounds_policy not in OUT_OF_BOUNDS_POLICIES:
         raise ValueError(f"Invalid out_of_bounds_policy ({out_of_bounds_policy!r}). Supported values are "
                          f"{', '.join(map(repr, OUT_OF_BOUNDS_POLICIES))}.")
@@ -150,44 +188,58 @@ def decode_audio(data: Any, *, dtype: str = "float32", downmix: bool = False, st
         raise ValueError(f"start_time must be a finite number of seconds >= 0, got {start_time}")
     if duration is not None and not math.isfinite(duration):
         raise ValueError(f"duration must be a finite number of seconds, got {duration}")
-    np_dtype = _DTYPES[dtype]
-    with _open(data, source) as f:
-        rate, channels, total = f.samplerate, f.channels, f.frames
-        start = int(round(start_time * rate))
-        want = None if duration is None or duration <= 0 else int(round(duration * rate))
-        windowed = start > 0 or want is not None
-        if windowed:
-            end = total if want is None else start + want
-            if end > total or start > total:
-                if out_of_bounds_policy == "error":
-                    raise ValueError(
-                        f"the window [{start_time:g} s, {end / rate:g} s) of the audio{_where(source)} reaches past "
-                        f"its end ({total / rate:g} s, {total} frames at {rate} Hz); pass "
-                        "out_of_bounds_policy='pad' or 'trim_to_shape' to accept such windows")
-            n_read = max(0, min(end, total) - start)
+    rate, channels, total = f.samplerate, f.channels, f.frames
+    start = int(round(start_time * rate))
+    want = None if duration is None or duration <= 0 else int(round(duration * rate))
+    end = total if want is None else start + want
+    if (end > total or start > total) and out_of_bounds_policy == "error":
+        raise ValueError(
+            f"the window [{start_time:g} s, {end / rate:g} s) of the audio{_where(source)} reaches past "
+            f"its end ({total / rate:g} s, {total} frames at {rate} Hz); pass "
+            "out_of_bounds_policy='pad' or 'trim_to_shape' to accept such windows")
+    n_read = max(0, min(end, total) - start)
+    n_out = want if (want is not None and out_of_bounds_policy == "pad") else n_read
+    return WindowPlan(rate, channels, min(start, total), n_read, n_out)
+
+
+def read_into(f, plan: WindowPlan, out: np.ndarray, source: str = "") -> None:
+    """Decode the planned frames of the open file ``f`` into ``out`` (``plan.shape(downmix)``, any supported
+    dtype; 1-D means downmix), zero-filling the padded tail."""
+    downmix = out.ndim == 1
+    name = out.dtype.name
+    if name not in _DTYPES:
+        raise ValueError(f"Invalid dtype ({name!r}). Supported values are {', '.join(map(repr, _DTYPES))}.")
+    head = out[: plan.n_read]
+    try:
+        if plan.n_read == 0:
+            frames = None
+        elif f.format == "MP3" and (plan.start > 0 or plan.n_read < f.frames):
+            # see the module doc: one full read, then cut
+            frames = f.read(dtype=name, always_2d=True)[plan.start: plan.start + plan.n_read]
         else:
-            n_read = total
-        name = np.dtype(np_dtype).name
-        try:
-            if n_read == 0:
-                out = np.zeros((0, channels), np_dtype)
-            elif windowed and f.format == "MP3":  # see the module doc: one full read, then cut
-                out = f.read(dtype=name, always_2d=True)[start:start + n_read]
+            if plan.start > 0:
+                f.seek(plan.start)
+            if downmix and plan.channels > 1:
+                frames = f.read(frames=plan.n_read, dtype=name, always_2d=True)
             else:
-                if windowed and start > 0:
-                    f.seek(start)
-                out = f.read(frames=n_read, dtype=name, always_2d=True)
-        except Exception as exc:
-            raise AudioDecodeError(f"cannot decode audio{_where(source)}: {exc}") from None
-    if out.shape[0] < n_read:
-        # libsndfile stops early on truncated files: say so rather than return silently short audio.
-        raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated or corrupt "
-                               f"(header announces {total} frames, decoded {start + out.shape[0]})")
-    if windowed and want is not None and out_of_bounds_policy == "pad" and out.shape[0] < want:
-        out = np.concatenate([out, np.zeros((want - out.shape[0], channels), out.dtype)], axis=0)
-    if downmix:
-        out = _downmix(out, np_dtype)
-    return np.ascontiguousarray(out), rate
+                got = f.read(frames=plan.n_read, dtype=name, always_2d=not downmix,
+                             out=head if downmix else head.reshape(plan.n_read, plan.channels))
+                frames = None if got.shape[0] == plan.n_read else got
+                if frames is not None:
+                    raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated or corrupt "
+                                           f"(header announces {f.frames} frames, decoded "
+                                           f"{plan.start + got.shape[0]})")
+    except AudioDecodeError:
+        raise
+    except Exception as exc:
+        raise AudioDecodeError(f"cannot decode audio{_where(source)}: {exc}") from None
+    if frames is not None:
+        if frames.shape[0] < plan.n_read:
+            # libsndfile stops early on truncated files: say so rather than return silently short audio.
+            raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated or corrupt "
+                                   f"(header announces {f.frames} frames, decoded {plan.start + frames.shape[0]})")
+        head[...] = _downmix(frames, out.dtype.type) if downmix else frames
+    out[plan.n_read:] = 0
 
 
 def _downmix(frames: np.ndarray, dtype: type) -> np.ndarray:

@@ -94,3 +94,18 @@ def test_resample_op_scale_out_length_and_int_input(device):
     np.testing.assert_array_equal(by_scale[0].cpu().numpy(), by_len[0].cpu().numpy())
     with pytest.raises(Exception, match="exactly one"):
         run_op("audio_resample", [x], device=device, scale=2.0, in_rate=1.0, out_rate=2.0)
+
+
+def test_uniform_batch_is_decoded_into_one_buffer():
+    stereo = np.stack([sweep(RATE), -0.5 * sweep(RATE, seed=3)], axis=1)
+    files = [u8(encode(stereo, RATE, "WAV", "PCM_16")), u8(encode(stereo[::-1].copy(), RATE, "FLAC", "PCM_16"))]
+    for downmix in (False, True):
+        audio, rate = run_op("decoders.audio", files, dtype=types.INT16, downmix=downmix, start_time=0.1,
+                             duration=0.5)
+        assert audio.is_dense_tensor() and rate.as_tensor().tolist() == [RATE, RATE]
+        for i, f in enumerate(files):
+            ref, _ = soundfile.read(io.BytesIO(f.tobytes()), dtype="int16", always_2d=True)
+            ref = ref[1600:9600]
+            if downmix:
+                ref = np.rint(ref.astype(np.float64).mean(axis=1)).astype(np.int16)
+            np.testing.assert_array_equal(audio[i].numpy(), ref)

@@ -9,8 +9,10 @@ import numpy as np
 import torch
 
 from sluice import types
-from sluice.backends.audio import OUT_OF_BOUNDS_POLICIES, decode_audio, resample_soxr
-from sluice.schema import Arg, OpSchema, SampleContext
+from sluice.backends.audio import OUT_OF_BOUNDS_POLICIES, decode_audio, open_audio, plan_window, read_into, resample_soxr
+from sluice.errors import SampleError
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, Operator, OpSpec
 
 __all__ = ["SCHEMA"]
 
@@ -64,22 +66,105 @@ SCHEMA = OpSchema(
 )
 
 
-@SCHEMA.sample_kernel("cpu")
-def decode_audio_cpu(ctx: SampleContext, data: torch.Tensor, *, dtype, downmix, sample_rate, quality, start_time,
-                     duration, out_of_bounds_policy, **_) -> tuple[torch.Tensor, torch.Tensor]:
-    if data.dtype != torch.uint8 or data.dim() != 1:
-        raise ValueError(f"decoders.audio expects encoded files as 1-D uint8 tensors, got {data.dtype} of shape "
-                         f"{tuple(data.shape)}")
+def decode_sample(data: torch.Tensor, source: str, *, dtype, downmix, sample_rate, quality, start_time, duration,
+                  out_of_bounds_policy, **_) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode one file (the general path: any window, resampling, any shape)."""
     target = float(sample_rate or 0.0)
     resample = target > 0
     # Decode in float32 when resampling, so that soxr works on floats; convert to dtype afterwards.
-    out, rate = decode_audio(data.numpy(), dtype="float32" if resample else _DTYPES[dtype], downmix=downmix,
+    out, rate = decode_audio(_bytes(data), dtype="float32" if resample else _DTYPES[dtype], downmix=downmix,
                              start_time=float(start_time), duration=float(duration) or None,
-                             out_of_bounds_policy=out_of_bounds_policy, source=ctx.source_info)
+                             out_of_bounds_policy=out_of_bounds_policy, source=source)
     if resample and target != rate:
         out = resample_soxr(out, rate, target, quality)
         rate = target
     if resample and dtype is not types.FLOAT:
         info = np.iinfo(_DTYPES[dtype])
         out = np.clip(np.rint(out.astype(np.float64) * info.max), info.min, info.max).astype(_DTYPES[dtype])
-    return torch.from_numpy(np.ascontiguousarray(out)), torch.tensor(float(rate), dtype=torch.float32)
+    return torch.from_numpy(np.ascontiguousarray(out)), _rate(rate)
+
+
+def _bytes(data: torch.Tensor) -> np.ndarray:
+    if data.dtype != torch.uint8 or data.dim() != 1:
+        raise ValueError(f"decoders.audio expects encoded files as 1-D uint8 tensors, got {data.dtype} of shape "
+                         f"{tuple(data.shape)}")
+    return data.numpy()
+
+
+def _rate(rate: float) -> torch.Tensor:
+    return torch.tensor(float(rate), dtype=torch.float32)
+
+
+@SCHEMA.operator_class("cpu")
+class AudioDecoder(Operator):
+    """Decodes a batch in the pipeline's threads.
+
+    Without resampling, files are opened first (headers only); when all outputs will have one shape, every
+    thread then decodes straight into its row of one batch buffer, which is page-locked when the pipeline has a
+    GPU, so that ``.gpu()`` is a single asynchronous copy with no host copies in between. Otherwise each file is
+    decoded on its own (:func:`decode_sample`).
+    """
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        self._pin = spec.device_id is not None and torch.cuda.is_available()
+
+    def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
+        n = len(data)
+        sources = ctx.source_info or [""] * n
+        pool = ctx.thread_pool
+
+        def each(fn, items):
+            return list(pool.map(fn, items)) if pool is not None and len(items) > 1 else [fn(i) for i in items]
+
+        def guarded(fn):
+            def call(i):
+                try:
+                    return fn(i)
+                except Exception as exc:  # noqa: BLE001 - re-raised naming the sample and its file
+                    raise SampleError(i, sources[i], exc) from exc
+            return call
+
+        per = [args.sample(i) for i in range(n)]
+        if n == 0:
+            return Batch([]), Batch([])
+        if any(float(a["sample_rate"] or 0.0) > 0 for a in per):
+            results = each(guarded(lambda i: decode_sample(data[i], sources[i], **per[i])), list(range(n)))
+            return Batch([r[0] for r in results]), Batch([r[1] for r in results])
+
+        def open_one(i):
+            a = per[i]
+            f = open_audio(_bytes(data[i]), sources[i])
+            try:
+                plan = plan_window(f, start_time=float(a["start_time"]), duration=float(a["duration"]) or None,
+                                   out_of_bounds_policy=a["out_of_bounds_policy"], source=sources[i])
+            except Exception:
+                f.close()
+                raise
+            return f, plan
+
+        opened = []
+        try:
+            opened = each(guarded(open_one), list(range(n)))
+        except BaseException:
+            for item in opened:
+                item[0].close()
+            raise
+        try:
+            downmix, dtype = per[0]["downmix"], _DTYPES[per[0]["dtype"]]
+            shapes = [plan.shape(downmix) for _, plan in opened]
+            if all(s == shapes[0] for s in shapes):
+                buf = torch.empty((n,) + shapes[0], dtype=getattr(torch, dtype), pin_memory=self._pin)
+                rows = buf.numpy()
+                each(guarded(lambda i: read_into(opened[i][0], opened[i][1], rows[i], sources[i])), list(range(n)))
+                audio = Batch.from_dense(buf)
+            else:
+                def one(i):
+                    out = np.empty(shapes[i], dtype)
+                    read_into(opened[i][0], opened[i][1], out, sources[i])
+                    return torch.from_numpy(out)
+                audio = Batch(each(guarded(one), list(range(n))))
+        finally:
+            for f, _ in opened:
+                f.close()
+        return audio, Batch.from_dense(torch.tensor([float(p.rate) for _, p in opened], dtype=torch.float32))
