@@ -142,6 +142,7 @@ class GpuImageDecoder:
         self._hw_share = hw_decoder_load if has_hw else 0.0
         self._gpu_threads = ThreadPoolExecutor(2, thread_name_prefix="sluice-gpu-decode")
         self.last_split: dict[str, int] = {}
+        self.stats = {"gpu_batch_failures": 0, "cpu_retries": 0}
 
     @property
     def backend_name(self) -> str:
@@ -233,7 +234,10 @@ class GpuImageDecoder:
                 else:
                     out = self._decode_torchvision(bufs, rois, gray, stream)
             except Exception as exc:  # noqa: BLE001 - the CPU retries each sample and names the bad file
-                logger.debug("%s path failed on a batch of %d (%s); retrying on the CPU", path, len(bufs), exc)
+                self.stats["gpu_batch_failures"] += 1
+                log = logger.warning if self.stats["gpu_batch_failures"] == 1 else logger.debug
+                log("%s: the %s path failed on a batch of %d (%s: %s); decoding those on the CPU",
+                    self.backend_name, path, len(bufs), type(exc).__name__, exc)
                 out = [None] * len(bufs)
             event = _cuda.Event()
             event.record(stream)
@@ -372,9 +376,11 @@ class GpuImageDecoder:
                     if output_type not in ("RGB", "GRAY"):
                         t = to_output_type_gpu(t, output_type)
                     out[i] = t.contiguous()
-            for i in retry:
-                logger.debug("GPU decoder returned nothing for %s; decoding it on the CPU", sources[i] or i)
-                out[i] = torch.from_numpy(cpu_other(i)).to(self.device)
+            if retry:
+                self.stats["cpu_retries"] += len(retry)
+                logger.debug("the GPU returned nothing for %d samples; decoding them on the CPU", len(retry))
+                for i, arr in zip(retry, run(cpu_other, retry)):
+                    out[i] = torch.from_numpy(arr).to(self.device)
         missing = [i for i in range(n) if out[i] is None]
         if missing:  # pragma: no cover - every branch above fills its samples
             raise ImageDecodeError("internal error: no output", source=sources[missing[0]], decoder=self.backend_name)
