@@ -112,3 +112,18 @@ def test_gpu_equals_cpu():
         g = run_op(op, data, device="gpu", **kw).as_cpu()
         for x, y in zip(c, g):
             torch.testing.assert_close(x, y)
+
+
+def test_bb_flip_with_random_coin_flip_node():
+    box = np.array([[0.1, 0.2, 0.5, 0.6]], np.float32)
+    pipe = Pipeline(batch_size=8, num_threads=2, device_id=None, seed=4, exec_async=False)
+    with pipe:
+        b = fn.external_source(source=lambda: [box] * 8, cycle=True)
+        flip = fn.random.coin_flip()
+        pipe.set_outputs(flip, fn.bb_flip(b, ltrb=True, horizontal=flip))
+    flips, out = pipe.run()
+    pipe.close()
+    for f, o in zip(flips, out):
+        want = [[0.5, 0.2, 0.9, 0.6]] if int(f) else box
+        np.testing.assert_allclose(o.numpy(), want, atol=1e-6)
+    assert len({int(f) for f in flips}) == 2  # both outcomes occur in 8 draws with this seed

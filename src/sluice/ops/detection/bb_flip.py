@@ -62,7 +62,8 @@ SCHEMA = OpSchema(
 
 @SCHEMA.sample_kernel("cpu")
 def bb_flip_cpu(ctx, boxes, *, ltrb, horizontal, vertical, **_):
-    return bb_flip_kernel(boxes, torch.as_tensor(float(horizontal)), torch.as_tensor(float(vertical)), ltrb)
+    return bb_flip_kernel(boxes, arg_tensor([horizontal], boxes.device)[0], arg_tensor([vertical], boxes.device)[0],
+                          ltrb)
 
 
 @SCHEMA.batch_kernel("gpu")

@@ -78,8 +78,8 @@ SCHEMA = OpSchema(
 @SCHEMA.sample_kernel("cpu")
 def coord_flip_cpu(ctx, coords, *, layout, **a):
     lay = _layout(layout, coords)
-    flip = {c: torch.tensor(float(a[f"flip_{c}"])) for c in lay}
-    center = {c: torch.tensor(float(a[f"center_{c}"])) for c in lay}
+    flip = {c: arg_tensor([a[f"flip_{c}"]], coords.device)[0] for c in lay}
+    center = {c: arg_tensor([a[f"center_{c}"]], coords.device)[0] for c in lay}
     return coord_flip_kernel(coords, lay, flip, center)
 
 
