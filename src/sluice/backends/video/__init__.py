@@ -64,31 +64,39 @@ def _fill_frame(idx: VideoIndex, fill_value, device) -> torch.Tensor:
     return px.expand(idx.height, idx.width, 3)
 
 
+_CPU = PyAVBackend()
+
+
+def _assemble(idx: VideoIndex, real: np.ndarray, decoded: dict, fill_value, device: str) -> torch.Tensor:
+    """Stack the decoded frames in request order (repeats copied, -1 filled) into one FHWC uint8 tensor."""
+    shapes = {tuple(f.shape) for f in decoded.values()}
+    if len(shapes) > 1:
+        raise VideoError(f"{idx.name}: the requested frames differ in size ({sorted(shapes)}); a clip needs frames "
+                         f"of one size (the resolution changes inside the video)")
+    shape = shapes.pop() if shapes else (idx.height, idx.width, 3)
+    fill = _fill_frame(idx, fill_value, device)[: shape[0], : shape[1]] if (real < 0).any() else None
+    if device == "cpu":  # numpy copies are cheaper than torch.stack for many small frames
+        out = np.empty((len(real), *shape), np.uint8)
+        for k, f in enumerate(real.tolist()):
+            out[k] = decoded[f] if f >= 0 else fill.numpy()
+        return torch.from_numpy(out)
+    if not len(real):
+        return torch.empty((0, *shape), dtype=torch.uint8, device=device)
+    return torch.stack([decoded[f] if f >= 0 else fill for f in real.tolist()])
+
+
 def read_frames(source: Source, *, frames: Sequence[int] | None = None, timestamps: Sequence[float] | None = None,
                 start_frame: int = 0, end_frame: int | None = None, stride: int = 1,
                 sequence_length: int | None = None, pad_mode: str = "none", fill_value=0, backend=None,
                 index: VideoIndex | None = None, name: str | None = None) -> Clip:
     """Decode a clip of ``source`` (path or encoded bytes); see :func:`requested_frames` for the request."""
-    backend = backend or PyAVBackend()
+    backend = backend or _CPU
     idx = index or get_index(source, name=name)
     wanted = requested_frames(idx, frames=frames, start_frame=start_frame, end_frame=end_frame, stride=stride,
                               sequence_length=sequence_length, timestamps=timestamps, pad_mode=pad_mode)
     real = idx.resolve_padding(wanted, pad_mode)
     decoded = backend.decode(source, idx, np.unique(real[real >= 0]))
     device = "cuda" if backend.device != "cpu" else "cpu"
-    fill = None
-    out = []
-    for f in real.tolist():
-        if f < 0:
-            if fill is None:
-                fill = _fill_frame(idx, fill_value, device)
-            out.append(fill)
-        else:
-            fr = decoded[f]
-            out.append(fr if isinstance(fr, torch.Tensor) else torch.from_numpy(fr))
-    if out:
-        clip = torch.stack(out)
-    else:
-        clip = torch.empty((0, idx.height, idx.width, 3), dtype=torch.uint8, device=device)
+    clip = _assemble(idx, real, decoded, fill_value, device)
     times = np.where(real >= 0, idx.times[np.maximum(real, 0)] if idx.num_frames else -1.0, -1.0)
     return Clip(clip, times.astype(np.float64), real.astype(np.int64))

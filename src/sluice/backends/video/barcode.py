@@ -35,29 +35,23 @@ def make_frame(index: int, width: int, height: int) -> np.ndarray:
     frame[..., 0] = (xx * 4 + index * 3) % 256
     frame[..., 1] = (yy * 4 + index) % 256
     frame[..., 2] = 128
+    return draw_barcode(frame, index)
+
+
+def draw_barcode(frame: np.ndarray, index: int) -> np.ndarray:
+    """Paint the barcode of ``index`` into the top band of an HWC uint8 frame, in place; returns the frame."""
+    height, width = frame.shape[:2]
+    bits = num_bits(width)
     band = max(8, height // BAND_FRACTION)
     edges = _block_edges(width)
     for b in range(bits):
-        on = (index >> (bits - 1 - b)) & 1
-        frame[:band, edges[b]:edges[b + 1]] = 255 if on else 0
+        frame[:band, edges[b]:edges[b + 1]] = 255 if (index >> (bits - 1 - b)) & 1 else 0
     return frame
 
 
 def read_barcode(frame) -> int:
     """The index encoded in ``frame`` (HWC RGB, numpy or torch, any device)."""
-    if hasattr(frame, "detach"):
-        frame = frame.detach().cpu().numpy()
-    frame = np.asarray(frame)
-    height, width = frame.shape[:2]
-    band = max(8, height // BAND_FRACTION)
-    edges = _block_edges(width)
-    value = 0
-    rows = frame[2:band - 2].astype(np.float32).mean(axis=(0, 2))
-    for b in range(len(edges) - 1):
-        lo, hi = edges[b], edges[b + 1]
-        inner = rows[lo + 1:hi - 1] if hi - lo > 2 else rows[lo:hi]
-        value = (value << 1) | int(inner.mean() > 127)
-    return value
+    return read_barcodes(frame[None])[0]
 
 
 def write_barcode_video(path, codec: str = "libx264", num_frames: int = 30, width: int = 64, height: int = 48,
@@ -123,3 +117,26 @@ def write_barcode_video(path, codec: str = "libx264", num_frames: int = 30, widt
         for packet in astream.encode():
             out.mux(packet)
     out.close()
+
+
+def read_barcodes(frames) -> list[int]:
+    """The indexes encoded in a batch of FHWC frames (numpy, or torch on any device: reduced there first)."""
+    import torch
+
+    if not isinstance(frames, torch.Tensor):
+        frames = torch.as_tensor(np.asarray(frames))
+    n, height, width = frames.shape[:3]
+    if n == 0:
+        return []
+    band = max(8, height // BAND_FRACTION)
+    rows = frames[:, 2:band - 2].float().mean(dim=(1, 3))  # (F, W) on the frames' device
+    edges = _block_edges(width)
+    cols = []
+    for b in range(len(edges) - 1):
+        lo, hi = int(edges[b]), int(edges[b + 1])
+        lo, hi = (lo + 1, hi - 1) if hi - lo > 2 else (lo, hi)
+        cols.append(rows[:, lo:hi].mean(dim=1))
+    bits = (torch.stack(cols) > 127).cpu().numpy().astype(np.int64)  # (bits, F)
+    weights = 1 << np.arange(len(cols) - 1, -1, -1, dtype=np.int64)
+    return (weights[:, None] * bits).sum(axis=0).tolist()
+

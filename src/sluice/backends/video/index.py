@@ -104,9 +104,17 @@ class VideoIndex:
     pix_fmt: str = ""
     average_rate: float = 0.0
     key_frames: np.ndarray = field(init=False, repr=False)
+    _by_pts: dict | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key_frames = np.flatnonzero(self.keyframe)
+
+    def frame_of_pts(self, pts: int) -> int:
+        """Frame number of a decoded frame's pts (the last frame at or before it when not exact; -1 if none)."""
+        if self._by_pts is None:
+            self._by_pts = {int(p): i for i, p in enumerate(self.pts.tolist())}
+        i = self._by_pts.get(pts)
+        return i if i is not None else int(np.searchsorted(self.pts, pts, side="right")) - 1
 
     # ------------------------------------------------------------------ facts
     @property

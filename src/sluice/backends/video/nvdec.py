@@ -223,7 +223,7 @@ class NvdecBackend:
     def _take(decoded: list, idx: VideoIndex, session: _Session, out: dict, pos: int, wanted: set) -> int:
         """Keep the wanted frames among ``decoded``; return the newest frame number seen."""
         for frame in decoded:
-            i = int(np.searchsorted(idx.pts, int(frame.timestamp), side="right")) - 1
+            i = idx.frame_of_pts(int(frame.timestamp))
             if i < 0:
                 continue
             pos = max(pos, i)

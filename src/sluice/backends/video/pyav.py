@@ -37,6 +37,19 @@ def _decoded_frames(container, stream, name: str) -> Iterator:
         logger.warning("%s: demuxing stopped: %s", name, e)
 
 
+class _Rgb:
+    """Frame -> HWC uint8 RGB with one cached swscale context (``to_ndarray`` makes a new one per frame, and
+    starts threads: 100x slower on small frames)."""
+
+    def __init__(self) -> None:
+        from av.video.reformatter import VideoReformatter
+
+        self._reformatter = VideoReformatter()
+
+    def __call__(self, frame) -> np.ndarray:
+        return self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+
+
 class PyAVBackend:
     """Decodes frames with PyAV on the CPU; ``threads`` decoder threads per file (0: FFmpeg chooses)."""
 
@@ -55,17 +68,17 @@ class PyAVBackend:
             stream = video_stream(container, idx.name)
             stream.thread_type = "AUTO"
             stream.codec_context.thread_count = self.threads
-            self._run_plan(container, stream, idx, plan, out)
+            self._run_plan(container, stream, idx, plan, out, _Rgb())
         return out
 
-    def _run_plan(self, container, stream, idx: VideoIndex, plan, out: dict) -> None:
+    def _run_plan(self, container, stream, idx: VideoIndex, plan, out: dict, rgb: "_Rgb") -> None:
         frames_iter = None
         pos = -1  # presentation number of the last frame the decoder gave
         for key, group in plan:
             if frames_iter is None or not (key <= pos + 1 and group[0] > pos):
                 frames_iter = self._seek(container, stream, idx, key)
                 pos = -1
-            pos = self._collect(frames_iter, idx, group, out, pos)
+            pos = self._collect(frames_iter, idx, group, out, pos, rgb)
             missing = [f for f in group if f not in out]
             if missing:
                 # the demuxer may have landed after the keyframe: retry once from the previous keyframe / start
@@ -74,7 +87,7 @@ class PyAVBackend:
                 logger.info("%s: frames %s not reached from keyframe %d; retrying from %d", idx.name, missing,
                             key, retry_key)
                 frames_iter = self._seek(container, stream, idx, retry_key)
-                pos = self._collect(frames_iter, idx, missing, out, -1)
+                pos = self._collect(frames_iter, idx, missing, out, -1, rgb)
                 missing = [f for f in group if f not in out]
                 if missing:
                     raise VideoError(f"{idx.name}: frame {missing[0]} could not be decoded (corrupt or truncated "
@@ -94,19 +107,19 @@ class PyAVBackend:
         return _decoded_frames(container, stream, idx.name)
 
     @staticmethod
-    def _collect(frames_iter, idx: VideoIndex, group: Sequence[int], out: dict, pos: int) -> int:
+    def _collect(frames_iter, idx: VideoIndex, group: Sequence[int], out: dict, pos: int, rgb: "_Rgb") -> int:
         remaining = set(group)
         last = group[-1]
         for frame in frames_iter:
             ts = frame.pts if frame.pts is not None else frame.dts
             if ts is None:
                 continue
-            i = int(np.searchsorted(idx.pts, ts, side="right")) - 1
+            i = idx.frame_of_pts(int(ts))
             if i < 0:
                 continue
             pos = i
             if i in remaining:
-                out[i] = frame.to_ndarray(format="rgb24")
+                out[i] = rgb(frame)
                 remaining.discard(i)
             if i >= last or not remaining:
                 break

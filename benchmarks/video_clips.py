@@ -1,0 +1,181 @@
+"""Clips of chosen frames from long videos: sluice (NVDEC and PyAV, packet index) beside OpenCV and PyAV seeking.
+
+Workload (issue 6): 64 clips of 16 frames, stride 60, random starts, from the 1280x720 60 fps H.264 videos made by
+``make_videos.py`` (60 s, 300 s, 3000 s). Peers: OpenCV ``VideoCapture`` with a seek per frame and PyAV with a seek
+per frame, each in 16 threads. Every returned frame is checked by its barcode (a wrong frame fails the run).
+Also: sequential decode of the whole 60 s video, frames/s, sluice NVDEC against OpenCV. Example::
+
+    python benchmarks/make_videos.py --out /tmp/bench_videos
+    python benchmarks/video_clips.py --videos /tmp/bench_videos
+
+Targets: >= 4x OpenCV in clips/s on the 60 s video; the 3000 s video at most 10% slower per clip than the 60 s one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import report, timed  # noqa: E402
+
+from sluice.backends.video import get_index, read_frames  # noqa: E402
+from sluice.backends.video.barcode import read_barcodes  # noqa: E402
+from sluice.backends.video.pyav import PyAVBackend  # noqa: E402
+
+CLIPS, LENGTH, STRIDE, THREADS = 64, 16, 60, 16
+
+
+def make_requests(num_frames: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    span = (LENGTH - 1) * STRIDE
+    starts = rng.integers(0, num_frames - span, CLIPS)
+    return [[int(s) + STRIDE * k for k in range(LENGTH)] for s in starts]
+
+
+def check(name: str, requests: list[list[int]], results: list) -> None:
+    bad = 0
+    for req, frames in zip(requests, results):
+        got = read_barcodes(frames)
+        bad += sum(g != r for g, r in zip(got, req)) + abs(len(got) - len(req))
+    if bad:
+        raise SystemExit(f"{name}: {bad} of {len(requests) * LENGTH} frames are not the requested ones")
+
+
+# ------------------------------------------------------------------------------------------------- the peers
+def opencv_clip(path: str, frames: list[int]) -> np.ndarray:
+    import cv2
+
+    cap = cv2.VideoCapture(path)
+    out = []
+    for f in frames:
+        cap.set(cv2.CAP_PROP_POS_FRAMES, f)
+        ok, img = cap.read()
+        if not ok:
+            raise RuntimeError(f"OpenCV could not read frame {f} of {path}")
+        out.append(img[..., ::-1])
+    cap.release()
+    return np.stack(out)
+
+
+def pyav_seek_clip(path: str, frames: list[int]) -> np.ndarray:
+    """PyAV with a seek per frame (to the keyframe before it), decoding forward to the frame: the usual way."""
+    import av
+    from av.video.reformatter import VideoReformatter
+
+    rgb = VideoReformatter()  # one swscale context for the clip (PyAV's to_ndarray makes one per frame)
+    out = []
+    with av.open(path) as c:
+        st = c.streams.video[0]
+        tb, rate = st.time_base, st.average_rate
+        for f in frames:
+            target = int(round(f / rate / tb))
+            c.seek(target, stream=st, backward=True, any_frame=False)
+            for frame in c.decode(st):
+                if frame.pts >= target:
+                    out.append(rgb.reformat(frame, format="rgb24", threads=1).to_ndarray())
+                    break
+    return np.stack(out)
+
+
+def run_clips(fn, path: str, requests: list[list[int]], threads: int) -> tuple[float, list]:
+    with ThreadPoolExecutor(threads) as pool, timed() as t:
+        results = list(pool.map(lambda r: fn(path, r), requests))
+    return t["seconds"], results
+
+
+# ----------------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--videos", default="/tmp/sluice_bench_videos")
+    ap.add_argument("--peers", nargs="*", default=["opencv", "pyav-seek"])
+    ap.add_argument("--no-gpu", action="store_true", help="skip NVDEC (CPU-only machines)")
+    ap.add_argument("--sessions", type=int, default=7, help="NVDEC decoder sessions (the H200 has 7 engines)")
+    args = ap.parse_args(argv)
+    import torch
+
+    gpu = torch.cuda.is_available() and not args.no_gpu
+    videos = sorted(glob.glob(os.path.join(args.videos, "h264_*s.mp4")),
+                    key=lambda p: int(p.rsplit("_", 1)[1][:-5]))
+    if not videos:
+        raise SystemExit(f"no videos in {args.videos}: run benchmarks/make_videos.py first")
+    backends = {"sluice-cpu": PyAVBackend(threads=1)}
+    if gpu:
+        from sluice.backends.video.nvdec import NvdecBackend
+
+        backends = {"sluice-nvdec": NvdecBackend(device_id=0, sessions=args.sessions), **backends}
+    per_clip: dict[str, dict[str, float]] = {}
+    for path in videos:
+        name = os.path.basename(path)
+        with timed(sync_cuda=False) as t:
+            idx = get_index(path)
+        print(f"{name}: {idx.num_frames} frames, {len(idx.key_frames)} keyframes (mean GOP "
+              f"{idx.gop_lengths().mean():.0f}), index ready in {t['seconds']:.2f} s", flush=True)
+        requests = make_requests(idx.num_frames, seed=6)
+        peers = {}
+        for peer in args.peers:
+            fn = {"opencv": opencv_clip, "pyav-seek": pyav_seek_clip}[peer]
+            seconds, results = run_clips(fn, path, requests, THREADS)
+            check(peer, requests, results)
+            peers[peer] = CLIPS / seconds
+        for label, backend in backends.items():
+            threads = args.sessions if label == "sluice-nvdec" else THREADS
+
+            def clip(p, r, backend=backend):
+                return read_frames(p, frames=r, backend=backend, index=idx).frames
+
+            run_clips(clip, path, requests[:threads], threads)  # warm-up: decoder sessions, CUDA context
+            seconds, results = run_clips(clip, path, requests, threads)
+            check(label, requests, results)
+            per_clip.setdefault(label, {})[name] = seconds / CLIPS
+            report(f"clips 16x stride 60, {name}, {label}", "clips/s", CLIPS / seconds, peers)
+    for label, times in per_clip.items():
+        names = list(times)
+        if len(names) > 1:
+            slow = times[names[-1]] / times[names[0]]
+            print(f"{label}: per-clip time of {names[-1]} / {names[0]} = {slow:.3f} (target <= 1.10)", flush=True)
+
+    # sequential decode of the shortest video: frames/s
+    path = videos[0]
+    idx = get_index(path)
+    everything = list(range(idx.num_frames))
+    peers = {}
+    if "opencv" in args.peers:
+        import cv2
+
+        with timed(sync_cuda=False) as t:
+            cap = cv2.VideoCapture(path)
+            n = 0
+            while cap.read()[0]:
+                n += 1
+        peers["opencv"] = n / t["seconds"]
+    # requests cut at keyframes, >= 300 frames each, so nothing is decoded twice and memory stays small
+    keys = idx.key_frames.tolist() + [idx.num_frames]
+    cuts = [0]
+    for k in keys[1:]:
+        if k - cuts[-1] >= 300 or k == idx.num_frames:
+            cuts.append(k)
+    for label, backend in backends.items():
+        threads = args.sessions if label == "sluice-nvdec" else THREADS
+
+        def run(ab, backend=backend):
+            a, b = ab
+            frames = read_frames(path, frames=everything[a:b], backend=backend, index=idx).frames
+            return sum(g != w for g, w in zip(read_barcodes(frames[::50]), everything[a:b:50]))
+
+        # groups of pictures decoded concurrently, one per decoder session (NVDEC) or thread (CPU)
+        with ThreadPoolExecutor(threads) as pool, timed() as t:
+            bad = sum(pool.map(run, zip(cuts[:-1], cuts[1:])))
+        if bad:
+            raise SystemExit(f"{label}: sequential decode returned {bad} wrong frames")
+        report(f"sequential decode, {os.path.basename(path)}, {label}", "frames/s", idx.num_frames / t["seconds"],
+               peers)
+
+if __name__ == "__main__":
+    main()
