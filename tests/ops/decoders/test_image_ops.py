@@ -155,3 +155,17 @@ def test_pipeline_reader_to_decoder_names_the_bad_file(tmp_path):
     np.testing.assert_array_equal(images.at(3), pattern(10, 12, seed=1))
     with pytest.raises(PipelineError, match=r"zz_bad\.jpg.*(truncated|corrupt)"):
         p.run()
+
+
+def test_through_run_op_random_crop_is_seeded():
+    from sluice.testing import run_op
+
+    samples = [np.frombuffer(PNG, np.uint8)] * 4
+    a = run_op("decoders.image_random_crop", samples, seed=5, random_area=[0.1, 0.4])
+    b = run_op("decoders.image_random_crop", samples, seed=5, random_area=[0.1, 0.4])
+    c = run_op("decoders.image_random_crop", samples, seed=6, random_area=[0.1, 0.4])
+    assert a.shape() == b.shape() and a.layout() == "HWC"
+    for i in range(4):
+        np.testing.assert_array_equal(a.at(i), b.at(i))
+        assert a.at(i).shape[0] * a.at(i).shape[1] <= 0.45 * 1200
+    assert a.shape() != c.shape()  # another seed, other windows
