@@ -17,8 +17,14 @@ from sluice.pipeline.batch import Batch
 __all__ = ["pad_stack", "unpad", "make_batch", "as_signal", "contract_batch"]
 
 
-def pad_stack(samples: Sequence[torch.Tensor], fill: float = 0.0) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
-    """Stack samples of one rank, padding every dimension at the end to the batch's largest extent."""
+def pad_stack(samples: Sequence[torch.Tensor] | Batch,
+              fill: float = 0.0) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
+    """Stack samples of one rank, padding every dimension at the end to the batch's largest extent. A dense
+    Batch is returned as it is (no copy)."""
+    if isinstance(samples, Batch):
+        if samples.dense is not None:
+            return samples.dense, [tuple(samples.dense.shape[1:])] * len(samples)
+        samples = list(samples)
     shapes = [tuple(s.shape) for s in samples]
     if not samples:
         return torch.zeros(0), shapes
@@ -67,7 +73,7 @@ def contract_batch(batch: Batch, axis_of: Callable[[int], int],
 
     if not len(batch):
         return Batch([], batch.layout())
-    dense, shapes = pad_stack(list(batch))
+    dense, shapes = pad_stack(batch)
     axis = axis_of(dense.dim() - 1)
     extents = sorted({s[axis] for s in shapes})
     if len(extents) != 1:

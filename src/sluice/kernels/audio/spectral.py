@@ -97,9 +97,10 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     window = window.to(device=dev, dtype=dtype)
     if window.numel() != window_length:
         raise ValueError(f"window_fn has {window.numel()} samples, window_length is {window_length}")
+    lengths_cpu = lengths.cpu()
     lengths = lengths.to(dev)
     frames = torch.tensor([num_windows(int(n), window_length, window_step, center_windows)
-                           for n in lengths.tolist()], dtype=torch.int64)
+                           for n in lengths_cpu.tolist()], dtype=torch.int64)
     batch = x.shape[0]
     t_max = int(frames.max()) if batch else 0
     nbins = nfft // 2 + 1
@@ -110,26 +111,32 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     offset = (nfft // 2 - (nfft - window_length) // 2) if center_windows else 0
     starts = torch.arange(t_max, device=dev) * window_step - offset
     idx = starts[:, None] + torch.arange(window_length, device=dev)[None, :]          # (T, W)
-    n = lengths.view(batch, 1, 1)
-    idx = idx.unsqueeze(0).expand(batch, -1, -1)                                        # (B, T, W)
-    inside = (idx >= 0) & (idx < n)
-    if reflect_padding:
-        src = _reflect(idx, n)
-    else:
-        src = idx.clamp(0, max(x.shape[1] - 1, 0))
-    src = torch.minimum(src, (n - 1).clamp(min=0))  # empty signals: any index, masked below
+    uniform = bool((lengths_cpu == x.shape[1]).all())
     if x.shape[1] == 0:
         windows = x.new_zeros(batch, t_max, window_length)
+    elif uniform:
+        # Uniform batch (the common, dense case): one (T, W) index serves every row.
+        n = x.shape[1]
+        src = _reflect(idx, torch.tensor(n, device=dev)) if reflect_padding else idx.clamp(0, n - 1)
+        windows = x[:, src]                                                              # (B, T, W)
+        if not reflect_padding:
+            windows = windows * ((idx >= 0) & (idx < n))
     else:
+        n = lengths.view(batch, 1, 1)
+        idx = idx.unsqueeze(0).expand(batch, -1, -1)                                    # (B, T, W)
+        src = _reflect(idx, n) if reflect_padding else idx.clamp(0, x.shape[1] - 1)
+        src = torch.minimum(src, (n - 1).clamp(min=0))  # empty signals: any index, masked below
         windows = torch.gather(x.unsqueeze(1).expand(-1, t_max, -1), 2, src)
-    if not reflect_padding:
-        windows = windows * inside
+        if not reflect_padding:
+            windows = windows * ((idx >= 0) & (idx < n))
     windows = windows * window
     # The FFT of a frame zero-padded on the right has the magnitudes of the centred frame (a shift changes phases).
     spec = torch.fft.rfft(windows, n=nfft, dim=-1)
     out = spec.real.square() + spec.imag.square()
     if power == 1:
         out = out.sqrt()
+    if uniform:
+        return out, frames
     valid = torch.arange(t_max, device=dev)[None, :] < frames.to(dev)[:, None]
     return out * valid.unsqueeze(-1), frames
 

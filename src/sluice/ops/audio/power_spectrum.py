@@ -56,7 +56,7 @@ def power_spectrum_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> Batch
     if not len(x):
         return Batch([], x.layout())
     axis, nfft, power = (args.const(k) for k in ("axis", "nfft", "power"))
-    dense, shapes = pad_stack(list(x))
+    dense, shapes = pad_stack(x)
     ax = _check(dense.dim() - 1, axis, nfft)
     if nfft is None and len({s[ax] for s in shapes}) != 1:
         # Zero padding along the FFT axis would change the spectrum: transform each sample on its own.

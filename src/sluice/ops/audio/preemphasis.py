@@ -68,7 +68,7 @@ def preemphasis_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> Batch:
     if not len(x):
         return Batch([], x.layout())
     border, dtype = args.const("border"), args.const("dtype")
-    dense, shapes = pad_stack(list(x))
+    dense, shapes = pad_stack(x)
     if dense.dim() < 2:
         raise ValueError("preemphasis_filter: expected signals, got scalars")
     coeff = torch.tensor([float(c) for c in args["preemph_coeff"]], dtype=torch.float64)

@@ -112,8 +112,9 @@ def audio_resample_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> B
         groups[(a, b, x.dim())].append(i)
     for (a, b, _), idx in groups.items():
         samples = [audio[i] for i in idx]
-        floats = [s if s.is_floating_point() else convert_audio_dtype(s, torch.float32) for s in samples]
-        dense, shapes = pad_stack(floats)
+        dense, shapes = pad_stack(audio if len(groups) == 1 else samples)
+        if not dense.is_floating_point():
+            dense = convert_audio_dtype(dense, torch.float32)
         lengths = torch.tensor([s[0] for s in shapes], dtype=torch.int64)
         y, out_lengths = resample_batch(dense, lengths, a, b, quality)
         if len(groups) == 1 and all(n == y.shape[1] for n in out_lengths) and \

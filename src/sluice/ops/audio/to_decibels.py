@@ -50,7 +50,8 @@ def to_decibels_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> Batch:
         return Batch([], x.layout())
     multiplier, reference, cutoff = (args.const(k) for k in ("multiplier", "reference", "cutoff_db"))
     # Padding with 0 keeps each sample's maximum (magnitudes are >= 0).
-    dense, shapes = pad_stack([_float(s) for s in x])
+    dense, shapes = pad_stack(x)
+    dense = _float(dense)
     if reference:
         ref: torch.Tensor | float = reference
     else:
