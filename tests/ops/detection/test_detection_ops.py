@@ -40,19 +40,20 @@ SSD = dict(aspect_ratio=[0.5, 2.0], thresholds=[0.1, 0.3, 0.5], scaling=[0.3, 1.
 def test_boxes_stay_on_the_painted_rectangle():
     pipe = _crop_pipeline("cpu", 11, **SSD)
     for _ in range(3):
-        crops, anchors, shapes, boxes, labels = pipe.run()
-        for crop, a, s, b, lab in zip(crops, anchors, shapes, boxes, labels):
+        crops, _, shapes, boxes, labels = pipe.run()
+        for crop, s, b, lab in zip(crops, shapes, boxes, labels):
             crop = crop.numpy()
             assert crop.shape[0] == pytest.approx(s[1].item() * H, abs=1)
             assert crop.shape[1] == pytest.approx(s[0].item() * W, abs=1)
             if len(b) == 0:
                 continue
             assert lab.tolist() == [7]
-            l, t, r, btm = b[0].tolist()
+            left, top, right, bottom = b[0].tolist()
             ys, xs = np.nonzero(crop[..., 0])
             h, w = crop.shape[:2]
-            assert xs.min() == pytest.approx(l * w, abs=1.5) and xs.max() + 1 == pytest.approx(r * w, abs=1.5)
-            assert ys.min() == pytest.approx(t * h, abs=1.5) and ys.max() + 1 == pytest.approx(btm * h, abs=1.5)
+            assert xs.min() == pytest.approx(left * w, abs=1.5) and xs.max() + 1 == pytest.approx(right * w, abs=1.5)
+            assert ys.min() == pytest.approx(top * h, abs=1.5)
+            assert ys.max() + 1 == pytest.approx(bottom * h, abs=1.5)
     pipe.close()
 
 

@@ -85,7 +85,8 @@ def test_slice_positional_anchor_and_shape_inputs():
 
 
 def test_slice_absolute_positional_inputs_on_audio():
-    begins, lengths = [np.array([10]), np.array([0]), np.array([100])], [np.array([50]), np.array([160]), np.array([30])]
+    begins = [np.array([10]), np.array([0]), np.array([100])]
+    lengths = [np.array([50]), np.array([160]), np.array([30])]
     out = run_op("slice", AUDIO, begins, lengths, axes=[0], normalized_anchor=False, normalized_shape=False)
     for x, b, n, y in zip(AUDIO, begins, lengths, out):
         np.testing.assert_array_equal(y.numpy(), x[b[0]:b[0] + n[0]])
