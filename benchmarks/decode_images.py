@@ -177,7 +177,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--procs", type=int, default=16, help="Pillow worker processes")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cpu-files", type=int, default=1024, help="files for the per-core CPU comparison")
+    ap.add_argument("--cpu-files", type=int, default=512, help="files for the per-core CPU comparison")
     ap.add_argument("--cpu-only", action="store_true")
     ap.add_argument("--hw-decoder-load", type=float, default=0.9)
     ap.add_argument("--device-id", type=int, default=0)
