@@ -60,6 +60,24 @@ def test_per_sample_frames_from_a_node(videos):
     assert codes(out[0]) == [3, 30] and codes(out[1]) == [11, 2, 2]
 
 
+def test_with_readers_file_uses_the_path_index(videos, monkeypatch):
+    from sluice.backends.video import index as index_mod
+
+    hashed = []
+    key = index_mod.cache_key
+    monkeypatch.setattr(index_mod, "cache_key", lambda s: hashed.append(type(s).__name__) or key(s))
+    root = videos["h264-mp4"].parent
+
+    @pipeline_def(batch_size=2, num_threads=2, device_id=None, seed=1)
+    def pipe():
+        data, _ = fn.readers.file(file_root=str(root), file_filters=["*.mp4", "*.webm"])
+        return fn.decoders.video(data, frames=[2, 9])
+
+    (out,) = pipe().run()
+    assert codes(out[0]) == [2, 9] and codes(out[1]) == [2, 9]
+    assert hashed and all(t in ("PosixPath", "str") for t in hashed)  # no hashing of the encoded bytes
+
+
 def test_errors_name_the_problem(videos):
     with pytest.raises(Exception, match=r"frame 40 is out of range: the video has 40 frames.*pad_mode"):
         run_op("decoders.video", [encoded(videos["h264-mp4"])], frames=[40])

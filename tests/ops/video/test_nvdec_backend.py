@@ -92,3 +92,13 @@ def test_real_nvdec_barcodes(videos):
         clip = read_frames(path, frames=req, backend=backend)
         assert clip.frames.is_cuda and clip.frames.shape == (10, 48, 64, 3)
         assert [read_barcode(f) for f in clip.frames] == req, name
+
+
+def test_unsupported_codec_file(tmp_path, fake_nvdec):
+    from sluice.backends.video.barcode import write_barcode_video
+
+    path = tmp_path / "lossless.mkv"
+    write_barcode_video(path, "ffv1", num_frames=3)
+    with pytest.raises(VideoError, match=r"lossless.mkv: codec 'ffv1' is not supported by the GPU \(NVDEC\)"):
+        read_frames(path, frames=[0], backend=NvdecBackend())
+    assert read_barcode(read_frames(path, frames=[2]).frames[0]) == 2  # FFmpeg decodes it on the CPU

@@ -9,12 +9,13 @@ the GPU.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 import torch
 
-from sluice.backends.video import PAD_MODES, Clip, PyAVBackend, read_frames
+from sluice.backends.video import PAD_MODES, Clip, PyAVBackend, get_index, read_frames
 from sluice.backends.video.pyav import default_threads
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
@@ -103,7 +104,19 @@ def decode_sample(data: torch.Tensor, name: str, args: dict[str, Any], backend) 
     request["stride"] = request["stride"] or 1
     request["start_frame"] = request["start_frame"] or 0
     return read_frames(data.contiguous().numpy(), backend=backend, pad_mode=args["pad_mode"],
-                       fill_value=args["fill_value"], name=name or None, **request)
+                       fill_value=args["fill_value"], name=name or None, index=_file_index(name, data.numel()),
+                       **request)
+
+
+def _file_index(name: str, size: int):
+    """When the bytes came from a file (the reader's source info) of the same size, its path-keyed index: no need
+    to hash the whole content to find the cached index."""
+    try:
+        if name and os.path.isfile(name) and os.path.getsize(name) == size:
+            return get_index(name)
+    except OSError:
+        pass
+    return None
 
 
 _CPU_BACKEND = PyAVBackend(threads=default_threads())
