@@ -78,3 +78,11 @@ def test_operator_images_and_sequences_match_opencv():
     out = run_op("gaussian_blur", [seq], layout="FHWC", window_size=5)[0].numpy()
     for f in range(2):
         np.testing.assert_allclose(out[f], _opencv(seq[f], (1.1, 1.1), (5, 5)), atol=1e-4)
+
+
+def test_empty_images_pass_through():
+    from sluice.testing import run_op
+
+    out = run_op("gaussian_blur", [np.zeros((0, 5, 3), np.uint8), _image(10, (4, 5, 3))], layout="HWC", sigma=1.0)
+    assert out.shape() == [(0, 5, 3), (4, 5, 3)]
+    assert blur_axes(torch.zeros(2, 0, 5, 3), [1, 2], [[(1.0, 7), (1.0, 7)]] * 2).shape == (2, 0, 5, 3)

@@ -110,6 +110,8 @@ def blur_axes(x: torch.Tensor, axes: Sequence[int], params: Sequence[Sequence[tu
         out = blur_axes(imgs, [1, 2], [[(1.5, 11), (1.5, 11)]] * len(imgs))
     """
     out_dtype = out_dtype or x.dtype
+    if x.numel() == 0:  # nothing to blur (e.g. a 0 x W image)
+        return x.to(out_dtype, copy=True)
     y = x.to(torch.float32)
     for a, axis in enumerate(axes):
         kmax = max(p[a][1] for p in params)
@@ -188,7 +190,7 @@ def _blur_opencv(image: torch.Tensor, params: list[tuple[float, int]], out_dtype
 @SCHEMA.sample_kernel("cpu")
 def gaussian_blur_cpu(ctx, image, *, sigma, window_size, dtype, **_):
     axes, params = _sample_params(image.dim(), ctx.layout, sigma, window_size)
-    if axes == [0, 1]:
+    if axes == [0, 1] and image.numel():
         out = _blur_opencv(image, params, None if dtype is None or dtype == types.NO_TYPE
                            else types.to_torch_dtype(dtype))
         if out is not None:
