@@ -19,7 +19,6 @@ import io
 import logging
 import os
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path

@@ -10,7 +10,6 @@ Tolerances, nvJPEG vs libjpeg-turbo on the same JPEG (smooth pattern + noise, qu
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
