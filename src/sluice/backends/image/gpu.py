@@ -104,8 +104,8 @@ class GpuImageDecoder:
     measured speed of each path. ``cpu_load`` is the initial CPU share (None: a guess from the thread count).
     """
 
-    def __init__(self, device_id: int | torch.device = 0, *, hw_decoder_load: float = 0.9, jpeg_fancy_upsampling: bool = False,
-                 use_fast_idct: bool = False, cpu_load: float | None = None, adaptive: bool | None = None,
+    def __init__(self, device_id: int | torch.device = 0, *, hw_decoder_load: float = 0.9,
+                 jpeg_fancy_upsampling: bool = False, use_fast_idct: bool = False, cpu_load: float | None = None, adaptive: bool | None = None,
                  num_cpu_threads: int = 4):
         self.device = device_id if isinstance(device_id, torch.device) else torch.device("cuda", device_id)
         self.use_fast_idct = use_fast_idct
@@ -118,13 +118,13 @@ class GpuImageDecoder:
             # nvImageCodec's own host threads (bitstream parsing): few, the pipeline's threads decode on the CPU.
             host_threads = max(2, num_cpu_threads // 4)
             try:
-                self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads, options=options,
-                                      backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=1.0),
+                self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
+                                      options=options, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=1.0),
                                                 nv.Backend(nv.BackendKind.GPU_ONLY)])
             except Exception as exc:  # noqa: BLE001 - no hardware engine on this GPU
                 logger.info("nvImageCodec hardware JPEG decoder unavailable (%s)", exc)
-            self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads, options=options,
-                                    backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
+            self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
+                                    options=options, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
         has_hw = self._hw is not None and self._hw_works()
         if not has_hw:
             self._hw = None
