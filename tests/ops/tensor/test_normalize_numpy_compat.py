@@ -66,6 +66,11 @@ def test_constant_input_maps_to_shift_and_int_output_saturates():
     assert q.dtype == np.uint8 and q.min() == 0 and q.max() == 255
 
 
+def test_batch_mode_needs_equal_unreduced_extents():
+    with pytest.raises(ValueError, match="must agree in the axes that are not reduced"):
+        _run([_data(8, (3, 10)), _data(9, (4, 10))], axes=[1], batch=True)
+
+
 def test_wrong_mean_shape_is_a_clear_error():
     with pytest.raises(ValueError, match="mean has extent"):
         _run([_data(7, (3, 10))], axes=[1], mean=[np.zeros((2, 1), np.float32)])

@@ -104,6 +104,11 @@ def normalize_samples(samples: Sequence[torch.Tensor], *, layout: str = "", axes
         given = next((t for t in means + stds if t is not None), None)
         red = infer_reduced_axes(samples[0].shape, given.shape) if given is not None else list(range(ndim))
     red_stack = [a + 1 for a in red]
+    if batch:
+        kept = {tuple(e for a, e in enumerate(x.shape) if a not in red) for x in samples}
+        if len(kept) > 1:
+            raise ValueError(f"normalize: with batch=True the samples must agree in the axes that are not reduced "
+                             f"(reduced: {sorted(red)}); got {sorted(kept)}")
     means = [None if m is None else _check_stat("mean", m, s.shape, red) for m, s in zip(means, samples)]
     stds = [None if v is None else _check_stat("stddev", v, s.shape, red) for v, s in zip(stds, samples)]
     if dense is not None:
