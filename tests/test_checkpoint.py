@@ -156,8 +156,6 @@ def test_round_trip_every_stateful_operator(op, exec_async, tmp_path):
                 for x, y in zip(bx, by))
 
 
-@pytest.mark.xfail(strict=True, reason="core: checkpoints key operator states by node name, and automatic names "
-                   "contain a process-wide counter (see the sluice.torch report)")
 def test_checkpoint_restores_unnamed_readers(tmp_path):
     def build(tmp):
         files = [tmp / f"{i}.bin" for i in range(5)]
@@ -173,8 +171,6 @@ def test_checkpoint_restores_unnamed_readers(tmp_path):
     _assert_same(expected, _snapshot(resumed.run()), "unnamed reader")
 
 
-@pytest.mark.xfail(strict=True, reason="core: operator seeds derived from the pipeline seed are not saved in "
-                   "the checkpoint (see the sluice.torch report)")
 def test_checkpoint_carries_generator_state(tmp_path):
     """Restoring into a pipeline made with another seed still continues the checkpointed run."""
     first = _pipe(_b_random_no_input("uniform"), tmp_path)

@@ -118,10 +118,12 @@ class Executor:
         self.seeds: dict[int, int] = {}
         random_index = 0
         for node in self.nodes:
-            seed = node.const_args.get("seed", -1) if node.schema.random else 0
-            if node.schema.random and (seed is None or seed < 0):
+            # Random operators and seeded readers get a seed of their own, derived from the pipeline's.
+            seeded = node.schema.random or "seed" in node.schema.args
+            seed = node.const_args.get("seed", -1) if seeded else 0
+            if seeded and (seed is None or seed < 0):
                 seed = _derive_seed(pipeline.seed, random_index)
-            random_index += node.schema.random
+            random_index += seeded
             self.seeds[node.id] = seed
             spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
                           pipeline.num_threads, self.device_id, seed, pipeline)
@@ -214,8 +216,25 @@ class Executor:
         while later iterations are already prefetched still resumes at the first one not consumed."""
         if not self.pipeline.enable_checkpointing:
             return
-        self.snapshots[iteration] = {n.name: self.operators[n.id].state_dict() for n in self.nodes
-                                     if n.schema.stateful}
+        self.snapshots[iteration] = self.current_state()
+
+    def state_key(self, position: int, node: OpNode) -> str:
+        """How a checkpoint names an operator: its place in the graph and its kind (automatic node names carry a
+        process-wide counter, so they differ between the saving and the restoring process)."""
+        return f"{position}:{node.schema.name}"
+
+    def current_state(self) -> dict[str, Any]:
+        return {self.state_key(i, n): self.operators[n.id].state_dict() for i, n in enumerate(self.nodes)
+                if n.schema.stateful}
+
+    def load_state(self, states: dict[str, Any]) -> None:
+        for i, node in enumerate(self.nodes):
+            key = self.state_key(i, node)
+            if node.schema.stateful and key not in states:
+                raise PipelineError(f"the checkpoint has no state for {node.describe()} (graph position {i}); "
+                                    "was it saved from a pipeline with another graph?")
+            if key in states:
+                self.operators[node.id].load_state_dict(states[key])
 
     def state_at(self, iteration: int) -> dict[str, Any]:
         """The operators' state before ``iteration``; forgets older snapshots."""
@@ -223,7 +242,7 @@ class Executor:
             del self.snapshots[old]
         if iteration in self.snapshots:
             return self.snapshots[iteration]
-        return {n.name: self.operators[n.id].state_dict() for n in self.nodes if n.schema.stateful}
+        return self.current_state()
 
     def run_iteration(self, iteration: int) -> tuple[Batch, ...]:
         """Run the whole graph once, in the calling thread (synchronous execution)."""

@@ -163,10 +163,13 @@ class Pipeline:
             self._define()
             assert self._outputs is not None
             preserved = [n for n in self._created_nodes if n.const_args.get("preserve")]
+            checkpoint = _load_checkpoint(self._checkpoint_to_restore)
+            if checkpoint is not None:
+                self.seed = checkpoint["pipeline_seed"]  # every derived seed follows the checkpointed run's
             self._executor = Executor(self, self._outputs, preserved)
             self._built = True
-            if self._checkpoint_to_restore is not None:
-                self._restore(self._checkpoint_to_restore)
+            if checkpoint is not None:
+                self._restore(checkpoint)
                 self._checkpoint_to_restore = None
             if self.exec_async:
                 self._executor.start()
@@ -318,26 +321,19 @@ class Pipeline:
         with self._lock:
             ex = self.executor
             # Iterations prefetched but not consumed are produced again by the restored pipeline.
-            state = {"version": 1, "iteration": self._consumed, "operators": ex.state_at(self._consumed)}
+            state = {"version": 1, "pipeline_seed": self.seed, "iteration": self._consumed,
+                     "operators": ex.state_at(self._consumed)}
             data = pickle.dumps(state)
         if filename is not None:
             with open(filename, "wb") as f:
                 f.write(data)
         return data
 
-    def _restore(self, checkpoint: Any) -> None:
-        if isinstance(checkpoint, (str, os.PathLike)):
-            with open(checkpoint, "rb") as f:
-                checkpoint = f.read()
-        if isinstance(checkpoint, (bytes, bytearray)):
-            checkpoint = pickle.load(io.BytesIO(checkpoint))
+    def _restore(self, checkpoint: dict[str, Any]) -> None:
         ex = self.executor
         ex.iteration = checkpoint["iteration"]
         self._consumed = checkpoint["iteration"]
-        for node in ex.nodes:
-            op_state = checkpoint["operators"].get(node.name)
-            if op_state is not None:
-                ex.operators[node.id].load_state_dict(op_state)
+        ex.load_state(checkpoint["operators"])
 
     # ---- life cycle -----------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -350,6 +346,21 @@ class Pipeline:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _load_checkpoint(checkpoint: Any) -> dict[str, Any] | None:
+    """A checkpoint given as bytes, a path, or an already-loaded dict."""
+    if checkpoint is None:
+        return None
+    if isinstance(checkpoint, (str, os.PathLike)):
+        with open(checkpoint, "rb") as f:
+            checkpoint = f.read()
+    if isinstance(checkpoint, (bytes, bytearray)):
+        checkpoint = pickle.load(io.BytesIO(checkpoint))
+    if not isinstance(checkpoint, dict) or checkpoint.get("version") != 1:
+        raise ArgumentError("checkpoint: not a sluice pipeline checkpoint (expected the bytes of "
+                            "Pipeline.checkpoint(), or the file it wrote)")
+    return checkpoint
 
 
 def _record_stream(batch: Batch, stream: torch.cuda.Stream) -> None:
