@@ -105,8 +105,8 @@ class GpuImageDecoder:
     """
 
     def __init__(self, device_id: int | torch.device = 0, *, hw_decoder_load: float = 0.9,
-                 jpeg_fancy_upsampling: bool = False, use_fast_idct: bool = False, cpu_load: float | None = None, adaptive: bool | None = None,
-                 num_cpu_threads: int = 4):
+                 jpeg_fancy_upsampling: bool = False, use_fast_idct: bool = False, cpu_load: float | None = None,
+                 adaptive: bool | None = None, num_cpu_threads: int = 4):
         self.device = device_id if isinstance(device_id, torch.device) else torch.device("cuda", device_id)
         self.use_fast_idct = use_fast_idct
         self._nv = nvimgcodec_module()
