@@ -109,3 +109,23 @@ def test_uniform_batch_is_decoded_into_one_buffer():
             if downmix:
                 ref = np.rint(ref.astype(np.float64).mean(axis=1)).astype(np.int16)
             np.testing.assert_array_equal(audio[i].numpy(), ref)
+
+
+def test_variable_length_batch_lengths_and_padding(tmp_path):
+    """Ragged audio batches: lengths come from fn.shapes, fn.pad makes them one tensor, spectra follow."""
+    (tmp_path / "c").mkdir()
+    lengths = [16000, 12000, 4000]
+    for i, n in enumerate(lengths):
+        (tmp_path / "c" / f"{i}.wav").write_bytes(encode(sweep(n, seed=i), RATE, "WAV", "PCM_16"))
+
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None, seed=1)
+    def pipe():
+        data, _ = fn.readers.file(file_root=str(tmp_path))
+        audio, _ = fn.decoders.audio(data, downmix=True)
+        spec = fn.spectrogram(audio, nfft=256, window_length=256, window_step=128)
+        return fn.shapes(audio), fn.pad(audio, axes=[0]), fn.shapes(spec)
+
+    shapes, padded, spec_shapes = pipe().run()
+    assert [int(s[0]) for s in shapes] == lengths
+    assert padded.is_dense_tensor() and padded.as_tensor().shape == (3, 16000)
+    assert [tuple(int(v) for v in s) for s in spec_shapes] == [(129, n // 128 + 1) for n in lengths]
