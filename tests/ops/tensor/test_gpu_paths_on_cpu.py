@@ -61,3 +61,25 @@ def test_batch_kernel_equals_sample_kernel(op, inputs, layout, const, per_sample
             # gaussian_blur's CPU kernel is OpenCV (fixed point for uint8): one level of tolerance there.
             atol = 1 if op == "gaussian_blur" else 1e-5
             torch.testing.assert_close(o[i].double(), w.double(), atol=atol, rtol=1e-5)
+
+
+DENSE = torch.from_numpy(RNG.integers(0, 256, (3, 6, 8, 3), dtype=np.uint8))
+
+
+@pytest.mark.parametrize("op,const", [
+    ("slice", dict(rel_start=[0.25, 0.5], rel_shape=[0.5, 0.5])),
+    ("slice", dict(start=[-1, 0], shape=[4, 4], out_of_bounds_policy="pad")),
+    ("hsv", dict(hue=30.0)),
+    ("brightness_contrast", dict(brightness=1.5)),
+    ("color_space_conversion", dict(image_type=types.RGB, output_type=types.GRAY)),
+    ("gaussian_blur", dict(sigma=1.0, dtype=types.FLOAT)),
+    ("normalize", dict(axes=[0, 1])),
+])
+def test_dense_batches_equal_per_sample(op, const):
+    schema = get_schema(op)
+    const_args, _ = schema.validate(dict(const), lambda v: False)
+    ctx = BatchContext(op, 3, [""] * 3, ["HWC"], torch.device("cpu"), None)
+    out = schema.kernels["gpu"].kernel(ctx, Batch.from_dense(DENSE, "HWC"), args=BatchArgs(const_args, {}, 3))
+    for i in range(3):
+        one = schema.kernels["gpu"].kernel(ctx, Batch([DENSE[i].clone()], "HWC"), args=BatchArgs(const_args, {}, 1))
+        torch.testing.assert_close(out[i], one[0])

@@ -178,20 +178,24 @@ SCHEMA = OpSchema(
 )
 
 
-def _slice_one(x: torch.Tensor, layout: str, anchor, sl_shape, a: dict) -> torch.Tensor:
+def _bounds(x: torch.Tensor, layout: str, anchor, sl_shape, a: dict) -> tuple[list[int], list[int]]:
     if (anchor is None) != (sl_shape is None):
         raise ValueError("slice: give both the anchor and the shape inputs, or neither")
     axes = slice_axes(x.dim(), layout, a["axes"], a["axis_names"])
-    lo, hi = slice_bounds(tuple(x.shape), axes, anchor=anchor, sl_shape=sl_shape,
-                          normalized_anchor=a["normalized_anchor"], normalized_shape=a["normalized_shape"],
-                          start=a["start"], rel_start=a["rel_start"], end=a["end"], rel_end=a["rel_end"],
-                          shape_arg=a["shape"], rel_shape=a["rel_shape"])
+    return slice_bounds(tuple(x.shape), axes, anchor=anchor, sl_shape=sl_shape,
+                        normalized_anchor=a["normalized_anchor"], normalized_shape=a["normalized_shape"],
+                        start=a["start"], rel_start=a["rel_start"], end=a["end"], rel_end=a["rel_end"],
+                        shape_arg=a["shape"], rel_shape=a["rel_shape"])
+
+
+def _cast(out: torch.Tensor, dtype) -> torch.Tensor:
+    return out if dtype is None or dtype == types.NO_TYPE else out.to(types.to_torch_dtype(dtype))
+
+
+def _slice_one(x: torch.Tensor, layout: str, anchor, sl_shape, a: dict) -> torch.Tensor:
+    lo, hi = _bounds(x, layout, anchor, sl_shape, a)
     ch = layout.index("C") if layout and "C" in layout else -1
-    out = slice_sample(x, lo, hi, a["out_of_bounds_policy"], a["fill_values"] or [0.0], ch)
-    dtype = a["dtype"]
-    if dtype is not None and dtype != types.NO_TYPE:
-        out = out.to(types.to_torch_dtype(dtype))
-    return out
+    return _cast(slice_sample(x, lo, hi, a["out_of_bounds_policy"], a["fill_values"] or [0.0], ch), a["dtype"])
 
 
 @SCHEMA.sample_kernel("cpu")
@@ -201,10 +205,18 @@ def slice_cpu(ctx, data, anchor=None, sl_shape=None, **args):
 
 @SCHEMA.batch_kernel("gpu")
 def slice_gpu(ctx, data: Batch, anchor: Batch | None = None, sl_shape: Batch | None = None, *, args) -> Batch:
-    # Slices are views; the copies that make them contiguous are one small kernel per sample. The anchor and
-    # shape inputs are a few numbers per sample and are read on the host.
-    anchors = _to_host(anchor) if anchor is not None else [None] * len(data)
-    shapes = _to_host(sl_shape) if sl_shape is not None else [None] * len(data)
+    """A dense batch cut at the same place in every sample is one strided copy; otherwise each sample is cut on
+    its own (a view, made contiguous by one small copy). Anchor and shape inputs are read on the host."""
+    n = len(data)
+    anchors = _to_host(anchor) if anchor is not None else [None] * n
+    shapes = _to_host(sl_shape) if sl_shape is not None else [None] * n
+    if data.dense is not None and n:
+        bounds = [_bounds(x, data.layout(), anchors[i], shapes[i], args.sample(i)) for i, x in enumerate(data)]
+        lo, hi = bounds[0]
+        inside = all(0 <= a <= b <= e for a, b, e in zip(lo, hi, data[0].shape))
+        if inside and all(b == bounds[0] for b in bounds):
+            cut = data.dense[(slice(None), *(slice(a, b) for a, b in zip(lo, hi)))].contiguous()
+            return Batch.from_dense(_cast(cut, args.const("dtype")), data.layout())
     out = [_slice_one(x, data.layout(), anchors[i], shapes[i], args.sample(i)) for i, x in enumerate(data.samples)]
     return Batch(out, data.layout())
 
