@@ -1,4 +1,5 @@
-"""color_space_conversion against OpenCV (GRAY: ``COLOR_RGB2GRAY``, BGR: ``COLOR_RGB2BGR``) and scikit-image
+"""color_space_conversion against OpenCV (GRAY: ``COLOR_RGB2GRAY``, BGR: ``COLOR_RGB2BGR``), Pillow (GRAY: mode
+"L") and scikit-image
 (YCbCr: ``rgb2ycbcr`` / ``ycbcr2rgb``, ITU-R BT.601 studio swing). Tolerance +-1 for uint8 (rounding of
 float32 vs the references' own arithmetic); skimage's YCbCr differs from DALI's 3-digit constants by < 1 level."""
 
@@ -25,6 +26,14 @@ def test_rgb_to_gray_matches_opencv():
     out = _conv(img, types.RGB, types.GRAY)
     assert out.shape == (9, 11, 1)
     assert np.abs(out[..., 0].astype(int) - cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)).max() <= 1
+
+
+def test_rgb_to_gray_matches_pillow():
+    from PIL import Image
+
+    img = _image(7)
+    ref = np.asarray(Image.fromarray(img).convert("L"))
+    assert np.abs(_conv(img, types.RGB, types.GRAY)[..., 0].astype(int) - ref).max() <= 1
 
 
 def test_bgr_to_gray_matches_opencv():
