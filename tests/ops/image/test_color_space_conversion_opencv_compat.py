@@ -1,7 +1,7 @@
 """color_space_conversion against OpenCV (GRAY: ``COLOR_RGB2GRAY``, BGR: ``COLOR_RGB2BGR``), Pillow (GRAY: mode
-"L") and scikit-image
-(YCbCr: ``rgb2ycbcr`` / ``ycbcr2rgb``, ITU-R BT.601 studio swing). Tolerance +-1 for uint8 (rounding of
-float32 vs the references' own arithmetic); skimage's YCbCr differs from DALI's 3-digit constants by < 1 level."""
+"L") and scikit-image (YCbCr: ``rgb2ycbcr`` / ``ycbcr2rgb``, ITU-R BT.601 studio swing, as DALI). Tolerance +-1
+for uint8 (float32 rounding vs the references' own arithmetic); skimage's YCbCr differs from DALI's 3-digit
+constants by < 1 level."""
 
 import cv2
 import numpy as np
