@@ -22,7 +22,9 @@ from fractions import Fraction
 
 import numpy as np
 
-CHUNK_FRAMES = int(os.environ.get("SLUICE_CHUNK_FRAMES", "6000"))  # 100 s at 60 fps: a forced keyframe every 6000 frames barely changes the default GOP
+# Chunks of 1200..6000 frames (20..100 s at 60 fps), so that every worker has one: a forced keyframe that often
+# barely changes libx264's default GOP (keyint 250). SLUICE_CHUNK_FRAMES fixes the size (for quick tests).
+MIN_CHUNK, MAX_CHUNK = 1200, 6000
 
 
 def _background(width: int, height: int) -> np.ndarray:
@@ -88,11 +90,12 @@ def concat(chunks: list[tuple[str, int]], path: str, fps: int) -> None:
 
 def make_video(path: str, seconds: float, fps: int, width: int, height: int, preset: str, workers: int) -> int:
     total = int(round(seconds * fps))
-    starts = list(range(0, total, CHUNK_FRAMES))
+    chunk = int(os.environ.get("SLUICE_CHUNK_FRAMES", 0)) or max(MIN_CHUNK, min(MAX_CHUNK, -(-total // workers)))
+    starts = list(range(0, total, chunk))
     tmp = tempfile.mkdtemp(prefix="sluice_chunks_", dir=os.path.dirname(os.path.abspath(path)))
     try:
         with ProcessPoolExecutor(workers) as pool:
-            futures = [pool.submit(encode_chunk, os.path.join(tmp, f"{k:05d}.mp4"), s, min(CHUNK_FRAMES, total - s),
+            futures = [pool.submit(encode_chunk, os.path.join(tmp, f"{k:05d}.mp4"), s, min(chunk, total - s),
                                    width, height, fps, preset) for k, s in enumerate(starts)]
             chunks = [(f.result(), s) for f, s in zip(futures, starts)]
         concat(chunks, path, fps)

@@ -210,3 +210,41 @@ def test_audio_window_exact_samples(vfr_videos):
     np.testing.assert_allclose(audio[:, 0], expected, atol=1e-6)
     with pytest.raises(VideoError, match="vfr.mp4 has no audio stream"):
         read_audio_window(vfr_videos["mp4"], 0.0, 0.1)
+
+
+# ------------------------------------------------------------------------------------ non-reference skipping
+def test_nonref_detection_matches_ffmpeg_skip_frame(videos):
+    from sluice.backends.video.bitstream import nonref_detector
+
+    for name in ("h264-mp4", "h264-mov", "hevc-mkv"):
+        if name not in videos:
+            continue
+        with av.open(str(videos[name])) as c:
+            st = c.streams.video[0]
+            detect = nonref_detector(get_index(videos[name]).codec, st.codec_context.extradata)
+            ours = {p.pts for p in c.demux(st) if p.size and detect(p)}
+        with av.open(str(videos[name])) as c:  # FFmpeg's own judgement: skip_frame=NONREF drops exactly those
+            st = c.streams.video[0]
+            st.codec_context.skip_frame = "NONREF"
+            kept = {f.pts for f in c.decode(st)}
+        all_pts = set(get_index(videos[name]).pts.tolist())
+        assert ours and ours == all_pts - kept, name
+
+
+def test_unwanted_nonref_packets_are_not_decoded(videos, monkeypatch):
+    from sluice.backends.video import pyav as pyav_mod
+
+    decoded = []
+    real = pyav_mod._decoded_frames
+
+    def counting(container, stream, name, skip=None):
+        def skip_and_count(packet):
+            s = skip(packet) if skip else False
+            decoded.append(not s)
+            return s
+        return real(container, stream, name, skip_and_count)
+
+    monkeypatch.setattr(pyav_mod, "_decoded_frames", counting)
+    clip = read_frames(videos["h264-mp4"], frames=[12, 23])  # one GOP: 12 .. 23
+    assert barcodes(clip) == [12, 23]
+    assert 0 < decoded.count(False) and decoded.count(True) < 12

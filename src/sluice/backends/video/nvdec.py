@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .bitstream import nonref_detector
 from .index import Source, VideoError, VideoIndex, open_container, video_stream
 
 logger = logging.getLogger(__name__)
@@ -169,8 +170,9 @@ class NvdecBackend:
                              f"data in its group of pictures; the video has {idx.num_frames} frames)")
         return out
 
-    def _packets(self, container, stream, idx: VideoIndex, key: int):
-        """Packets from keyframe ``key`` on, as (bytes, pts), ready for NVDEC (Annex B, codec headers first)."""
+    def _packets(self, container, stream, idx: VideoIndex, key: int, wanted: set):
+        """Packets from keyframe ``key`` on, as (bytes, pts), ready for NVDEC (Annex B, codec headers first);
+        non-reference pictures that are not wanted are left out (nobody needs them decoded)."""
         import av
 
         container.seek(int(idx.pts[key]), stream=stream, backward=True, any_frame=False)
@@ -178,6 +180,7 @@ class NvdecBackend:
         bsf = av.bitstream.BitStreamFilterContext(bsf_name, stream) if bsf_name else None
         header = b""
         extradata = bytes(stream.codec_context.extradata or b"")
+        nonref = nonref_detector(idx.codec, extradata)
         if idx.codec == "mpeg4":
             header = extradata
         elif idx.codec == "av1" and len(extradata) > 4:
@@ -187,7 +190,11 @@ class NvdecBackend:
                 if packet.size == 0:
                     break
                 pts = packet.pts if packet.pts is not None else packet.dts
+                pts = 0 if pts is None else pts
                 for p in (bsf.filter(packet) if bsf else (packet,)):
+                    if nonref is not None and pts is not None and not header and \
+                            idx.frame_of_pts(int(pts)) not in wanted and nonref(p):
+                        continue
                     data = bytes(p)
                     if header:
                         data, header = header + data, b""
@@ -204,7 +211,7 @@ class NvdecBackend:
             if packets is None or not (key <= pos + 1 and group[0] > pos):
                 if packets is not None:
                     pos = take(session.feed(None, 0), idx, session, out, pos, wanted)  # flush the last run
-                packets = self._packets(container, stream, idx, key)
+                packets = self._packets(container, stream, idx, key, wanted)
                 pos = -1
             last = group[-1]
             while pos < last:

@@ -16,17 +16,21 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from .bitstream import nonref_detector
 from .index import Source, VideoError, VideoIndex, open_container, video_stream
 
 logger = logging.getLogger(__name__)
 
 
-def _decoded_frames(container, stream, name: str) -> Iterator:
-    """Decoded frames from the demuxer's current position to the end of the stream, skipping corrupt packets."""
+def _decoded_frames(container, stream, name: str, skip=None) -> Iterator:
+    """Decoded frames from the demuxer's current position to the end of the stream, skipping corrupt packets and
+    those ``skip(packet)`` says are not needed."""
     import av
 
     try:
         for packet in container.demux(stream):
+            if skip is not None and packet.size and skip(packet):
+                continue
             try:
                 frames = packet.decode()
             except av.error.FFmpegError as e:
@@ -35,6 +39,20 @@ def _decoded_frames(container, stream, name: str) -> Iterator:
             yield from frames
     except av.error.FFmpegError as e:  # demuxing a truncated or corrupt file
         logger.warning("%s: demuxing stopped: %s", name, e)
+
+
+def unwanted_nonref(idx: VideoIndex, stream, frames: Sequence[int]):
+    """``skip(packet)``: True for packets of non-reference pictures (H.264/HEVC) that no wanted frame needs."""
+    detect = nonref_detector(idx.codec, stream.codec_context.extradata)
+    if detect is None:
+        return None
+    wanted = {int(f) for f in frames}
+
+    def skip(packet) -> bool:
+        pts = packet.pts if packet.pts is not None else packet.dts
+        return pts is not None and idx.frame_of_pts(int(pts)) not in wanted and detect(packet)
+
+    return skip
 
 
 class _Rgb:
@@ -68,15 +86,16 @@ class PyAVBackend:
             stream = video_stream(container, idx.name)
             stream.thread_type = "AUTO"
             stream.codec_context.thread_count = self.threads
-            self._run_plan(container, stream, idx, plan, out, _Rgb())
+            skip = unwanted_nonref(idx, stream, frames)
+            self._run_plan(container, stream, idx, plan, out, _Rgb(), skip)
         return out
 
-    def _run_plan(self, container, stream, idx: VideoIndex, plan, out: dict, rgb: "_Rgb") -> None:
+    def _run_plan(self, container, stream, idx: VideoIndex, plan, out: dict, rgb: "_Rgb", skip) -> None:
         frames_iter = None
         pos = -1  # presentation number of the last frame the decoder gave
         for key, group in plan:
             if frames_iter is None or not (key <= pos + 1 and group[0] > pos):
-                frames_iter = self._seek(container, stream, idx, key)
+                frames_iter = self._seek(container, stream, idx, key, skip)
                 pos = -1
             pos = self._collect(frames_iter, idx, group, out, pos, rgb)
             missing = [f for f in group if f not in out]
@@ -86,7 +105,7 @@ class PyAVBackend:
                 retry_key = int(earlier[-1]) if len(earlier) else 0
                 logger.info("%s: frames %s not reached from keyframe %d; retrying from %d", idx.name, missing,
                             key, retry_key)
-                frames_iter = self._seek(container, stream, idx, retry_key)
+                frames_iter = self._seek(container, stream, idx, retry_key, skip)
                 pos = self._collect(frames_iter, idx, missing, out, -1, rgb)
                 missing = [f for f in group if f not in out]
                 if missing:
@@ -95,7 +114,7 @@ class PyAVBackend:
                                      f"{idx.num_frames} frames)")
 
     @staticmethod
-    def _seek(container, stream, idx: VideoIndex, key: int):
+    def _seek(container, stream, idx: VideoIndex, key: int, skip):
         import av
 
         target = int(idx.pts[key])
@@ -104,7 +123,7 @@ class PyAVBackend:
         except av.error.FFmpegError as e:
             logger.info("%s: seek to pts %d failed (%s); decoding from the start", idx.name, target, e)
             container.seek(int(idx.pts[0]), stream=stream, backward=True, any_frame=False)
-        return _decoded_frames(container, stream, idx.name)
+        return _decoded_frames(container, stream, idx.name, skip)
 
     @staticmethod
     def _collect(frames_iter, idx: VideoIndex, group: Sequence[int], out: dict, pos: int, rgb: "_Rgb") -> int:

@@ -1,0 +1,85 @@
+"""Which H.264 / HEVC packets hold non-reference pictures, read from their NAL unit headers.
+
+A non-reference picture (H.264 ``nal_ref_idc == 0``; HEVC sub-layer non-reference NAL types TRAIL_N, TSA_N,
+STSA_N, RADL_N, RASL_N, RSV_VCL_N*) is never used to predict another picture, so a clip that does not want it
+need not decode it: with libx264's default B-frames that is a large share of a group of pictures. Packets may be
+in Annex B (start codes) or length-prefixed (mp4/mkv) form. Example::
+
+    is_nonref = nonref_detector("h264", stream.codec_context.extradata)
+    if is_nonref(memoryview(packet)) and frame not in wanted: skip the packet
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+def _annexb_first_vcl(buf, is_vcl: Callable[[int], bool], header_len: int, limit: int = 4096):
+    """First VCL NAL header (as bytes) among the first ``limit`` bytes of an Annex B buffer, or None."""
+    data = bytes(buf[:limit])
+    i = data.find(b"\x00\x00\x01")
+    while i >= 0:
+        start = i + 3
+        if start + header_len > len(data):
+            return None
+        if is_vcl(data[start]):
+            return data[start:start + header_len]
+        i = data.find(b"\x00\x00\x01", start)
+    return None
+
+
+def _lp_first_vcl(buf, size_len: int, is_vcl: Callable[[int], bool], header_len: int):
+    """First VCL NAL header of a length-prefixed buffer (``size_len``-byte big-endian lengths), or None."""
+    n = len(buf)
+    i = 0
+    while i + size_len + header_len <= n:
+        length = int.from_bytes(bytes(buf[i:i + size_len]), "big")
+        head = bytes(buf[i + size_len:i + size_len + header_len])
+        if is_vcl(head[0]):
+            return head
+        if length <= 0:
+            return None
+        i += size_len + length
+    return None
+
+
+def nonref_detector(codec: str, extradata: bytes | None) -> Callable[[object], bool] | None:
+    """A function telling whether a packet's picture is non-reference, or None for codecs it does not know.
+
+    It answers True only when sure; anything it cannot parse counts as a reference picture (decoded).
+    """
+    extradata = bytes(extradata or b"")
+    if codec == "h264":
+        size_len = (extradata[4] & 3) + 1 if len(extradata) > 4 and extradata[0] == 1 else 4
+
+        def is_vcl(b: int) -> bool:
+            return (b & 0x1F) in (1, 5)
+
+        def nonref(head: bytes) -> bool:
+            return (head[0] & 0x1F) == 1 and (head[0] >> 5) & 3 == 0
+
+        header_len = 1
+    elif codec == "hevc":
+        size_len = (extradata[21] & 3) + 1 if len(extradata) > 22 and extradata[0] == 1 else 4
+
+        def is_vcl(b: int) -> bool:
+            return ((b >> 1) & 0x3F) < 32
+
+        def nonref(head: bytes) -> bool:
+            t = (head[0] >> 1) & 0x3F
+            return t < 16 and t % 2 == 0
+
+        header_len = 2
+    else:
+        return None
+
+    def detect(packet) -> bool:
+        buf = memoryview(packet).cast("B") if not isinstance(packet, (bytes, bytearray)) else packet
+        if len(buf) < 4:
+            return False
+        annexb = buf[0] == 0 and buf[1] == 0 and (buf[2] == 1 or (buf[2] == 0 and buf[3] == 1))
+        head = _annexb_first_vcl(buf, is_vcl, header_len) if annexb else \
+            _lp_first_vcl(buf, size_len, is_vcl, header_len)
+        return head is not None and nonref(head)
+
+    return detect
