@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 __all__ = ["FORMATS", "sniff_format", "JpegHeader", "jpeg_header", "as_bytes"]
@@ -82,6 +83,8 @@ class JpegHeader:
         return self.components == 4
 
 
+_MARKER = struct.Struct(">BBH")  # 0xFF, marker, segment length
+_SOF = struct.Struct(">BHHB")    # precision, height, width, components
 _SOF_MARKERS = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
 
@@ -89,8 +92,9 @@ def _subsampling(factors: list[tuple[int, int]]) -> str:
     if len(factors) == 1:
         return "gray"
     (h0, v0), rest = factors[0], factors[1:]
-    if any(f != rest[0] for f in rest[1:]) or rest[0] != (1, 1):
-        return "other"
+    for f in rest:
+        if f != (1, 1):
+            return "other"
     return {(1, 1): "444", (2, 1): "422", (2, 2): "420", (1, 2): "440", (4, 1): "411"}.get((h0, v0), "other")
 
 
@@ -110,29 +114,26 @@ def jpeg_header(data) -> JpegHeader:
     has_exif = False
     adobe = None
     while pos + 4 <= n:
-        if buf[pos] != 0xFF:
+        ff, marker, length = _MARKER.unpack_from(buf, pos)
+        if ff != 0xFF:
             raise ValueError(f"corrupt JPEG header: expected a marker at byte {pos}")
-        marker = buf[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
             pos += 2
             continue
-        length = (buf[pos + 2] << 8) | buf[pos + 3]
         if length < 2 or pos + 2 + length > n:
             break
         seg = pos + 4
-        if marker == 0xE1 and bytes(buf[seg:seg + 6]) == b"Exif\x00\x00":
+        if marker == 0xE1 and buf[seg:seg + 6] == b"Exif\x00\x00":
             has_exif = True
-        elif marker == 0xEE and bytes(buf[seg:seg + 5]) == b"Adobe" and length >= 14:
+        elif marker == 0xEE and buf[seg:seg + 5] == b"Adobe" and length >= 14:
             adobe = buf[seg + 11]
         elif marker in _SOF_MARKERS:
             if length < 8:
                 break
-            height = (buf[seg + 1] << 8) | buf[seg + 2]
-            width = (buf[seg + 3] << 8) | buf[seg + 4]
-            ncomp = buf[seg + 5]
+            _, height, width, ncomp = _SOF.unpack_from(buf, seg)
             if length < 8 + 3 * ncomp:
                 break
             factors = [(buf[seg + 7 + 3 * c] >> 4, buf[seg + 7 + 3 * c] & 15) for c in range(ncomp)]

@@ -78,13 +78,16 @@ class SplitScheduler:
             raise ValueError("no decoding path is available")
         norm = sum(shares.values()) or 1.0
         total = float(sum(weights)) or 1.0
-        target = {k: v / norm * total for k, v in shares.items()}
-        given = dict.fromkeys(shares, 0.0)
+        names = list(shares)
+        deficit = [shares[k] / norm * total for k in names]  # what each path still should get
         out = [""] * len(weights)
-        for i in sorted(range(len(weights)), key=lambda j: -weights[j]):
-            path = max(shares, key=lambda k: target[k] - given[k])
-            out[i] = path
-            given[path] += weights[i]
+        for i in sorted(range(len(weights)), key=weights.__getitem__, reverse=True):
+            best = 0
+            for j in range(1, len(names)):
+                if deficit[j] > deficit[best]:
+                    best = j
+            out[i] = names[best]
+            deficit[best] -= weights[i]
         return out
 
 
