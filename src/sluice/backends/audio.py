@@ -65,6 +65,44 @@ def _as_buffer(data: Any) -> bytes | memoryview:
     return memoryview(np.ascontiguousarray(arr).reshape(-1))
 
 
+class _MemoryFile:
+    """A read-only file over encoded bytes, for libsndfile's virtual I/O.
+
+    Unlike ``io.BytesIO`` it does not copy the bytes first, and ``readinto`` copies with NumPy, which releases
+    the GIL for large copies: the pipeline's threads decode in parallel (the bulk of a WAV read is one such copy).
+    """
+
+    __slots__ = ("_data", "_size", "_pos")
+
+    def __init__(self, buf: bytes | memoryview):
+        self._data = np.frombuffer(buf, dtype=np.uint8)
+        self._size = self._data.shape[0]
+        self._pos = 0
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
+        out = self._data[self._pos:end].tobytes()
+        self._pos = max(self._pos, end)
+        return out
+
+    def readinto(self, buffer) -> int:
+        dst = np.frombuffer(buffer, dtype=np.uint8)
+        end = min(self._size, self._pos + dst.shape[0])
+        count = max(0, end - self._pos)
+        if count:
+            dst[:count] = self._data[self._pos:end]
+        self._pos += count
+        return count
+
+
 def _where(source: str) -> str:
     return f" in file {source!r}" if source else ""
 
@@ -76,7 +114,7 @@ def _open(data: Any, source: str):
     if len(buf) == 0:
         raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is empty (0 bytes)")
     try:
-        f = soundfile.SoundFile(io.BytesIO(buf), mode="r")
+        f = soundfile.SoundFile(_MemoryFile(buf), mode="r")
     except Exception as exc:  # soundfile.LibsndfileError, TypeError for unknown formats
         raise AudioDecodeError(
             f"cannot decode audio{_where(source)}: {exc}. Supported formats: {', '.join(SUPPORTED_FORMATS)}"
