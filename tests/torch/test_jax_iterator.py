@@ -12,16 +12,6 @@ from sluice import fn, pipeline_def  # noqa: E402
 from sluice.jax import DALIGenericIterator, LastBatchPolicy, to_jax  # noqa: E402
 
 
-@pytest.fixture
-def seven(tmp_path):
-    paths = []
-    for i in range(1, 8):
-        p = tmp_path / f"{i}.bin"
-        p.write_bytes(bytes([i]))
-        paths.append(str(p))
-    return paths
-
-
 def pipe(files, shard_id=0, num_shards=1):
     @pipeline_def(batch_size=2, num_threads=1, device_id=None)
     def p():

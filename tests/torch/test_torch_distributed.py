@@ -26,15 +26,6 @@ def fake_dist(monkeypatch):
     return init
 
 
-def make_files(root, n):
-    paths = []
-    for i in range(n):
-        p = root / f"{i:03d}.bin"
-        p.write_bytes(bytes([i]))
-        paths.append(str(p))
-    return paths
-
-
 def rank_pipe(files, batch_size=4, shard_id=None, num_shards=None, shuffle=True, pad=True):
     @pipeline_def(batch_size=batch_size, num_threads=1, device_id=None, seed=11)
     def pipe():
@@ -44,18 +35,18 @@ def rank_pipe(files, batch_size=4, shard_id=None, num_shards=None, shuffle=True,
     return pipe()
 
 
-def test_defaults_follow_the_global_rank(fake_dist, tmp_path):
+def test_defaults_follow_the_global_rank(fake_dist, numbered_files):
     fake_dist(rank=3, world=4)
     assert distributed_defaults(None, None) == (3, 4)
     assert distributed_defaults(1, None) == (1, 4)  # an explicit value wins
     assert distributed_defaults(None, 2) == (0, 2)
-    meta = rank_pipe(make_files(tmp_path, 9)).reader_meta("Reader")
+    meta = rank_pipe(numbered_files(9)).reader_meta("Reader")
     assert (meta["shard_id"], meta["number_of_shards"]) == (3, 4)
-    meta = rank_pipe(make_files(tmp_path, 9), shard_id=0, num_shards=1).reader_meta("Reader")
+    meta = rank_pipe(numbered_files(9), shard_id=0, num_shards=1).reader_meta("Reader")
     assert (meta["shard_id"], meta["number_of_shards"]) == (0, 1)
 
 
-def test_defaults_without_distributed(tmp_path):
+def test_defaults_without_distributed(numbered_files):
     assert distributed_defaults(None, None) == (0, 1)
 
 
@@ -85,17 +76,17 @@ def run_ranks(files, world, policy, epochs=3, pad=True, batch_size=4):
 
 @pytest.mark.parametrize("n,world", [(23, 2), (10, 3), (8, 2), (5, 4)])
 @pytest.mark.parametrize("policy", [LastBatchPolicy.PARTIAL, LastBatchPolicy.FILL, LastBatchPolicy.DROP])
-def test_every_rank_gets_the_same_number_of_batches(tmp_path, n, world, policy):
-    epochs = run_ranks(make_files(tmp_path, n), world, policy)
+def test_every_rank_gets_the_same_number_of_batches(numbered_files, n, world, policy):
+    epochs = run_ranks(numbered_files(n), world, policy)
     for per_rank in epochs:
         assert len({len(x) for x in per_rank}) == 1, [len(x) for x in per_rank]
 
 
 @pytest.mark.parametrize("n,world", [(23, 2), (10, 3), (7, 2)])
-def test_each_sample_exactly_once_per_epoch_across_ranks(tmp_path, n, world):
+def test_each_sample_exactly_once_per_epoch_across_ranks(numbered_files, n, world):
     """pad_last_batch + PARTIAL + shuffle_after_epoch: the ranks' shards of one epoch's permutation are
     disjoint and cover the data set; the permutation changes every epoch."""
-    epochs = run_ranks(make_files(tmp_path, n), world, LastBatchPolicy.PARTIAL)
+    epochs = run_ranks(numbered_files(n), world, LastBatchPolicy.PARTIAL)
     orders = []
     for per_rank in epochs:
         seen = [v for rank in per_rank for batch in rank for v in batch]

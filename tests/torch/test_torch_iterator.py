@@ -18,15 +18,9 @@ from sluice.torch import (ClassificationIterator, DALIClassificationIterator, DA
 FILL, DROP, PARTIAL = LastBatchPolicy.FILL, LastBatchPolicy.DROP, LastBatchPolicy.PARTIAL
 
 
-@pytest.fixture(scope="module")
-def seven_files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("seven")
-    paths = []
-    for i in range(1, 8):
-        p = root / f"{i:02d}.bin"
-        p.write_bytes(bytes([i]))
-        paths.append(str(p))
-    return paths
+@pytest.fixture
+def seven_files(seven):
+    return seven
 
 
 def file_pipe(files, pad, batch_size=2, shard_id=0, num_shards=1, stick_to_shard=False, **kw):
