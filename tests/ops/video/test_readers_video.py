@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sluice import fn, pipeline_def
+from sluice import fn, pipeline_def, types
 from sluice.backends.video.barcode import read_barcode, write_barcode_video
 
 from video_fixtures import NUM_FRAMES, VFR_PTS
@@ -81,6 +81,10 @@ def test_resize_on_read(videos):
     video = outs[0][0]
     assert video[0].shape == (2, 96, 128, 3)
     assert codes(video[0]) == [0, 1]
+    _, outs = run_reader(batch_size=1, filenames=[str(videos["h264-mp4"])], sequence_length=2, resize_y=24,
+                         dtype=types.FLOAT, normalized=True)
+    video = outs[0][0]
+    assert video[0].shape == (2, 24, 32, 3) and video[0].dtype == torch.float32 and float(video[0].max()) <= 1.0
 
 
 def test_audio_of_the_clip_window(video_dir):

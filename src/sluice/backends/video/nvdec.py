@@ -99,7 +99,7 @@ class _Session:
         if self.rgb_native:
             if t.dim() == 3 and t.shape[0] == 3 and t.shape[-1] != 3:  # planar output: CHW -> HWC
                 t = t.permute(1, 2, 0)
-            return t[: self.height, : self.width].contiguous().clone()
+            return t[: self.height, : self.width].clone(memory_format=torch.contiguous_format)
         nv12 = t.reshape(1, -1, t.shape[-1])
         return nv12_to_rgb(nv12, self.height, self.width)[0, :, : self.width]
 

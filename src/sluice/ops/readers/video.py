@@ -24,6 +24,7 @@ import torch
 
 from sluice.backends.video import get_index, read_audio_window, read_frames
 from sluice.backends.video.pyav import PyAVBackend, default_threads
+from sluice import types
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers.file import READER_ARGS, ReaderBase, list_files
 from sluice.pipeline.batch import Batch
@@ -80,6 +81,12 @@ SCHEMA = OpSchema(
         Arg("resize_x", float, 0.0, "Output width (bilinear resize on read, on the reader's device); 0 keeps the "
             "aspect ratio from resize_y, or the width."),
         Arg("resize_y", float, 0.0, "Output height; 0 keeps the aspect ratio from resize_x, or the height."),
+        Arg("dtype", types.DALIDataType, types.UINT8, "Output type of the frames: UINT8 or FLOAT.",
+            choices=(types.UINT8, types.FLOAT)),
+        Arg("normalized", bool, False, "With dtype=FLOAT, scale the frames to [0, 1]."),
+        Arg("skip_vfr_check", bool, False, "Accepted for DALI compatibility: variable frame rates are read exactly."),
+        Arg("file_list_include_preceding_frame", bool, False, "Accepted for DALI compatibility."),
+        Arg("additional_decode_surfaces", int, 2, "Accepted for DALI compatibility."),
         *READER_ARGS,
     ],
 )
@@ -200,6 +207,8 @@ class VideoReader(ReaderBase):
         clip = read_frames(self.paths[f], frames=wanted, pad_mode="constant" if a["pad_sequences"] else "none",
                            fill_value=0, backend=self.backend, index=idx)
         frames = resize_frames(clip.frames, a["resize_x"], a["resize_y"])
+        if a["dtype"] == types.FLOAT:
+            frames = frames.float().div_(255.0) if a["normalized"] else frames.float()
         dev = frames.device
         out = [frames, torch.tensor([self.file_labels[f]], dtype=torch.int32, device=dev)]
         if a["enable_frame_num"]:
@@ -229,6 +238,8 @@ class VideoReader(ReaderBase):
         results = list(pool.map(one, range(len(picks)))) if pool is not None and len(picks) > 1 else \
             [one(k) for k in range(len(picks))]
         layouts = _layouts(self.spec.args, [])
+        if self.spec.device == "gpu" and results:  # frames were made on the worker threads' default stream
+            torch.cuda.current_stream().wait_stream(torch.cuda.default_stream())
         return tuple(Batch(list(col), layouts[j], paths) for j, col in enumerate(zip(*results)))
 
 
