@@ -147,3 +147,21 @@ def test_torch_color_conversion_matches_numpy(output_type):
         got = to_output_type_gpu(torch.from_numpy(img), output_type).numpy()
         assert got.shape == ref.shape
         assert np.abs(got.astype(int) - ref.astype(int)).max() <= 1
+
+
+def test_pixel_limit_in_both_devices(fake_gpu):
+    from sluice.backends.image import get_max_image_pixels, set_max_image_pixels
+    from sluice.errors import SampleError
+
+    data = [encode(pattern(40, 50), "JPEG"), encode(pattern(40, 50), "PNG")]
+    old = get_max_image_pixels()
+    set_max_image_pixels(1999)
+    try:
+        for d in data:
+            with pytest.raises(SampleError, match=r"'/x/big.img'.*2000 pixels, above the limit of 1999"):
+                run_decoder("decoders.image", [d], sources=["/x/big.img"])
+            with pytest.raises(ValueError, match=r"'/x/big.img'.*2000 pixels, above the limit of 1999"):
+                run_decoder("decoders.image", [d], device="mixed", ctx_device=torch.device("cpu"),
+                            sources=["/x/big.img"])
+    finally:
+        set_max_image_pixels(old)
