@@ -1,8 +1,8 @@
-"""The Triton colour kernel (the GPU path of every colour operator) equals the torch path (the CPU path, checked
-against OpenCV / scikit-image / NumPy elsewhere). Without a GPU it runs in Triton's interpreter
-(``TRITON_INTERPRET=1``, in a subprocess because the flag is read when kernels are defined); on a GPU the
-``cuda`` test runs the compiled kernel. Tolerance: exact for uint8 except ties at .5 after float32 math in another
-order (<= 1 level), 1e-5 relative for float outputs."""
+"""The Triton kernels (the colour kernel behind every colour operator, the blur kernel behind gaussian_blur) equal
+the torch path (the CPU path, checked against OpenCV / scikit-image / NumPy elsewhere). Without a GPU they run in
+Triton's interpreter (``TRITON_INTERPRET=1``, in a subprocess because the flag is read when kernels are defined);
+on a GPU the ``cuda`` test runs the compiled kernels. Tolerance: exact for uint8 except ties at .5 after float32
+math in another order (<= 1 level), 1e-5 relative for float outputs."""
 
 import os
 import subprocess
@@ -53,11 +53,19 @@ SCRIPT = textwrap.dedent("""
     gray = Batch([torch.from_numpy(rng.integers(0, 256, (4, 4, 1), dtype=np.uint8))])
     compare(csc, lambda: csc._run_batch(gray, types.GRAY, types.YCbCr))
     compare(csc, lambda: csc._run_batch(gray, types.GRAY, types.RGB))
+
+    import sluice.ops.image._blur_triton as bt
+    from sluice.ops.image.gaussian_blur import blur_axes
+    params = [[(1.0, 7), (2.0, 13)], [(0.6, 3), (1.5, 19)], [(1.0, 7), (1.0, 7)]]
+    for x, axes in ((dense.as_tensor(), [1, 2]), (dense.as_tensor().float(), [1, 2]),
+                    (torch.rand(3, 3, 1, 6), [2, 3]), (torch.rand(3, 2, 5, 4, 3), [2, 3])):
+        compare(bt, lambda: list(blur_axes(x, axes, params)))
+        compare(bt, lambda: list(blur_axes(x, axes, params, torch.float32)))
     print("ok")
 """)
 
 
-def test_triton_kernel_equals_torch_path_in_interpreter():
+def test_triton_kernels_equal_torch_path_in_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
@@ -82,3 +90,11 @@ def test_compiled_kernel_equals_torch_path():
     from sluice.ops.image.color_space_conversion import _run_batch
     gray = _run_batch(b, types.RGB, types.GRAY)
     assert gray.shape == (4, 33, 47, 1) and gray.is_cuda
+
+    import sluice.ops.image._blur_triton as bt
+    from sluice.ops.image.gaussian_blur import blur_axes
+    params = [[(1.0, 7), (2.0, 13)], [(0.6, 3), (1.5, 19)], [(1.0, 7), (1.0, 7)], [(3.0, 19), (0.5, 3)]]
+    fused = blur_axes(x.cuda(), [1, 2], params).cpu()
+    assert bt.triton_available(x.cuda())
+    plain = blur_axes(x, [1, 2], params)  # CPU: the torch path
+    assert (fused.int() - plain.int()).abs().max() <= 1

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from sluice import types
+from sluice.ops.image._blur_triton import blur_axes_triton
 from sluice.ops.tensor._util import as_float_list, convert_saturate, map_groups
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
@@ -112,15 +113,21 @@ def blur_axes(x: torch.Tensor, axes: Sequence[int], params: Sequence[Sequence[tu
     out_dtype = out_dtype or x.dtype
     if x.numel() == 0:  # nothing to blur (e.g. a 0 x W image)
         return x.to(out_dtype, copy=True)
-    y = x.to(torch.float32)
-    for a, axis in enumerate(axes):
+    weights = []
+    for a in range(len(axes)):
         kmax = max(p[a][1] for p in params)
-        weights = torch.zeros(x.shape[0], kmax, dtype=torch.float64)
+        w = torch.zeros(x.shape[0], kmax, dtype=torch.float64)
         for i, p in enumerate(params):
             sigma, window = p[a]
             pad = (kmax - window) // 2
-            weights[i, pad:pad + window] = gaussian_weights(sigma, window)
-        y = _blur_axis(y, axis, weights)
+            w[i, pad:pad + window] = gaussian_weights(sigma, window)
+        weights.append(w)
+    fused = blur_axes_triton(x, axes, weights, out_dtype)  # CUDA + Triton: one launch per axis
+    if fused is not None:
+        return fused
+    y = x.to(torch.float32)
+    for axis, w in zip(axes, weights):
+        y = _blur_axis(y, axis, w)
     return convert_saturate(y, out_dtype)
 
 
