@@ -87,6 +87,18 @@ def test_resize_on_read(videos):
     assert video[0].shape == (2, 24, 32, 3) and video[0].dtype == torch.float32 and float(video[0].max()) <= 1.0
 
 
+def test_video_resize_reader(videos):
+    @pipeline_def(batch_size=2, num_threads=2, device_id=None, seed=3)
+    def pipe():
+        return fn.readers.video_resize(filenames=[str(videos["h264-mp4"])], sequence_length=3, resize_shorter=24,
+                                       interp_type=types.INTERP_NN, enable_frame_num=True)
+
+    video, label, num = pipe().run()
+    assert video[1].shape == (3, 24, 32, 3) and int(num[1][0]) == 3
+    # nearest-neighbour halving keeps the barcode blocks: scaled back up, they read as before
+    assert codes(video[1].repeat_interleave(2, 1).repeat_interleave(2, 2)) == [3, 4, 5]
+
+
 def test_audio_of_the_clip_window(video_dir):
     path = video_dir / "av.mkv"
     write_barcode_video(path, "libx264", num_frames=30, fps=10, audio="pcm_s16le", audio_rate=8000)

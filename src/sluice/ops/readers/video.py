@@ -41,6 +41,36 @@ def _layouts(args: dict[str, Any], _inputs) -> list[str]:
     return ["FHWC"] + [""] * (_num_outputs(args) - 1)
 
 
+VIDEO_ARGS = [
+    Arg("filenames", "str_list", None, "Video files to read."),
+    Arg("labels", "int_list", None, "Labels of `filenames`; default 0, 1, 2, ..."),
+    Arg("file_root", str, None, "Folder of class sub-folders of videos (or the root of file_list/filenames)."),
+    Arg("file_list", str, None, "Text file with lines 'path label [start [end]]'."),
+    Arg("file_list_format", str, "timestamps", "Whether file_list start/end are 'timestamps' (seconds) or "
+        "'frames'.", choices=("timestamps", "frames")),
+    Arg("file_list_frame_num", bool, False, "DALI's spelling of file_list_format='frames'."),
+    Arg("file_filters", "str_list", VIDEO_FILTERS, "Glob patterns of the files taken from file_root."),
+    Arg("sequence_length", int, REQUIRED, "Frames per sequence."),
+    Arg("step", int, -1, "Frames between the starts of consecutive sequences; -1: sequence_length."),
+    Arg("stride", int, 1, "Frames between consecutive frames of a sequence."),
+    Arg("pad_sequences", bool, False, "Also make the incomplete sequences at the ends of files, padded with "
+        "black frames (timestamp -1)."),
+    Arg("enable_frame_num", bool, False, "Also output the number of each sequence's first frame."),
+    Arg("enable_timestamps", bool, False, "Also output each frame's timestamp in seconds."),
+    Arg("enable_audio", bool, False, "Also output the audio samples of each sequence's time window."),
+    Arg("audio_sample_rate", int, 0, "Resample the audio to this rate; 0 keeps the file's."),
+    Arg("resize_x", float, 0.0, "Output width (bilinear resize on read, on the reader's device); 0 keeps the "
+        "aspect ratio from resize_y, or the width."),
+    Arg("resize_y", float, 0.0, "Output height; 0 keeps the aspect ratio from resize_x, or the height."),
+    Arg("dtype", types.DALIDataType, types.UINT8, "Output type of the frames: UINT8 or FLOAT.",
+        choices=(types.UINT8, types.FLOAT)),
+    Arg("normalized", bool, False, "With dtype=FLOAT, scale the frames to [0, 1]."),
+    Arg("skip_vfr_check", bool, False, "Accepted for DALI compatibility: variable frame rates are read exactly."),
+    Arg("file_list_include_preceding_frame", bool, False, "Accepted for DALI compatibility."),
+    Arg("additional_decode_surfaces", int, 2, "Accepted for DALI compatibility."),
+    *READER_ARGS,
+]
+
 SCHEMA = OpSchema(
     "readers.video",
     doc="""Reads sequences of frames from video files, with their labels.
@@ -60,35 +90,7 @@ SCHEMA = OpSchema(
     devices=("cpu", "gpu"),
     stateful=True,
     output_layout=_layouts,
-    args=[
-        Arg("filenames", "str_list", None, "Video files to read."),
-        Arg("labels", "int_list", None, "Labels of `filenames`; default 0, 1, 2, ..."),
-        Arg("file_root", str, None, "Folder of class sub-folders of videos (or the root of file_list/filenames)."),
-        Arg("file_list", str, None, "Text file with lines 'path label [start [end]]'."),
-        Arg("file_list_format", str, "timestamps", "Whether file_list start/end are 'timestamps' (seconds) or "
-            "'frames'.", choices=("timestamps", "frames")),
-        Arg("file_list_frame_num", bool, False, "DALI's spelling of file_list_format='frames'."),
-        Arg("file_filters", "str_list", VIDEO_FILTERS, "Glob patterns of the files taken from file_root."),
-        Arg("sequence_length", int, REQUIRED, "Frames per sequence."),
-        Arg("step", int, -1, "Frames between the starts of consecutive sequences; -1: sequence_length."),
-        Arg("stride", int, 1, "Frames between consecutive frames of a sequence."),
-        Arg("pad_sequences", bool, False, "Also make the incomplete sequences at the ends of files, padded with "
-            "black frames (timestamp -1)."),
-        Arg("enable_frame_num", bool, False, "Also output the number of each sequence's first frame."),
-        Arg("enable_timestamps", bool, False, "Also output each frame's timestamp in seconds."),
-        Arg("enable_audio", bool, False, "Also output the audio samples of each sequence's time window."),
-        Arg("audio_sample_rate", int, 0, "Resample the audio to this rate; 0 keeps the file's."),
-        Arg("resize_x", float, 0.0, "Output width (bilinear resize on read, on the reader's device); 0 keeps the "
-            "aspect ratio from resize_y, or the width."),
-        Arg("resize_y", float, 0.0, "Output height; 0 keeps the aspect ratio from resize_x, or the height."),
-        Arg("dtype", types.DALIDataType, types.UINT8, "Output type of the frames: UINT8 or FLOAT.",
-            choices=(types.UINT8, types.FLOAT)),
-        Arg("normalized", bool, False, "With dtype=FLOAT, scale the frames to [0, 1]."),
-        Arg("skip_vfr_check", bool, False, "Accepted for DALI compatibility: variable frame rates are read exactly."),
-        Arg("file_list_include_preceding_frame", bool, False, "Accepted for DALI compatibility."),
-        Arg("additional_decode_surfaces", int, 2, "Accepted for DALI compatibility."),
-        *READER_ARGS,
-    ],
+    args=VIDEO_ARGS,
 )
 
 
@@ -133,18 +135,34 @@ def _frame_range(idx, start: float | None, end: float | None, as_frames: bool) -
     return max(first, 0), min(stop, n)
 
 
-def resize_frames(frames: torch.Tensor, resize_x: float, resize_y: float) -> torch.Tensor:
-    """Bilinear resize of FHWC uint8 frames (DALI's VideoReaderResize), on the frames' device."""
-    if not resize_x and not resize_y:
-        return frames
+_INTERP = {types.INTERP_NN: "nearest", types.INTERP_LINEAR: "bilinear", types.INTERP_CUBIC: "bicubic"}
+
+
+def output_size(h: int, w: int, resize_x: float = 0, resize_y: float = 0, resize_shorter: float = 0,
+                resize_longer: float = 0) -> tuple[int, int]:
+    """(height, width) after a DALI-style resize: explicit sizes, one of them (aspect kept), or a side length."""
+    if resize_shorter:
+        s = resize_shorter / min(h, w)
+        return int(round(h * s)), int(round(w * s))
+    if resize_longer:
+        s = resize_longer / max(h, w)
+        return int(round(h * s)), int(round(w * s))
+    out_h = int(round(resize_y)) if resize_y else (int(round(h * resize_x / w)) if resize_x else h)
+    out_w = int(round(resize_x)) if resize_x else (int(round(w * resize_y / h)) if resize_y else w)
+    return out_h, out_w
+
+
+def resize_frames(frames: torch.Tensor, resize_x: float = 0, resize_y: float = 0, resize_shorter: float = 0,
+                  resize_longer: float = 0, interp_type=types.INTERP_LINEAR) -> torch.Tensor:
+    """Resize FHWC uint8 frames (DALI's VideoReaderResize) on the frames' device, all frames in one call."""
     h, w = frames.shape[1:3]
-    out_h = int(round(resize_y)) if resize_y else int(round(h * resize_x / w))
-    out_w = int(round(resize_x)) if resize_x else int(round(w * resize_y / h))
+    out_h, out_w = output_size(h, w, resize_x, resize_y, resize_shorter, resize_longer)
     if (out_h, out_w) == (h, w) or frames.shape[0] == 0:
         return frames
+    mode = _INTERP.get(interp_type, "bilinear")
     x = frames.permute(0, 3, 1, 2).float()
-    x = torch.nn.functional.interpolate(x, size=(out_h, out_w), mode="bilinear", align_corners=False,
-                                        antialias=out_h < h or out_w < w)
+    kwargs = {} if mode == "nearest" else {"align_corners": False, "antialias": out_h < h or out_w < w}
+    x = torch.nn.functional.interpolate(x, size=(out_h, out_w), mode=mode, **kwargs)
     return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
@@ -206,7 +224,8 @@ class VideoReader(ReaderBase):
         wanted = start + self.stride * np.arange(self.length)
         clip = read_frames(self.paths[f], frames=wanted, pad_mode="constant" if a["pad_sequences"] else "none",
                            fill_value=0, backend=self.backend, index=idx)
-        frames = resize_frames(clip.frames, a["resize_x"], a["resize_y"])
+        frames = resize_frames(clip.frames, a["resize_x"], a["resize_y"], a.get("resize_shorter") or 0,
+                               a.get("resize_longer") or 0, a.get("interp_type") or types.INTERP_LINEAR)
         if a["dtype"] == types.FLOAT:
             frames = frames.float().div_(255.0) if a["normalized"] else frames.float()
         dev = frames.device
@@ -255,3 +274,37 @@ class VideoReaderGPU(VideoReader):
     def load(self, sample: int) -> tuple[torch.Tensor, ...]:
         with torch.cuda.device(self.spec.device_id or 0):
             return super().load(sample)
+
+
+RESIZE_SCHEMA = OpSchema(
+    "readers.video_resize",
+    doc="""Reads sequences of frames from video files and resizes them on read (DALI's VideoReaderResize).
+
+    The arguments of ``fn.readers.video`` plus ``resize_shorter`` / ``resize_longer`` and ``interp_type``
+    (INTERP_NN, INTERP_LINEAR, INTERP_CUBIC); on ``gpu`` the resize runs on the GPU.
+
+    Example::
+
+        video, label = fn.readers.video_resize(device="gpu", file_root=root, sequence_length=8, resize_shorter=128)
+    """,
+    inputs=0,
+    outputs=_num_outputs,
+    devices=("cpu", "gpu"),
+    stateful=True,
+    output_layout=_layouts,
+    args=[*VIDEO_ARGS,
+          Arg("resize_shorter", float, 0.0, "Length of the shorter side after the resize (aspect kept)."),
+          Arg("resize_longer", float, 0.0, "Length of the longer side after the resize (aspect kept)."),
+          Arg("interp_type", types.DALIInterpType, types.INTERP_LINEAR, "Interpolation.",
+              choices=tuple(_INTERP))],
+)
+
+
+@RESIZE_SCHEMA.operator_class("cpu")
+class VideoResizeReader(VideoReader):
+    op_name = "fn.readers.video_resize"
+
+
+@RESIZE_SCHEMA.operator_class("gpu")
+class VideoResizeReaderGPU(VideoReaderGPU):
+    op_name = "fn.readers.video_resize"
