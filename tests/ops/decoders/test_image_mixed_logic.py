@@ -154,14 +154,32 @@ def test_pixel_limit_in_both_devices(fake_gpu):
     from sluice.errors import SampleError
 
     data = [encode(pattern(40, 50), "JPEG"), encode(pattern(40, 50), "PNG")]
+    small = encode(pattern(20, 20), "JPEG")
     old = get_max_image_pixels()
     set_max_image_pixels(1999)
     try:
         for d in data:
             with pytest.raises(SampleError, match=r"'/x/big.img'.*2000 pixels, above the limit of 1999"):
                 run_decoder("decoders.image", [d], sources=["/x/big.img"])
-            with pytest.raises(ValueError, match=r"'/x/big.img'.*2000 pixels, above the limit of 1999"):
-                run_decoder("decoders.image", [d], device="mixed", ctx_device=torch.device("cpu"),
-                            sources=["/x/big.img"])
+            with pytest.raises(SampleError, match=r"'/x/big.img'.*2000 pixels, above the limit of 1999") as err:
+                run_decoder("decoders.image", [small, d], device="mixed", ctx_device=torch.device("cpu"),
+                            sources=["/x/ok.img", "/x/big.img"])
+            assert err.value.index == 1 and err.value.source == "/x/big.img"
     finally:
         set_max_image_pixels(old)
+
+
+def test_mixed_bad_input_names_sample_and_file(fake_gpu):
+    from sluice.errors import SampleError
+
+    good = encode(pattern(64, 64), "JPEG")
+    corrupt = bytearray(good)
+    sos = corrupt.find(b"\xff\xda")
+    corrupt[sos + 20: sos + 60] = b"\xff\xd0" * 20
+    cases = {"empty": b"", "truncated": good[: len(good) // 2], "unknown image format": b"\x01" * 100,
+             "corrupt": bytes(corrupt)}
+    for reason, data in cases.items():
+        with pytest.raises(SampleError) as err:
+            run_decoder("decoders.image", [good, data, good], device="mixed", ctx_device=torch.device("cpu"),
+                        sources=["/d/a.jpg", "/d/bad.jpg", "/d/c.jpg"])
+        assert err.value.index == 1 and reason in str(err.value) and "/d/bad.jpg" in str(err.value)

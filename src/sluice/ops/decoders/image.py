@@ -21,8 +21,9 @@ import numpy as np
 import torch
 
 from sluice import types
-from sluice.backends.image import ImageInfo, decode, probe
+from sluice.backends.image import ImageDecodeError, ImageInfo, decode, probe
 from sluice.ops.decoders.crop_window import random_crop_window
+from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec, SampleContext
 
@@ -232,16 +233,26 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             adjust = const["adjust_orientation"]
             pool = ctx.thread_pool
             # Header probes are a few microseconds each: cheaper in this thread than as thread-pool tasks.
-            infos: list[ImageInfo] = [probe(bufs[i], source=sources[i]) for i in range(n)]
+            infos: list[ImageInfo] = []
             rois: list[Roi | None] = [None] * n
-            if op != "decoders.image":
-                for i in range(n):
-                    h, w, _ = infos[i].shape(adjust)
-                    rng = ctx.sample_rng(i) if op == "decoders.image_random_crop" else None
-                    rois[i] = window(args.sample(i), h, w, rng, tuple(b[i].numpy() for b in extra))
+            for i in range(n):
+                try:
+                    infos.append(probe(bufs[i], source=sources[i]))
+                    if op != "decoders.image":
+                        h, w, _ = infos[i].shape(adjust)
+                        rng = ctx.sample_rng(i) if op == "decoders.image_random_crop" else None
+                        rois[i] = window(args.sample(i), h, w, rng, tuple(b[i].numpy() for b in extra))
+                except Exception as exc:  # noqa: BLE001 - re-raised naming the sample, as sample kernels do
+                    raise SampleError(i, sources[i], exc) from exc
             decoder = self._get_decoder(ctx)
-            images = decoder.decode(bufs, output_type=const["output_type"].name, adjust_orientation=adjust,
-                                    rois=rois, infos=infos, sources=sources, thread_pool=pool)
+            try:
+                images = decoder.decode(bufs, output_type=const["output_type"].name, adjust_orientation=adjust,
+                                        rois=rois, infos=infos, sources=sources, thread_pool=pool)
+            except ImageDecodeError as exc:
+                index = next((i for i, s in enumerate(sources) if s and s == exc.source), None)
+                if index is None:
+                    raise
+                raise SampleError(index, exc.source, exc) from exc
             return Batch([convert_image_dtype(t, const["dtype"]) for t in images], layout="HWC",
                          source_info=sources)
 
