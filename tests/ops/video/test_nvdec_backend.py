@@ -60,6 +60,28 @@ def test_sessions_shared_between_threads(videos, fake_nvdec):
     assert 1 <= len(fake_nvdec) <= 3
 
 
+def test_long_request_split_over_sessions(videos, fake_nvdec):
+    backend = NvdecBackend(sessions=3)
+    clip = read_frames(videos["h264-mp4"], backend=backend)  # all 40 frames, 4 GOPs
+    assert [read_barcode(f) for f in clip.frames] == list(range(NUM_FRAMES))
+    from sluice.backends.video import nvdec
+
+    big = nvdec.SPLIT_FRAMES
+    try:
+        nvdec.SPLIT_FRAMES = 8
+        clip = read_frames(videos["h264-mp4"], frames=list(range(NUM_FRAMES))[::-1], backend=backend)
+        assert [read_barcode(f) for f in clip.frames] == list(range(NUM_FRAMES))[::-1]
+        nvdec.SPLIT_GROUPS = 1
+        runs = []
+        real = backend._decode_plan
+        backend._decode_plan = lambda src, idx, plan, wanted: runs.append(len(plan)) or real(src, idx, plan, wanted)
+        clip = read_frames(videos["h264-mov"], frames=range(0, 40, 3), backend=backend)
+        assert [read_barcode(f) for f in clip.frames] == list(range(0, 40, 3))
+        assert sorted(runs) == [1, 1, 2]  # 4 groups of pictures in 3 runs, one per session
+    finally:
+        nvdec.SPLIT_FRAMES, nvdec.SPLIT_GROUPS = big, 3
+
+
 def test_unsupported_codec_message():
     assert nvdec_codec("h264") == "H264"
     with pytest.raises(VideoError, match=r"x.mkv: codec 'ffv1' is not supported by the GPU \(NVDEC\).*av1, h264"):

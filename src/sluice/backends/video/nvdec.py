@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Sequence
 
@@ -31,6 +32,7 @@ NVDEC_CODECS = {"h264": "H264", "hevc": "HEVC", "vp9": "VP9", "av1": "AV1", "mpe
                 "mpeg2video": "MPEG2", "mpeg1video": "MPEG1", "vc1": "VC1"}
 ANNEXB_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
 SESSION_WAIT_S = 120.0
+SPLIT_FRAMES, SPLIT_GROUPS = 48, 3  # requests of >= 48 frames split into runs of >= 3 groups of pictures
 
 
 def nvdec_codec(codec: str, name: str = "") -> str:
@@ -116,6 +118,7 @@ class NvdecBackend:
         self._created: dict[tuple, int] = {}
         self._lock = threading.Lock()
         self._nvc = None
+        self._split_pool: ThreadPoolExecutor | None = None
 
     # ---------------------------------------------------------------------------------------------- sessions
     def _acquire(self, codec: str, width: int, height: int, name: str) -> tuple[tuple, _Session]:
@@ -148,26 +151,48 @@ class NvdecBackend:
 
     # ------------------------------------------------------------------------------------------------ decode
     def decode(self, source: Source, idx: VideoIndex, frames: Sequence[int]) -> dict[int, torch.Tensor]:
-        """Decode the distinct ``frames`` of ``source``; returns {frame: (H, W, 3) uint8 CUDA tensor}."""
+        """Decode the distinct ``frames`` of ``source``; returns {frame: (H, W, 3) uint8 CUDA tensor}.
+
+        A large request (many groups of pictures) is split into runs of consecutive groups decoded at once on
+        several sessions, so that one long clip also keeps several NVDEC engines busy.
+        """
         plan = idx.plan(frames)
-        out: dict[int, torch.Tensor] = {}
         if not plan:
-            return out
-        codec = nvdec_codec(idx.codec, idx.name)
-        key, session = self._acquire(codec, idx.width, idx.height, idx.name)
+            return {}
+        nvdec_codec(idx.codec, idx.name)
+        wanted = {int(f) for f in frames}
+        parts = min(self.sessions, len(plan) // SPLIT_GROUPS) if len(wanted) >= SPLIT_FRAMES else 1
+        if parts <= 1:
+            out = self._decode_plan(source, idx, plan, wanted)
+        else:
+            with self._lock:
+                if self._split_pool is None:
+                    self._split_pool = ThreadPoolExecutor(self.sessions, thread_name_prefix="sluice-nvdec")
+            bounds = np.linspace(0, len(plan), parts + 1).astype(int)
+            futures = [self._split_pool.submit(self._decode_plan, source, idx, plan[a:b], wanted)
+                       for a, b in zip(bounds[:-1], bounds[1:])]
+            out = {}
+            for f in futures:
+                out.update(f.result())
+        missing = sorted(wanted - out.keys())
+        if missing:
+            raise VideoError(f"{idx.name}: frame {missing[0]} could not be decoded by NVDEC (corrupt or truncated "
+                             f"data in its group of pictures; the video has {idx.num_frames} frames)")
+        return out
+
+    def _decode_plan(self, source: Source, idx: VideoIndex, plan, wanted: set) -> dict[int, torch.Tensor]:
+        """Decode ``plan`` (groups of pictures in stream order) on one decoder session."""
+        out: dict[int, torch.Tensor] = {}
+        key, session = self._acquire(nvdec_codec(idx.codec, idx.name), idx.width, idx.height, idx.name)
         broken = True
         try:
             device = torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext()
             with device, open_container(source) as container:
                 stream = video_stream(container, idx.name)
-                self._run_plan(container, stream, idx, plan, session, out, {int(f) for f in frames})
+                self._run_plan(container, stream, idx, plan, session, out, wanted)
             broken = False
         finally:
             self._release(key, session, broken)
-        missing = sorted(set(int(f) for f in frames) - out.keys())
-        if missing:
-            raise VideoError(f"{idx.name}: frame {missing[0]} could not be decoded by NVDEC (corrupt or truncated "
-                             f"data in its group of pictures; the video has {idx.num_frames} frames)")
         return out
 
     def _packets(self, container, stream, idx: VideoIndex, key: int, wanted: set):
