@@ -12,7 +12,8 @@ import io
 import numpy as np
 from PIL import Image
 
-__all__ = ["pattern", "encode", "with_orientation", "FORMATS_LOSSLESS", "cmyk_jpeg", "reference_rgb"]
+__all__ = ["pattern", "encode", "with_orientation", "FORMATS_LOSSLESS", "cmyk_jpeg", "reference_rgb",
+           "corrupt_jpeg", "bad_inputs", "run_decoder"]
 
 #: (Pillow format name, save options) of the lossless formats, each with the reader sluice must match exactly.
 FORMATS_LOSSLESS = {
@@ -58,6 +59,20 @@ def with_orientation(image: np.ndarray, orientation: int, fmt: str = "JPEG", **o
 def cmyk_jpeg(image: np.ndarray, quality: int = 95) -> bytes:
     """A CMYK JPEG (4 components, Adobe marker) made by Pillow from an RGB image."""
     return encode(Image.fromarray(image).convert("CMYK"), "JPEG", quality=quality)
+
+
+def corrupt_jpeg(data: bytes) -> bytes:
+    """The JPEG with restart markers written over the start of its entropy-coded data (header and EOI intact)."""
+    bad = bytearray(data)
+    sos = bad.find(b"\xff\xda")
+    bad[sos + 20: sos + 60] = b"\xff\xd0" * 20
+    return bytes(bad)
+
+
+def bad_inputs(good_jpeg: bytes) -> dict[str, bytes]:
+    """Broken samples keyed by a word the error message must contain."""
+    return {"empty": b"", "truncated": good_jpeg[: len(good_jpeg) // 2], "unknown image format": b"\x01" * 100,
+            "corrupt": corrupt_jpeg(good_jpeg)}
 
 
 def reference_rgb(data: bytes, mode: str = "RGB") -> np.ndarray:

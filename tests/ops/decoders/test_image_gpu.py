@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from image_fixtures import cmyk_jpeg, encode, pattern, run_decoder, with_orientation
+from image_fixtures import bad_inputs, cmyk_jpeg, encode, pattern, run_decoder, with_orientation
 from sluice import types
 from sluice.errors import SampleError
 
@@ -112,11 +112,7 @@ def test_split_scheduler_uses_every_path():
 
 def test_mixed_bad_input_raises_naming_the_file():
     good = encode(pattern(64, 64), "JPEG")
-    bad_entropy = bytearray(good)
-    sos = bad_entropy.find(b"\xff\xda")
-    bad_entropy[sos + 20: sos + 60] = b"\xff\xd0" * 20
-    cases = {"empty": b"", "truncated": good[: len(good) // 2], "unknown image format": b"\x01" * 100,
-             "corrupt": bytes(bad_entropy)}
+    cases = bad_inputs(good)
     for reason, data in cases.items():
         with pytest.raises(SampleError) as err:
             run_decoder("decoders.image", [good, data, good], device="mixed",

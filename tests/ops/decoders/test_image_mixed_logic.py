@@ -15,7 +15,7 @@ import pytest
 import simplejpeg
 import torch
 
-from image_fixtures import cmyk_jpeg, encode, pattern, run_decoder, with_orientation
+from image_fixtures import bad_inputs, cmyk_jpeg, corrupt_jpeg, encode, pattern, run_decoder, with_orientation
 from sluice import types
 from sluice.backends.image import decode, gpu
 from sluice.backends.image.gpu import GpuImageDecoder, to_output_type_gpu
@@ -106,11 +106,8 @@ def test_gpu_failure_retries_on_cpu_and_names_the_file(fake_gpu):
     out = dec.decode(data)
     for d, t in zip(data, out):
         np.testing.assert_array_equal(t.numpy(), decode(d))
-    bad = bytearray(data[0])
-    sos = bad.find(b"\xff\xda")
-    bad[sos + 20: sos + 60] = b"\xff\xd0" * 20
     with pytest.raises(ValueError, match="'bad.jpg' with simplejpeg"):
-        dec.decode([data[1], bytes(bad)], sources=["ok.jpg", "bad.jpg"])
+        dec.decode([data[1], corrupt_jpeg(data[0])], sources=["ok.jpg", "bad.jpg"])
 
 
 def test_scheduler_adapts_to_cpu_speed(fake_gpu):
@@ -173,11 +170,7 @@ def test_mixed_bad_input_names_sample_and_file(fake_gpu):
     from sluice.errors import SampleError
 
     good = encode(pattern(64, 64), "JPEG")
-    corrupt = bytearray(good)
-    sos = corrupt.find(b"\xff\xda")
-    corrupt[sos + 20: sos + 60] = b"\xff\xd0" * 20
-    cases = {"empty": b"", "truncated": good[: len(good) // 2], "unknown image format": b"\x01" * 100,
-             "corrupt": bytes(corrupt)}
+    cases = bad_inputs(good)
     for reason, data in cases.items():
         with pytest.raises(SampleError) as err:
             run_decoder("decoders.image", [good, data, good], device="mixed", ctx_device=torch.device("cpu"),
