@@ -21,7 +21,7 @@ from sluice.ops.tensor._util import as_float_list, resolve_axes
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
-__all__ = ["slice_axes", "slice_bounds", "slice_sample"]
+__all__ = ["filled", "slice_axes", "slice_bounds", "slice_sample"]
 
 _POLICIES = ("error", "pad", "trim_to_shape")
 
@@ -103,10 +103,26 @@ def slice_bounds(shape: Sequence[int], axes: Sequence[int], *, anchor=None, sl_s
     return lo, hi
 
 
+def filled(shape: Sequence[int], fill_values: Sequence[float], dtype: torch.dtype, device: torch.device,
+           channel_axis: int = -1) -> torch.Tensor:
+    """A tensor of ``shape`` holding the padding: one value, or one per channel along ``channel_axis``."""
+    fills = list(fill_values) or [0.0]
+    if len(fills) == 1:
+        return torch.full(tuple(shape), fills[0], dtype=dtype, device=device)
+    ch = channel_axis % len(shape)
+    if shape[ch] != len(fills):
+        raise ValueError(f"slice: {len(fills)} fill_values for {shape[ch]} channels (axis {ch})")
+    view = [1] * len(shape)
+    view[ch] = len(fills)
+    return torch.tensor(fills, dtype=dtype).reshape(view).to(device).expand(tuple(shape)).clone()
+
+
 def slice_sample(x: torch.Tensor, lo: Sequence[int], hi: Sequence[int], policy: str = "error",
-                 fill_values: Sequence[float] = (0.0,), channel_axis: int = -1) -> torch.Tensor:
+                 fill_values: Sequence[float] = (0.0,), channel_axis: int = -1,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
     """Cut [lo, hi) out of ``x`` (any device) following ``policy``. ``fill_values``: one value, or one per
-    channel along ``channel_axis`` for padding."""
+    channel along ``channel_axis`` for padding. ``out``: a destination of the region's shape already holding the
+    padding (e.g. a row of a dense batch); the region is written into it."""
     if policy not in _POLICIES:
         raise ValueError(f"slice: invalid out_of_bounds_policy ({policy!r}). Supported values are "
                          f"{', '.join(repr(p) for p in _POLICIES)}.")
@@ -118,18 +134,10 @@ def slice_sample(x: torch.Tensor, lo: Sequence[int], hi: Sequence[int], policy: 
     if policy == "trim_to_shape" or not outside:
         lo2 = [min(max(lo[a], 0), shape[a]) for a in range(x.dim())]
         hi2 = [min(max(hi[a], lo2[a]), shape[a]) for a in range(x.dim())]
-        return x[tuple(slice(a, b) for a, b in zip(lo2, hi2))].clone()
-    out_shape = [hi[a] - lo[a] for a in range(x.dim())]
-    fills = list(fill_values) or [0.0]
-    if len(fills) == 1:
-        out = torch.full(out_shape, fills[0], dtype=x.dtype, device=x.device)
-    else:
-        ch = channel_axis % x.dim()
-        if out_shape[ch] != len(fills):
-            raise ValueError(f"slice: {len(fills)} fill_values for {out_shape[ch]} channels (axis {ch})")
-        view = [1] * x.dim()
-        view[ch] = len(fills)
-        out = torch.tensor(fills, dtype=x.dtype).reshape(view).to(x.device).expand(out_shape).clone()
+        region = x[tuple(slice(a, b) for a, b in zip(lo2, hi2))]
+        return region.clone() if out is None else out.copy_(region)
+    if out is None:
+        out = filled([hi[a] - lo[a] for a in range(x.dim())], fill_values, x.dtype, x.device, channel_axis)
     src, dst = [], []
     for a in range(x.dim()):
         s0, s1 = max(lo[a], 0), min(hi[a], shape[a])
@@ -210,15 +218,27 @@ def slice_gpu(ctx, data: Batch, anchor: Batch | None = None, sl_shape: Batch | N
     n = len(data)
     anchors = _to_host(anchor) if anchor is not None else [None] * n
     shapes = _to_host(sl_shape) if sl_shape is not None else [None] * n
-    if data.dense is not None and n:
-        bounds = [_bounds(x, data.layout(), anchors[i], shapes[i], args.sample(i)) for i, x in enumerate(data)]
-        lo, hi = bounds[0]
-        inside = all(0 <= a <= b <= e for a, b, e in zip(lo, hi, data[0].shape))
-        if inside and all(b == bounds[0] for b in bounds):
-            cut = data.dense[(slice(None), *(slice(a, b) for a, b in zip(lo, hi)))].contiguous()
-            return Batch.from_dense(_cast(cut, args.const("dtype")), data.layout())
-    out = [_slice_one(x, data.layout(), anchors[i], shapes[i], args.sample(i)) for i, x in enumerate(data.samples)]
-    return Batch(out, data.layout())
+    if not n:
+        return Batch([], data.layout())
+    layout = data.layout()
+    bounds = [_bounds(x, layout, anchors[i], shapes[i], args.sample(i)) for i, x in enumerate(data)]
+    dtype, policy = args.const("dtype"), args.const("out_of_bounds_policy")
+    lo, hi = bounds[0]
+    if data.dense is not None and all(b == bounds[0] for b in bounds) and \
+            all(0 <= a <= b <= e for a, b, e in zip(lo, hi, data[0].shape)):
+        cut = data.dense[(slice(None), *(slice(a, b) for a, b in zip(lo, hi)))].contiguous()
+        return Batch.from_dense(_cast(cut, dtype), layout)
+    ch = layout.index("C") if layout and "C" in layout else -1
+    fills = args.const("fill_values") or [0.0]
+    extents = {tuple(h - a for a, h in zip(*b)) for b in bounds}
+    if policy != "trim_to_shape" and len(extents) == 1 and len({x.dim() for x in data}) == 1:
+        # Equal output shapes (e.g. audio padded or cut to one length): fill one dense tensor, copy each region.
+        out = filled((n, *extents.pop()), fills, data[0].dtype, data[0].device, ch if ch < 0 else ch + 1)
+        for i, x in enumerate(data):
+            slice_sample(x, *bounds[i], policy, fills, ch, out=out[i])
+        return Batch.from_dense(_cast(out, dtype), layout)
+    out = [_cast(slice_sample(x, *bounds[i], policy, fills, ch), dtype) for i, x in enumerate(data)]
+    return Batch(out, layout)
 
 
 def _to_host(batch: Batch) -> list[torch.Tensor]:
