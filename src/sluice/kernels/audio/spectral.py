@@ -141,6 +141,20 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     return out * valid.unsqueeze(-1), frames
 
 
+_DEVICE_COPIES: dict[tuple[int, torch.dtype, str], tuple[np.ndarray, torch.Tensor]] = {}
+
+
+def _on_device(m: np.ndarray, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """A cached device copy of a cached (read-only) matrix: no host-to-device copy per batch."""
+    key = (id(m), dtype, device)
+    hit = _DEVICE_COPIES.get(key)
+    if hit is None or hit[0] is not m:
+        if len(_DEVICE_COPIES) > 256:
+            _DEVICE_COPIES.clear()
+        hit = _DEVICE_COPIES[key] = (m, torch.tensor(m, dtype=dtype, device=device))
+    return hit[1]
+
+
 # ---- mel scale ------------------------------------------------------------------------------------------------
 _F_SP = 200.0 / 3          # Slaney: Hz per mel below 1 kHz
 _MIN_LOG_HZ = 1000.0
@@ -199,7 +213,7 @@ def mel_matrix(nfilter: int, sample_rate: float, nfft: int, freq_low: float = 0.
         raise ValueError(f"nfilter must be > 0, got {nfilter}")
     m = _mel_matrix_np(int(nfilter), float(sample_rate), int(nfft), float(freq_low), high, bool(normalize),
                        mel_formula)
-    return torch.tensor(m, device=device, dtype=dtype)
+    return _on_device(m, dtype, str(device))
 
 
 # ---- DCT for MFCC ---------------------------------------------------------------------------------------------
@@ -243,7 +257,7 @@ def dct_matrix(n_out: int, n_in: int, dct_type: int = 2, normalize: bool = False
     if n_out <= 0:
         raise ValueError(f"n_mfcc must be > 0, got {n_out}")
     m = _dct_matrix_np(int(n_out), int(n_in), int(dct_type), bool(normalize))
-    return torch.tensor(m, device=device, dtype=dtype)
+    return _on_device(m, dtype, str(device))
 
 
 

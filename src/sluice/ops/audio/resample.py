@@ -71,12 +71,15 @@ def _rates(n: int, in_rate, out_rate, scale, out_length) -> tuple[float, float]:
 
 
 def convert_audio_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Convert audio between types, scaling to the target's range (floats in [-1, 1], integers full range)."""
+    """Convert audio between types, scaling to the target's range (floats in [-1, 1], integers full range).
+    Integers of up to 16 bits convert through float32 (exact), wider ones through float64."""
     if x.dtype == dtype:
         return x
-    src = x.to(torch.float64 if (x.dtype == torch.float64 or not x.is_floating_point()) else torch.float32)
-    if not x.is_floating_point():
-        src = src / float(torch.iinfo(x.dtype).max)
+    if x.is_floating_point():
+        src = x
+    else:
+        wide = torch.iinfo(x.dtype).bits > 16 or dtype == torch.float64
+        src = x.to(torch.float64 if wide else torch.float32) / float(torch.iinfo(x.dtype).max)
     if dtype.is_floating_point:
         return src.to(dtype)
     return convert_saturate(src * float(torch.iinfo(dtype).max), dtype)
