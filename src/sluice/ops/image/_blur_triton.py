@@ -22,7 +22,7 @@ if triton is not None:
     from sluice.ops.image._color_affine import _round_half_even
 
     @triton.jit
-    def _blur_axis_kernel(x_ptr, w_ptr, y_ptr, total, L, inner, K, R, lo, hi, OUT_INT: tl.constexpr,
+    def _blur_axis_kernel(x_ptr, w_ptr, y_ptr, total, L, inner, period, K, R, lo, hi, OUT_INT: tl.constexpr,
                           BLOCK: tl.constexpr):
         n = tl.program_id(1)
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -30,13 +30,11 @@ if triton is not None:
         base = n.to(tl.int64) * total
         li = (offs // inner) % L
         row = offs - li * inner  # offset of element l = 0 on this line
-        period = tl.maximum(2 * (L - 1), 1)
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for k in range(0, K):
             j = li + k - R
             j = ((j % period) + period) % period
-            j = tl.where(j >= L, period - j, j)
-            j = tl.where(L == 1, 0, j)
+            j = tl.where(j >= L, period - j, j)  # reflect-101; a 1-long axis has period 1, so j is 0
             v = tl.load(x_ptr + base + row + j * inner, mask=mask, other=0).to(tl.float32)
             acc += tl.load(w_ptr + n * K + k) * v
         if OUT_INT:
@@ -61,8 +59,9 @@ def _pass(x: torch.Tensor, axis: int, weights: torch.Tensor, out_dtype: torch.dt
     out_int = not out_dtype.is_floating_point
     lo, hi = (float(torch.iinfo(out_dtype).min), float(torch.iinfo(out_dtype).max)) if out_int else (0.0, 0.0)
     block = 1024
-    _blur_axis_kernel[(triton.cdiv(total, block), n)](x, weights, out, total, length, inner, k, k // 2, lo, hi,
-                                                      OUT_INT=out_int, BLOCK=block)
+    period = max(2 * (length - 1), 1)
+    _blur_axis_kernel[(triton.cdiv(total, block), n)](x, weights, out, total, length, inner, period, k, k // 2, lo,
+                                                      hi, OUT_INT=out_int, BLOCK=block)
     return out
 
 
