@@ -144,3 +144,28 @@ def test_gpu_reader(videos):
         s = int(num[i][0])
         assert codes(video[i]) == list(range(s, s + 16, 2))
     assert isinstance(video[0], torch.Tensor)
+
+
+def test_class_folders_and_checkpoint(videos, tmp_path):
+    import shutil
+
+    for cls, name in (("cats", "h264-mp4"), ("dogs", "vp9-webm")):
+        (tmp_path / cls).mkdir()
+        shutil.copy(videos[name], tmp_path / cls)
+
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None, seed=3, enable_checkpointing=True)
+    def pipe():
+        return fn.readers.video(file_root=str(tmp_path), sequence_length=2, step=5, random_shuffle=True,
+                                initial_fill=4, enable_frame_num=True, name="Reader")
+
+    p = pipe()
+    first = p.run()
+    state = p.checkpoint()
+    second = p.run()
+    for out in (first, second):  # sorted class folders are the labels
+        for path, label in zip(out[0].source_info, out[1]):
+            assert int(label[0]) == (0 if "/cats/" in path else 1), path
+    restored = pipe(checkpoint=state)
+    again = restored.run()
+    assert [int(x[0]) for x in again[2]] == [int(x[0]) for x in second[2]]
+    assert [int(x[0]) for x in again[1]] == [int(x[0]) for x in second[1]]
