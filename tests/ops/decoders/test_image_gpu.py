@@ -53,10 +53,11 @@ def test_mixed_other_formats_and_fallbacks_exact():
     img = pattern(40, 56)
     data = [encode(img, "PNG"), encode(img, "WEBP", lossless=True), encode(img, "BMP"), encode(img, "TIFF"),
             encode(img, "GIF"), encode(img, "JPEG", progressive=True), cmyk_jpeg(img),
-            encode(pattern(20, 30, 1)[:, :, 0], "PNG")]
+            encode(pattern(20, 30, 1)[:, :, 0], "PNG"),
+            encode(img, "JPEG2000", irreversible=False)]  # lossless JPEG 2000: nvJPEG2000 on the GPU, exact
     gpu = run_decoder("decoders.image", data, device="mixed")
     cpu = run_decoder("decoders.image", data)
-    _check(gpu, cpu, 0.0, 0)  # all of these take the CPU path inside mixed: identical
+    _check(gpu, cpu, 0.0, 0)  # lossless formats, and formats decoded on the CPU inside mixed: identical
 
 
 @pytest.mark.parametrize("output_type", [types.GRAY, types.BGR, types.YCbCr])

@@ -176,3 +176,82 @@ def test_mixed_bad_input_names_sample_and_file(fake_gpu):
             run_decoder("decoders.image", [good, data, good], device="mixed", ctx_device=torch.device("cpu"),
                         sources=["/d/a.jpg", "/d/bad.jpg", "/d/c.jpg"])
         assert err.value.index == 1 and reason in str(err.value) and "/d/bad.jpg" in str(err.value)
+
+
+# --- nvImageCodec glue, with a stand-in module that decodes on the CPU -------------------------------------------
+class _FakeNvimgcodec:
+    """The parts of nvidia.nvimgcodec that sluice uses, decoding with sluice's CPU decoder; images come back as
+    HWC torch tensors (which speak DLPack like nvimgcodec.Image)."""
+
+    class BackendKind(enum.Enum):
+        HW_GPU_ONLY = 1
+        GPU_ONLY = 2
+
+    class ColorSpec(enum.Enum):
+        RGB = 1
+        GRAY = 2
+
+    class Backend:
+        def __init__(self, kind, load_hint=1.0):
+            self.kind = kind
+
+    class DecodeParams:
+        def __init__(self, color_spec, allow_any_depth, apply_exif_orientation):
+            self.color_spec, self.orient = color_spec, apply_exif_orientation
+
+    class Region:
+        def __init__(self, start_y, start_x, end_y, end_x):
+            self.box = (start_y, start_x, end_y, end_x)
+
+    class CodeStream:
+        def __init__(self, data, region=None):
+            self.data, self.region = bytes(data), region
+
+        def get_sub_code_stream(self, region):
+            return _FakeNvimgcodec.CodeStream(self.data, region)
+
+    calls: list = []
+
+    class Decoder:
+        def __init__(self, device_id, backends, max_num_cpu_threads=0, options=""):
+            self.kinds = [b.kind for b in backends]
+
+        def decode(self, srcs, params=None, cuda_stream=0):
+            _FakeNvimgcodec.calls.append((self.kinds[0].name, len(srcs), cuda_stream))
+            out = []
+            for cs in (srcs if isinstance(srcs, list) else [srcs]):
+                data = cs if isinstance(cs, bytes) else cs.data
+                gray = params is not None and params.color_spec is _FakeNvimgcodec.ColorSpec.GRAY
+                roi = None
+                if getattr(cs, "region", None) is not None:
+                    y0, x0, y1, x1 = cs.region.box
+                    roi = (y0, x0, y1 - y0, x1 - x0)
+                out.append(torch.from_numpy(decode(data, output_type="GRAY" if gray else "RGB",
+                                                   adjust_orientation=False, roi=roi)))
+            return out
+
+
+@pytest.fixture
+def fake_nvimgcodec(monkeypatch):
+    _FakeNvimgcodec.calls = []
+    monkeypatch.setattr(gpu, "_cuda", _FakeCuda)
+    monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: _FakeNvimgcodec)
+    return _FakeNvimgcodec
+
+
+@pytest.mark.parametrize("output_type", ["RGB", "GRAY", "BGR"])
+def test_nvimgcodec_paths_regions_and_jpeg2000(fake_nvimgcodec, output_type):
+    img = pattern(48, 64)
+    data = _jpegs(10) + [encode(img, "JPEG2000", irreversible=False), with_orientation(img, 6, "JPEG", quality=95)]
+    rois = [None] * 10 + [(4, 6, 20, 30), (5, 7, 30, 20)]
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.2, hw_decoder_load=0.6, adaptive=False)
+    assert dec.backend_name == "nvImageCodec (hardware JPEG + CUDA nvJPEG)"
+    out = dec.decode(data, rois=rois, output_type=output_type)
+    kinds = {k for k, _, _ in fake_nvimgcodec.calls[1:]}  # [0] is the hardware probe
+    assert kinds == {"HW_GPU_ONLY", "GPU_ONLY"} and dec.last_split["cpu"] > 0
+    assert dec.last_split["j2k"] == 1
+    for d, roi, t in zip(data, rois, out):
+        ref = decode(d, output_type=output_type, roi=roi)
+        assert t.shape == ref.shape and t.is_contiguous()
+        assert np.abs(t.numpy().astype(int) - ref.astype(int)).max() <= 1
+    dec.close()

@@ -40,7 +40,7 @@ _EXIF_ORIENTATION = 0x0112
 @dataclass(frozen=True)
 class ImageInfo:
     """Header facts: ``format`` (one of FORMATS), stored ``height``/``width``, stored ``channels``, EXIF
-    ``orientation`` (1..8) and, for JPEG, the parsed frame header."""
+    ``orientation`` (1..8), for JPEG the parsed frame header, and the sample ``bit_depth`` (8 or 16)."""
 
     format: str
     height: int
@@ -48,6 +48,7 @@ class ImageInfo:
     channels: int
     orientation: int = 1
     jpeg: JpegHeader | None = None
+    bit_depth: int = 8
 
     def shape(self, adjust_orientation: bool = True) -> tuple[int, int, int]:
         """(H, W, C) as :func:`decode` with ``output_type='ANY_DATA'`` would return it."""
@@ -115,7 +116,8 @@ def probe(data, *, source: str = "") -> ImageInfo:
     # Pillow decodes a whole PNG to find an eXIf chunk placed after the pixels: ask only when there is one.
     if fmt != "png" or bytes(buf).find(b"eXIf") >= 0:
         orientation = _pil_orientation(img)
-    return ImageInfo(fmt, img.height, img.width, _pil_channels(img), orientation)
+    bits = 16 if img.mode.startswith("I") else 8
+    return ImageInfo(fmt, img.height, img.width, _pil_channels(img), orientation, bit_depth=bits)
 
 
 def to_output_type(image: np.ndarray, output_type: str) -> np.ndarray:

@@ -35,7 +35,7 @@ from .common import YCBCR_FROM_RGB, ImageDecodeError, apply_orientation, check_p
 from .formats import as_bytes
 from .scheduler import ShareTuner, SplitScheduler
 
-__all__ = ["GpuImageDecoder", "to_output_type_gpu", "nvimgcodec_module", "gpu_eligible"]
+__all__ = ["GpuImageDecoder", "to_output_type_gpu", "nvimgcodec_module", "gpu_eligible", "gpu_j2k_eligible"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,12 @@ def gpu_eligible(info: cpu.ImageInfo, output_type: str, buf: memoryview | None =
     return (info.format == "jpeg" and info.jpeg is not None and not info.jpeg.progressive
             and info.jpeg.components in (1, 3) and output_type != "ANY_DATA"
             and (buf is None or _ends_with_eoi(buf)))
+
+
+def gpu_j2k_eligible(info: cpu.ImageInfo, output_type: str) -> bool:
+    """Whether nvImageCodec's CUDA JPEG 2000 decoder (nvJPEG2000) takes this sample: 8-bit, 1 or 3 channels."""
+    return (info.format == "jpeg2000" and info.bit_depth == 8 and info.channels in (1, 3)
+            and output_type != "ANY_DATA")
 
 
 def to_output_type_gpu(image: torch.Tensor, output_type: str) -> torch.Tensor:
@@ -140,7 +146,7 @@ class GpuImageDecoder:
         self.scheduler = SplitScheduler({"gpu": 1.0 - cpu_load, "cpu": cpu_load}, adaptive=adaptive)
         self.hw_tuner = ShareTuner(hw_decoder_load) if has_hw and adaptive else None
         self._hw_share = hw_decoder_load if has_hw else 0.0
-        self._gpu_threads = ThreadPoolExecutor(2, thread_name_prefix="sluice-gpu-decode")
+        self._gpu_threads = ThreadPoolExecutor(3, thread_name_prefix="sluice-gpu-decode")
         self.last_split: dict[str, int] = {}
         self.stats = {"gpu_batch_failures": 0, "cpu_retries": 0}
 
@@ -229,7 +235,7 @@ class GpuImageDecoder:
         with _cuda.device(self.device):
             try:
                 if self._nv is not None:
-                    decoder = self._hw if path == "hw" else self._cuda
+                    decoder = self._hw if path == "hw" else self._cuda  # "cuda" and "j2k"
                     out = self._decode_nvimgcodec(decoder, bufs, rois, gray, stream)
                 else:
                     out = self._decode_torchvision(bufs, rois, gray, stream)
@@ -272,11 +278,13 @@ class GpuImageDecoder:
         out: list[torch.Tensor | None] = [None] * n
 
         eligible = [i for i in range(n) if gpu_eligible(infos[i], output_type, bufs[i])]
-        for i in eligible:
+        # JPEG 2000 goes to nvJPEG2000 (through nvImageCodec's CUDA decoder) outside the JPEG split.
+        j2k = [i for i in range(n) if self._nv is not None and gpu_j2k_eligible(infos[i], output_type)]
+        for i in eligible + j2k:
             check_pixel_limit(infos[i].height, infos[i].width, source=sources[i], decoder=self.backend_name)
-        others = sorted(set(range(n)) - set(eligible))
+        others = sorted(set(range(n)) - set(eligible) - set(j2k))
         weights = [_pixels(infos[i], rois[i]) for i in eligible]
-        groups: dict[str, list[int]] = {"hw": [], "cuda": [], "cpu": []}
+        groups: dict[str, list[int]] = {"hw": [], "cuda": [], "cpu": [], "j2k": j2k}
         on_gpu = []
         for i, wgt, p in zip(eligible, weights, self.scheduler.assign(weights)):
             if p == "cpu":
@@ -303,7 +311,7 @@ class GpuImageDecoder:
             return self._run_gpu_path(path, [bufs[i] for i in idx], stored, gray, stream)
 
         gpu_start = time.perf_counter()
-        gpu_futures = {p: self._gpu_threads.submit(gpu_job, p) for p in ("hw", "cuda") if groups[p]}
+        gpu_futures = {p: self._gpu_threads.submit(gpu_job, p) for p in ("hw", "cuda", "j2k") if groups[p]}
 
         # CPU share of the eligible JPEGs: decode into one pinned buffer, then one copy.
         cpu_idx = groups["cpu"]
@@ -349,9 +357,10 @@ class GpuImageDecoder:
             raise first_error
         if cpu_idx:
             self.scheduler.record("cpu", pixels=sum(h * w for h, w, _ in cpu_shapes), seconds=cpu_seconds)
-        if gpu_results:
+        jpeg_ends = [end for p, (_, end) in gpu_results.items() if p != "j2k"]
+        if jpeg_ends:
             gpu_pixels = sum(_pixels(infos[i], rois[i]) for i, _ in on_gpu)
-            gpu_seconds = max(end for _, end in gpu_results.values()) - gpu_start
+            gpu_seconds = max(jpeg_ends) - gpu_start
             self.scheduler.record("gpu", pixels=gpu_pixels, seconds=gpu_seconds)
             if self.hw_tuner is not None and gpu_seconds > 0:
                 self.hw_tuner.record(gpu_pixels / gpu_seconds)
