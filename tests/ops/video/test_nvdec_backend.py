@@ -124,3 +124,20 @@ def test_unsupported_codec_file(tmp_path, fake_nvdec):
     with pytest.raises(VideoError, match=r"lossless.mkv: codec 'ffv1' is not supported by the GPU \(NVDEC\)"):
         read_frames(path, frames=[0], backend=NvdecBackend())
     assert read_barcode(read_frames(path, frames=[2]).frames[0]) == 2  # FFmpeg decodes it on the CPU
+
+
+def test_decoder_failure_names_the_file(videos, fake_nvdec, monkeypatch):
+    backend = NvdecBackend(sessions=1)
+    read_frames(videos["h264-mp4"], frames=[1], backend=backend)
+    session = fake_nvdec[0]
+
+    def broken(packet):
+        raise RuntimeError("CUDA_ERROR_INVALID_SOURCE")
+
+    monkeypatch.setattr(session, "Decode", broken)
+    with pytest.raises(VideoError, match=r"h264.mp4: NVDEC failed decoding the group of pictures of frame 20 .*"
+                                         r"INVALID_SOURCE"):
+        read_frames(videos["h264-mp4"], frames=[20], backend=backend)
+    # the broken session was dropped: the next request gets a fresh decoder
+    assert [read_barcode(f) for f in read_frames(videos["h264-mp4"], frames=[20], backend=backend).frames] == [20]
+    assert len(fake_nvdec) == 2

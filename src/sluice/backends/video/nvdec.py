@@ -191,6 +191,12 @@ class NvdecBackend:
                 stream = video_stream(container, idx.name)
                 self._run_plan(container, stream, idx, plan, session, out, wanted)
             broken = False
+        except VideoError:
+            raise
+        except Exception as e:  # PyNvVideoCodec's errors (corrupt bitstream, decoder failure) name no file
+            first = plan[0][1][0] if plan and plan[0][1] else 0
+            raise VideoError(f"{idx.name}: NVDEC failed decoding the group of pictures of frame {first} "
+                             f"({idx.codec} {idx.width}x{idx.height}): {e}") from e
         finally:
             self._release(key, session, broken)
         return out
