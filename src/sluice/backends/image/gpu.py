@@ -7,8 +7,9 @@ uint8 HWC tensors that are ready in order on the caller's stream:
 * baseline YCbCr/gray JPEGs are split by :class:`SplitScheduler` between the hardware engines (nvImageCodec
   ``HW_GPU_ONLY``), the CUDA decoder (nvImageCodec ``GPU_ONLY`` or ``torchvision.io.decode_jpeg(list)``) and the
   CPU (simplejpeg into one pinned staging buffer, then a single host-to-device copy); the three run concurrently;
-* anything a GPU path rejects (progressive, CMYK/YCCK, PNG, TIFF, WebP, ...) is decoded on the CPU per sample;
-  a sample the GPU returns nothing for is retried on the CPU.
+* 8-bit JPEG 2000 goes to nvJPEG2000 through nvImageCodec's CUDA decoder;
+* anything a GPU path does not take (progressive, CMYK/YCCK, truncated JPEGs, PNG, TIFF, WebP, ...) is decoded on
+  the CPU threads per sample; a sample the GPU returns nothing for is retried on the CPU.
 
 Regions of interest (crop windows) are decoded as regions by nvImageCodec; EXIF orientation is applied on the
 GPU after decoding the stored region that maps to the requested upright one.

@@ -4,8 +4,8 @@
 Formats: JPEG (baseline, progressive; 4:4:4, 4:2:2, 4:2:0, gray, CMYK/YCCK), PNG (8/16 bit, palette, alpha),
 BMP, TIFF, PNM (pbm/pgm/ppm), WebP, JPEG 2000 and GIF (first frame). ``device="cpu"`` decodes with libjpeg-turbo
 (simplejpeg), OpenCV and Pillow in the pipeline's threads; ``device="mixed"`` takes CPU bytes and returns CUDA
-images, sharing JPEGs between the GPU's hardware JPEG engines, CUDA nvJPEG and the CPU threads (see
-:mod:`sluice.backends.image.gpu`). The crop variants decode only the kept region where the codec allows it
+images, sharing JPEGs between the GPU's hardware JPEG engines, CUDA nvJPEG and the CPU threads, JPEG 2000 on
+nvJPEG2000, the rest on the CPU threads (see :mod:`sluice.backends.image.gpu`). The crop variants decode only the kept region where the codec allows it
 (nvImageCodec region decoding on the GPU); on the CPU the window is cut right after decoding, before any
 conversion. EXIF orientation is applied when ``adjust_orientation`` is set, and crop windows refer to the upright
 image. Bad input (empty, truncated, corrupt, unknown format, above the pixel limit set with
