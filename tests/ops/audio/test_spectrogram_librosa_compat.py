@@ -86,3 +86,16 @@ def test_custom_window_and_errors():
         stft_power(x[None], torch.tensor([1000]), nfft=256, window_length=200, window_step=100, power=3)
     with pytest.raises(ValueError, match="window_fn"):
         stft_power(x[None], torch.tensor([1000]), nfft=256, window_length=200, window_step=100, window=w[:10])
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_strided_and_gathered_framing_agree(center):
+    # Uniform batches go through torch.stft; a batch with one shorter signal goes through the gather path.
+    long, short = sweep(2000, seed=5), sweep(1000, seed=6)
+    padded, lens = pad_batch([torch.tensor(long), torch.tensor(short)])
+    kw = dict(nfft=256, window_length=256, window_step=100, center_windows=center)
+    ragged, frames = stft_power(padded, lens, **kw)
+    uniform, _ = stft_power(torch.tensor(long)[None], torch.tensor([2000]), **kw)
+    np.testing.assert_allclose(ragged[0].numpy(), uniform[0].numpy(), rtol=1e-9, atol=1e-9)
+    tiny, f = stft_power(torch.tensor(short[:200])[None], torch.tensor([200]), **kw)
+    assert int(f[0]) == (3 if center else 0) and tiny.shape[1] == int(f[0])

@@ -112,6 +112,13 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     starts = torch.arange(t_max, device=dev) * window_step - offset
     idx = starts[:, None] + torch.arange(window_length, device=dev)[None, :]          # (T, W)
     uniform = bool((lengths_cpu == x.shape[1]).all())
+    if uniform and (center_windows and reflect_padding and x.shape[1] > nfft // 2 or
+                    not center_windows and nfft == window_length and x.shape[1] >= nfft):
+        # torch.stft frames by strides (no gather) and centres the window in the nfft frame exactly as above.
+        spec = torch.stft(x, n_fft=nfft, hop_length=window_step, win_length=window_length, window=window,
+                          center=center_windows, pad_mode="reflect", return_complex=True)     # (B, F, T)
+        out = spec.real.square() + spec.imag.square()
+        return (out.sqrt() if power == 1 else out).transpose(1, 2), frames
     if x.shape[1] == 0:
         windows = x.new_zeros(batch, t_max, window_length)
     elif uniform:
