@@ -129,3 +129,26 @@ def test_variable_length_batch_lengths_and_padding(tmp_path):
     assert [int(s[0]) for s in shapes] == lengths
     assert padded.is_dense_tensor() and padded.as_tensor().shape == (3, 16000)
     assert [tuple(int(v) for v in s) for s in spec_shapes] == [(129, n // 128 + 1) for n in lengths]
+
+
+def test_per_sample_windows_from_datanodes():
+    """The audio-visual case: each sample's window (start, duration in seconds) comes from another node."""
+    x = tones(3 * RATE, RATE)
+    data = u8(encode(x, RATE, "WAV", "FLOAT"))
+    starts = [np.float32(0.0), np.float32(1.25), np.float32(2.5)]
+
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None, seed=1)
+    def pipe():
+        enc = fn.external_source(source=lambda: [data] * 3)
+        t0 = fn.external_source(source=lambda: starts)
+        audio, _ = fn.decoders.audio(enc, downmix=True, start_time=t0, duration=1.0, out_of_bounds_policy="pad")
+        return audio
+
+    (audio,) = pipe().run()
+    assert audio.is_dense_tensor()
+    for i, s in enumerate(starts):
+        a = int(round(float(s) * RATE))
+        want = np.zeros(RATE, np.float32)
+        got = x[a: a + RATE].astype(np.float32)
+        want[: got.size] = got
+        np.testing.assert_array_equal(audio[i].numpy(), want)
