@@ -37,6 +37,19 @@ def videos(video_dir):
 
 
 @pytest.fixture(scope="session")
+def gpu_videos(video_dir):
+    """The same codecs at 160x144: NVDEC's smallest HEVC picture is 144x144, VP9's and AV1's 128x128."""
+    out = {}
+    for name, codec, fname in CODECS:
+        if codec not in av.codecs_available:
+            continue
+        path = video_dir / f"gpu_{fname}"
+        write_barcode_video(path, codec, num_frames=NUM_FRAMES, width=160, height=144)
+        out[name] = path
+    return out
+
+
+@pytest.fixture(scope="session")
 def vfr_videos(video_dir):
     """Variable-frame-rate H.264 in mp4 and mkv (irregular pts, ms clock), mkv with a lossless audio track."""
     out = {}

@@ -66,5 +66,11 @@ def make_module(created: list) -> types.ModuleType:
         created.append(dec)
         return dec
 
+    def GetDecoderCaps(gpuid=0, codec="H264", **_):  # noqa: N802 - NVDEC's minimum sizes (Hopper)
+        small = {"HEVC": 144, "VP9": 128, "AV1": 128}.get(codec, 16)
+        return {"supported": 1, "width_min": max(48, small) if codec != "H264" else 48, "height_min": small,
+                "width_max": 8192, "height_max": 8192}
+
     mod.CreateDecoder = CreateDecoder
+    mod.GetDecoderCaps = GetDecoderCaps
     return mod

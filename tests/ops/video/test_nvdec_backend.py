@@ -24,15 +24,15 @@ def fake_nvdec(monkeypatch):
     return created
 
 
-def test_packets_sent_to_nvdec_decode_exactly(videos, fake_nvdec):
+def test_packets_sent_to_nvdec_decode_exactly(gpu_videos, fake_nvdec):
     backend = NvdecBackend(sessions=2)
     rng = np.random.default_rng(3)
-    for name, path in videos.items():
+    for name, path in gpu_videos.items():
         req = rng.integers(0, NUM_FRAMES, 10).tolist() + [NUM_FRAMES - 1, 0]
         clip = read_frames(path, frames=req, backend=backend)
         assert [read_barcode(f) for f in clip.frames] == req, name
     # one decoder per codec/size: sessions are reused, and every run ends with a flush
-    assert len(fake_nvdec) == len({get_index(p).codec for p in videos.values()})
+    assert len(fake_nvdec) == len({get_index(p).codec for p in gpu_videos.values()})
     assert all(d.flushes >= 1 for d in fake_nvdec)
 
 
@@ -102,17 +102,21 @@ def test_nv12_to_rgb_matches_pyav():
     assert err.mean() < 3 and np.quantile(err, 0.9) <= 4, (err.mean(), np.quantile(err, 0.9))
 
 
+def test_too_small_for_nvdec(videos, fake_nvdec):
+    with pytest.raises(VideoError, match=r"hevc.mkv: cannot create an NVDEC decoder for HEVC 64x48: .*outside what "
+                                         r"this GPU's NVDEC decodes \(144x144 to .*use device='cpu'"):
+        read_frames(videos["hevc-mkv"], frames=[0], backend=NvdecBackend())
+
+
 @pytest.mark.cuda
-def test_real_nvdec_barcodes(videos):
+def test_real_nvdec_barcodes(gpu_videos):
     pytest.importorskip("PyNvVideoCodec")
     backend = NvdecBackend(device_id=0)
     rng = np.random.default_rng(5)
-    for name, path in videos.items():
-        if get_index(path).codec not in ("h264", "hevc", "vp9", "av1", "mpeg4"):
-            continue
+    for name, path in gpu_videos.items():
         req = rng.integers(0, NUM_FRAMES, 10).tolist()
         clip = read_frames(path, frames=req, backend=backend)
-        assert clip.frames.is_cuda and clip.frames.shape == (10, 48, 64, 3)
+        assert clip.frames.is_cuda and clip.frames.shape == (10, 144, 160, 3)
         assert [read_barcode(f) for f in clip.frames] == req, name
 
 
@@ -141,3 +145,14 @@ def test_decoder_failure_names_the_file(videos, fake_nvdec, monkeypatch):
     # the broken session was dropped: the next request gets a fresh decoder
     assert [read_barcode(f) for f in read_frames(videos["h264-mp4"], frames=[20], backend=backend).frames] == [20]
     assert len(fake_nvdec) == 2
+
+
+@pytest.mark.cuda
+def test_real_nvdec_vfr_and_sequential(vfr_videos, gpu_videos):
+    pytest.importorskip("PyNvVideoCodec")
+    backend = NvdecBackend(device_id=0)
+    t = np.array(VFR_PTS) / 1000.0
+    clip = read_frames(vfr_videos["mp4"], timestamps=[t[9], t[9] + 0.001, t[3], t[-1]], backend=backend)
+    assert [read_barcode(f) for f in clip.frames] == [9, 9, 3, len(VFR_PTS) - 1]
+    clip = read_frames(gpu_videos["h264-mp4"], backend=backend)  # every frame, split over sessions
+    assert [read_barcode(f) for f in clip.frames] == list(range(NUM_FRAMES))

@@ -130,13 +130,13 @@ def test_reader_errors(tmp_path, videos):
 
 
 @pytest.mark.cuda
-def test_gpu_reader(videos):
+def test_gpu_reader(gpu_videos):
     pytest.importorskip("PyNvVideoCodec")
-    files = [str(videos["h264-mp4"]), str(videos["hevc-mkv"])]
+    files = [str(gpu_videos["h264-mp4"]), str(gpu_videos["hevc-mkv"])]
     _, outs = run_reader(batch_size=4, device="gpu", filenames=files, sequence_length=8, stride=2, step=8,
                          enable_frame_num=True, resize_x=32, resize_y=24)
     video, label, num = outs[0]
-    assert video[0].is_cuda and video[0].shape == (8, 24, 32, 3)
+    assert video[0].is_cuda and video[0].shape == (8, 24, 32, 3) and label[0].is_cuda
     _, outs = run_reader(batch_size=4, device="gpu", filenames=files, sequence_length=8, stride=2, step=8,
                          enable_frame_num=True)
     video, label, num = outs[0]

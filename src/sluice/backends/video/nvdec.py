@@ -66,11 +66,30 @@ def nv12_to_rgb(nv12: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return rgb.round_().clamp_(0, 255).to(torch.uint8)
 
 
+def check_caps(nvc, codec: str, device_id: int, width: int, height: int) -> None:
+    """Raise a clear error when NVDEC cannot decode this codec at this size (8-bit 4:2:0), as the GPU reports."""
+    get_caps = getattr(nvc, "GetDecoderCaps", None)
+    if get_caps is None:
+        return
+    try:
+        caps = dict(get_caps(gpuid=device_id, codec=getattr(nvc.cudaVideoCodec, codec)))
+    except Exception:  # noqa: BLE001 - older PyNvVideoCodec: let the decoder itself report
+        return
+    if "supported" in caps and not caps["supported"]:
+        raise VideoError(f"this GPU's NVDEC does not decode {codec}; use device='cpu'")
+    lo_w, lo_h = caps.get("width_min", 0), caps.get("height_min", 0)
+    hi_w, hi_h = caps.get("width_max", 1 << 30), caps.get("height_max", 1 << 30)
+    if not (lo_w <= width <= hi_w and lo_h <= height <= hi_h):
+        raise VideoError(f"{codec} at {width}x{height} is outside what this GPU's NVDEC decodes ({lo_w}x{lo_h} to "
+                         f"{hi_w}x{hi_h}); use device='cpu'")
+
+
 class _Session:
     """One NVDEC decoder (PyNvVideoCodec ``CreateDecoder``) for one codec and frame size."""
 
     def __init__(self, nvc, codec: str, device_id: int, width: int, height: int) -> None:
         self.nvc = nvc
+        check_caps(nvc, codec, device_id, width, height)
         self.rgb_native = True
         kwargs = dict(gpuid=device_id, codec=getattr(nvc.cudaVideoCodec, codec), usedevicememory=True)
         try:
