@@ -23,30 +23,25 @@ def video_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("videos")
 
 
-@pytest.fixture(scope="session")
-def videos(video_dir):
-    """{name: path} for every codec/container pair the PyAV wheel can encode."""
+def _encode_all(video_dir, prefix: str = "", **size) -> dict:
     out = {}
     for name, codec, fname in CODECS:
-        if codec not in av.codecs_available:
-            continue
-        path = video_dir / fname
-        write_barcode_video(path, codec, num_frames=NUM_FRAMES)
-        out[name] = path
+        if codec in av.codecs_available:
+            out[name] = video_dir / f"{prefix}{fname}"
+            write_barcode_video(out[name], codec, num_frames=NUM_FRAMES, **size)
     return out
+
+
+@pytest.fixture(scope="session")
+def videos(video_dir):
+    """{name: path} at 64x48 for every codec/container pair the PyAV wheel can encode."""
+    return _encode_all(video_dir)
 
 
 @pytest.fixture(scope="session")
 def gpu_videos(video_dir):
     """The same codecs at 160x144: NVDEC's smallest HEVC picture is 144x144, VP9's and AV1's 128x128."""
-    out = {}
-    for name, codec, fname in CODECS:
-        if codec not in av.codecs_available:
-            continue
-        path = video_dir / f"gpu_{fname}"
-        write_barcode_video(path, codec, num_frames=NUM_FRAMES, width=160, height=144)
-        out[name] = path
-    return out
+    return _encode_all(video_dir, "gpu_", width=160, height=144)
 
 
 @pytest.fixture(scope="session")
