@@ -6,9 +6,6 @@ offer (see the sluice.torch report): keep every such access here, in one place.
 
 from __future__ import annotations
 
-import io
-import os
-import pickle
 from typing import Any
 
 from sluice.pipeline.batch import Batch
@@ -43,13 +40,8 @@ def restore(pipe: Pipeline, checkpoint: Any) -> None:
     """Put a pipeline that may already be running back at ``checkpoint`` (bytes, a file or a dict).
 
     The pipeline's executor is stopped and built again from the same graph, then restored as
-    ``Pipeline(checkpoint=...)`` would be; iterations it had prefetched are discarded.
+    ``Pipeline(checkpoint=...)`` would be (with the checkpointed run's seed); prefetched iterations are discarded.
     """
-    if isinstance(checkpoint, (str, os.PathLike)):
-        with open(checkpoint, "rb") as f:
-            checkpoint = f.read()
-    if isinstance(checkpoint, (bytes, bytearray)):
-        checkpoint = pickle.load(io.BytesIO(checkpoint))
     with pipe._lock:
         if pipe._executor is not None:
             pipe._executor.stop()

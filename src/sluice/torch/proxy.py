@@ -359,11 +359,12 @@ class _Pending:
 
     def result(self) -> Any:
         outputs: dict[int, Any] = {}
-        consumer = None
         for future, pbs in self.runs:
             tensors, event = self.server._wait(future)
             if event is not None:
-                consumer = consumer or torch.cuda.current_stream()
+                # The caller's stream on the pipeline's GPU waits for the pipeline; the tensors' memory is not
+                # reused before that stream is done with them.
+                consumer = torch.cuda.current_stream(self.server.pipeline.executor.torch_device)
                 consumer.wait_event(event)
                 for t in tensors:
                     for x in (t if isinstance(t, list) else [t]):
