@@ -147,24 +147,26 @@ def decode_pipe(device="cpu"):
     return fn.decoders.image(jpegs, device=device)
 
 
-def _jpeg(i):
+def _encoded(i, fmt="PNG"):
+    """A constant-colour 8x8 image of value 20*i, encoded with Pillow (PNG: lossless)."""
     from PIL import Image
 
     arr = np.full((8, 8, 3), 20 * i, np.uint8)
     buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
+    Image.fromarray(arr).save(buf, format=fmt, quality=95)
     return np.frombuffer(buf.getvalue(), np.uint8)
 
 
 class ImageSet(Dataset):
-    def __init__(self, proxy, corrupt_at=None):
-        self.proxy, self.corrupt_at = proxy, corrupt_at
+    def __init__(self, proxy, corrupt_at=None, fmt="PNG"):
+        self.proxy, self.corrupt_at, self.fmt = proxy, corrupt_at, fmt
 
     def __len__(self):
         return 8
 
     def __getitem__(self, i):
-        data = _jpeg(i) if i != self.corrupt_at else np.frombuffer(b"\x89PNG\r\n\x1a\nbroken", np.uint8)
+        data = _encoded(i, self.fmt) if i != self.corrupt_at else \
+            np.frombuffer(b"\x89PNG\r\n\x1a\nbroken", np.uint8)
         return self.proxy(jpeg=data), i
 
 
@@ -280,11 +282,16 @@ def test_video_clip_dataset_mixed(clip_files):
         _check_clips(loader)
 
 
-@pytest.mark.cuda
-def test_image_proxy_mixed_decoder():
-    with sp.DALIServer(decode_pipe(device="mixed", device_id=0)) as server:
-        loader = sp.DataLoader(server, ImageSet(server.proxy), batch_size=4, num_workers=2,
+@pytest.mark.parametrize("fmt,tol", [("JPEG", 2), ("PNG", 0)])
+def test_image_proxy_decoders(device, fmt, tol):
+    """The CPU decoder, and on a GPU the mixed one (nvJPEG for JPEG, its CPU fallback for PNG), behind the proxy;
+    Pillow made the images."""
+    pipe = decode_pipe(device="mixed", device_id=0) if device == "gpu" else decode_pipe()
+    with sp.DALIServer(pipe) as server:
+        loader = sp.DataLoader(server, ImageSet(server.proxy, fmt=fmt), batch_size=4, num_workers=2,
                                multiprocessing_context="fork", deterministic=True)
         for images, idx in loader:
-            assert images.is_cuda and images.shape == (4, 8, 8, 3)
-            assert images[:, 0, 0, 0].cpu().tolist() == [20 * i for i in idx.tolist()]
+            assert images.is_cuda == (device == "gpu") and images.shape == (4, 8, 8, 3)
+            want = torch.tensor([20 * i for i in idx.tolist()], dtype=torch.int16)
+            got = images[:, 4, 4, :].cpu().to(torch.int16)
+            assert (got - want[:, None]).abs().max().item() <= tol
