@@ -68,6 +68,24 @@ def test_bgr_is_rgb_with_channels_swapped():
     np.testing.assert_array_equal(bgr[..., ::-1], rgb)
 
 
+def test_cpu_operators_match_formula():
+    from sluice import types
+    from sluice.testing import run_op
+
+    imgs = [_image(7), _image(8)[:4]]
+    for op, kw, ref_kw in (("hsv", dict(hue=35.0, saturation=0.6, value=1.1), dict(hue=35, sat=0.6, val=1.1)),
+                           ("color_twist", dict(hue=-20.0, brightness=1.2, contrast=0.7),
+                            dict(hue=-20, bright=1.2, contr=0.7)),
+                           ("saturation", dict(saturation=0.0), dict(sat=0.0))):
+        out = run_op(op, imgs, layout="HWC", **kw)
+        for img, y in zip(imgs, out):
+            ref = np.clip(np.round(_reference(img, **ref_kw)), 0, 255)
+            assert np.abs(y.numpy().astype(int) - ref).max() <= 1, op
+    out = run_op("hue", [_image(9)], layout="HWC", hue=50.0, image_type=types.BGR, dtype=types.FLOAT)[0].numpy()
+    ref = _reference(_image(9)[..., ::-1], hue=50)[..., ::-1]
+    np.testing.assert_allclose(out, ref, atol=1e-3)
+
+
 def test_rejects_non_rgb_channels():
     with pytest.raises(ValueError, match="3 channels"):
         apply_color_matrix(torch.zeros(1, 4, 4, 1), torch.eye(3)[None], torch.zeros(1))

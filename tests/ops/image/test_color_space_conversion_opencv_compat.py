@@ -73,6 +73,21 @@ def test_float_output_is_normalised():
     np.testing.assert_allclose(out[..., 0], ref, atol=1e-5)
 
 
+def test_cpu_operator_matches_opencv_and_skimage():
+    from sluice.testing import run_op
+
+    imgs = [_image(8), _image(9)[:5]]
+    gray = run_op("color_space_conversion", imgs, layout="HWC", image_type=types.RGB, output_type=types.GRAY)
+    ycc = run_op("color_space_conversion", imgs, layout="HWC", image_type=types.RGB, output_type=types.YCbCr)
+    back = run_op("color_space_conversion", [y.numpy() for y in ycc], layout="HWC", image_type=types.YCbCr,
+                  output_type=types.RGB)
+    for img, g, y, b in zip(imgs, gray, ycc, back):
+        assert np.abs(g.numpy()[..., 0].astype(int) - cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)).max() <= 1
+        assert np.abs(y.numpy().astype(float) - rgb2ycbcr(img)).max() <= 1
+        ref = np.clip(np.round(ycbcr2rgb(y.numpy().astype(float)) * 255), 0, 255)
+        assert np.abs(b.numpy().astype(float) - ref).max() <= 1
+
+
 def test_wrong_channel_count_is_a_clear_error():
     with pytest.raises(ValueError, match="needs 3 channel"):
         _conv(np.zeros((4, 4, 1), np.uint8), types.RGB, types.GRAY)

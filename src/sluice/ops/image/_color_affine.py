@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["triton_available", "affine_channels"]
+from sluice.ops.tensor._util import convert_saturate
+
+__all__ = ["triton_available", "affine_channels", "affine_channels_cpu"]
 
 try:  # Triton is optional: present on GPU machines, absent on CPU-only installs
     import triton
@@ -104,3 +106,31 @@ def affine_channels(samples: list[torch.Tensor], matrices: torch.Tensor, offsets
         _launch(s.unsqueeze(0), m[i:i + 1], o[i:i + 1], out.unsqueeze(0), c_in, c_out)
         result.append(out)
     return result
+
+
+def affine_channels_cpu(x: torch.Tensor, matrix: torch.Tensor, offset: torch.Tensor, out_dtype: torch.dtype
+                        ) -> torch.Tensor | None:
+    """The CPU counterpart for one channel-last sample: OpenCV's ``cv2.transform`` (vectorised, releases the GIL)
+    on uint8 or float32 data, ``matrix`` C_out x C_in and ``offset`` C_out. Integer results are rounded and
+    saturated by OpenCV (within one level of the float formula). None where OpenCV does not apply.
+
+    Example::
+
+        gray = affine_channels_cpu(rgb_u8, torch.tensor([[0.299, 0.587, 0.114]]), torch.zeros(1), torch.uint8)
+    """
+    try:
+        import cv2
+    except ImportError:  # pragma: no cover - OpenCV is part of the image extra
+        return None
+    c_out, c_in = matrix.shape
+    if x.dim() == 0 or x.shape[-1] != c_in or not 1 <= c_in <= 4 or x.dtype not in (torch.uint8, torch.float32):
+        return None
+    if c_out > 4 or x.numel() == 0:
+        return None
+    work = x if out_dtype == x.dtype else x.to(torch.float32)
+    m = torch.cat([matrix.double().cpu(), offset.double().cpu().reshape(c_out, 1)], 1).numpy()
+    src = work.contiguous().numpy().reshape(-1, 1, c_in)
+    out = torch.from_numpy(cv2.transform(src, m).reshape(*x.shape[:-1], c_out))
+    if out.dtype != out_dtype:
+        out = convert_saturate(out, out_dtype)
+    return out

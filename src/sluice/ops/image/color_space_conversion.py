@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from sluice import types
-from sluice.ops.image._color_affine import affine_channels, triton_available
+from sluice.ops.image._color_affine import affine_channels, affine_channels_cpu, triton_available
 from sluice.ops.tensor._util import check_channel_last, convert_saturate, map_groups, to_batch
 from sluice.schema import REQUIRED, Arg, OpSchema
 
@@ -30,6 +30,7 @@ _CB = (-0.148, -0.291, 0.439)
 _CR = (0.439, -0.368, -0.071)
 _Y_SCALE = sum(_Y)
 _SUPPORTED = (types.RGB, types.BGR, types.GRAY, types.YCbCr)
+_SWAPS = {types.RGB: (types.BGR,), types.BGR: (types.RGB,)}  # channel reversals: exact copies, no arithmetic
 
 
 def _dot(x: torch.Tensor, w: tuple[float, float, float]) -> torch.Tensor:
@@ -161,7 +162,15 @@ def _torch_dtype(dtype):
 @SCHEMA.sample_kernel("cpu")
 def color_space_conversion_cpu(ctx, image, *, image_type, output_type, dtype, **_):
     check_channel_last(ctx.layout, "color_space_conversion")
-    return convert_color(image, image_type, output_type, _torch_dtype(dtype))
+    out_dtype = _torch_dtype(dtype) or image.dtype
+    if image_type not in (output_type, *(_SWAPS.get(image_type, ()))) and image.dim() and \
+            image.shape[-1] == image_type.channels:
+        # An affine map per pixel: OpenCV's cv2.transform (vectorised, releases the GIL), else the torch path.
+        m, o = affine_of(image_type, output_type, image.dtype, out_dtype)
+        out = affine_channels_cpu(image, m, o, out_dtype)
+        if out is not None:
+            return out
+    return convert_color(image, image_type, output_type, out_dtype)
 
 
 @SCHEMA.batch_kernel("gpu")

@@ -19,7 +19,7 @@ import math
 import torch
 
 from sluice import types
-from sluice.ops.image._color_affine import affine_channels, triton_available
+from sluice.ops.image._color_affine import affine_channels, affine_channels_cpu, triton_available
 from sluice.ops.tensor._util import arg_tensor, check_channel_last, convert_saturate, map_groups, to_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
@@ -80,6 +80,20 @@ def _per_sample(values, n, default, dev):
     return arg_tensor(values if values is not None else [default] * n, dev)
 
 
+def _transform(n, in_dtype, hue, saturation, value, brightness, contrast, dtype, image_type):
+    """Per-sample matrices (N x 3 x 3, float64), offsets (N) and the output type, on the host."""
+    cpu = torch.device("cpu")
+    h = _per_sample(hue, n, 0.0, cpu)
+    s = _per_sample(saturation, n, 1.0, cpu)
+    v = _per_sample(value, n, 1.0, cpu)
+    b = _per_sample(brightness, n, 1.0, cpu)
+    c = _per_sample(contrast, n, 1.0, cpu)
+    mats = color_matrix(h, s, v, b, c, bgr=image_type == types.BGR)
+    half = 0.5 if in_dtype.is_floating_point else 128.0
+    out_dtype = in_dtype if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
+    return mats, (half - half * c) * b, out_dtype
+
+
 def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None, contrast=None, dtype=None,
                image_type=types.RGB):
     """Shared batch path of the four operators: a matrix per sample; on CUDA with Triton one launch for a dense
@@ -91,18 +105,11 @@ def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None
         raise ValueError(f"image_type={image_type!r} is not supported; supported: types.RGB, types.BGR")
     check_channel_last(images.layout(), "colour operator")
     n = len(samples)
-    cpu = torch.device("cpu")
-    h = _per_sample(hue, n, 0.0, cpu)
-    s = _per_sample(saturation, n, 1.0, cpu)
-    v = _per_sample(value, n, 1.0, cpu)
-    b = _per_sample(brightness, n, 1.0, cpu)
-    c = _per_sample(contrast, n, 1.0, cpu)
-    mats = color_matrix(h, s, v, b, c, bgr=image_type == types.BGR)
+    mats, offsets, out_dtype = _transform(n, samples[0].dtype, hue, saturation, value, brightness, contrast, dtype,
+                                          image_type)
     dev = samples[0].device
     mats = mats.to(dev, torch.float32)
-    half = 0.5 if samples[0].dtype.is_floating_point else 128.0
-    offsets = ((half - half * c) * b).to(dev)
-    out_dtype = samples[0].dtype if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
+    offsets = offsets.to(dev)
     if triton_available(samples[0]):
         for x in samples:
             if x.dim() == 0 or x.shape[-1] != 3:
@@ -190,7 +197,18 @@ def _batch(images, args):
 
 
 def color_matrix_cpu(ctx, image, **a):
-    """CPU kernel of hsv, hue, saturation and color_twist, per sample in the pipeline's threads."""
+    """CPU kernel of hsv, hue, saturation and color_twist, per sample in the pipeline's threads: OpenCV's
+    ``cv2.transform`` for uint8 / float32 RGB (within one level of the float formula), else the torch path."""
+    image_type = a.get("image_type", types.RGB)
+    if image_type in (types.RGB, types.BGR):
+        check_channel_last(ctx.layout, ctx.op_name)
+        per = {k: [a[k]] for k in _PARAMS if k in a}
+        mats, offsets, out_dtype = _transform(1, image.dtype, per.get("hue"), per.get("saturation"),
+                                              per.get("value"), per.get("brightness"), per.get("contrast"),
+                                              a.get("dtype"), image_type)
+        out = affine_channels_cpu(image, mats[0], offsets.expand(3), out_dtype)
+        if out is not None:
+            return out
     return _sample(image, ctx.layout, a)
 
 
