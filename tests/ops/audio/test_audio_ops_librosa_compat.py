@@ -7,7 +7,6 @@ reference is above -100 dB).
 
 from __future__ import annotations
 
-import librosa
 import numpy as np
 import pytest
 import torch
@@ -16,6 +15,8 @@ from sluice import fn, pipeline_def
 from sluice.testing import run_op
 
 from _audio_signals import rel_err, sweep
+
+librosa = pytest.importorskip("librosa")
 
 RATE = 16000
 

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-import librosa
 import numpy as np
 import pytest
 import torch
 
 from sluice.kernels.audio.spectral import to_decibels
+
+librosa = pytest.importorskip("librosa")
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
