@@ -166,8 +166,6 @@ def test_reset_mid_epoch_is_ignored(seven_files, caplog):
     assert values(next(it)[0]) == [3, 4]
 
 
-@pytest.mark.xfail(strict=True, reason="core: Pipeline.reset() drains prefetched iterations of reader pipelines, "
-                   "whose readers already moved past them (see the sluice.torch report); the iterators avoid it")
 def test_pipeline_reset_keeps_prefetched_reader_iterations(seven_files):
     import time
 

@@ -263,13 +263,16 @@ class Pipeline:
             return self.outputs()
 
     def reset(self) -> None:
-        """Start a new epoch after StopIteration: sources restart, readers continue."""
+        """Start a new epoch after StopIteration: sources that ended start over. Readers never end an epoch
+        themselves (their data is an endless stream, epochs are counted by the iterators), so iterations they
+        already prefetched are kept: a reset between epochs loses no sample."""
         with self._lock:
             ex = self.executor
+            if not self._epoch_ended:
+                return
             ex.drain()
-            if self._epoch_ended or not any(op.reader_meta() for op in ex.operators.values()):
-                for op in ex.operators.values():
-                    op.reset()
+            for op in ex.operators.values():
+                op.reset()
             self._epoch_ended = False
             self._sync_requested = 0
 
