@@ -69,6 +69,23 @@ def _axis(lo, hi, out_n, o, FMIN: tl.constexpr, FMAG: tl.constexpr, RMIN: tl.con
 
 
 @triton.jit
+def _geometry(ip, fp, n):
+    """Sample ``n``'s source offset, sizes, needed rows, tap counts and source region."""
+    row = ip + n * 16
+    src_off = tl.load(row + 0)
+    H = tl.load(row + 1)
+    W = tl.load(row + 2)
+    OH = tl.load(row + 3)
+    OW = tl.load(row + 4)
+    row_lo = tl.load(row + 5)
+    rows = tl.load(row + 6)
+    taps_x = tl.load(row + 7)
+    taps_y = tl.load(row + 8)
+    f = fp + n * 4
+    return src_off, H, W, OH, OW, row_lo, rows, taps_x, taps_y, tl.load(f), tl.load(f + 1), tl.load(f + 2), tl.load(f + 3)
+
+
+@triton.jit
 def _hpass(src, tmp, ip, fp, RMAX, OWMAX, C: tl.constexpr, CP: tl.constexpr,
            FMIN: tl.constexpr, FMAG: tl.constexpr, RMIN: tl.constexpr, RMAG: tl.constexpr, AA: tl.constexpr,
            BLOCK: tl.constexpr):
@@ -77,16 +94,7 @@ def _hpass(src, tmp, ip, fp, RMAX, OWMAX, C: tl.constexpr, CP: tl.constexpr,
     r = pid - n * RMAX
     ox = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     c = tl.arange(0, CP)
-    row = ip + n * 16
-    src_off = tl.load(row + 0)
-    H = tl.load(row + 1)
-    W = tl.load(row + 2)
-    OW = tl.load(row + 4)
-    row_lo = tl.load(row + 5)
-    rows = tl.load(row + 6)
-    taps = tl.load(row + 7)
-    x0 = tl.load(fp + n * 4 + 1)
-    x1 = tl.load(fp + n * 4 + 3)
+    src_off, H, W, OH, OW, row_lo, rows, taps, taps_y, y0, x0, y1, x1 = _geometry(ip, fp, n)
     mask = (ox < OW) & (ox * 0 + r < rows)  # vector-only masks (scalar & vector trips the interpreter)
     cmask = c < C
     y = tl.minimum(row_lo + r, H - 1)
@@ -118,20 +126,13 @@ def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.co
     oy = pid - n * OHMAX
     ox = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     c = tl.arange(0, CP)
+    src_off, H, W, OH, OW, row_lo, rows, taps_x, taps, y0, x0, y1, x1 = _geometry(ip, fp, n)
     row = ip + n * 16
-    H = tl.load(row + 1)
-    OH = tl.load(row + 3)
-    OW = tl.load(row + 4)
-    row_lo = tl.load(row + 5)
-    rows = tl.load(row + 6)
-    taps = tl.load(row + 8)
     mirror = tl.load(row + 9)
     out_off = tl.load(row + 10)
     sc = tl.load(row + 11)
     sy = tl.load(row + 12)
     sx = tl.load(row + 13)
-    y0 = tl.load(fp + n * 4 + 0)
-    y1 = tl.load(fp + n * 4 + 2)
     mask = (ox < OW) & (ox * 0 + oy < OH)
     cmask = c < C
     centre, fscale, shrink, ymin, ymax = _axis(y0, y1, OH, oy, FMIN, FMAG, RMIN, RMAG, AA)
