@@ -231,6 +231,20 @@ def test_nonref_detection_matches_ffmpeg_skip_frame(videos):
         assert ours and ours == all_pts - kept, name
 
 
+def test_nonref_length_prefix_is_not_a_start_code():
+    from sluice.backends.video.bitstream import nonref_detector
+
+    avcc = bytes([1, 0x64, 0, 0x0D, 0xFF, 0xE1]) + bytes(20)  # avcC record: 4-byte NAL lengths
+    ref_p = (257).to_bytes(4, "big") + bytes([0x41]) + bytes(256)  # length 257 = 00 00 01 01: no start code
+    nonref_b = (9).to_bytes(4, "big") + bytes([0x01]) + bytes(8)
+    detect = nonref_detector("h264", avcc)
+    assert detect(ref_p) is False and detect(nonref_b) is True
+    annexb = nonref_detector("h264", avcc, annexb=True)
+    assert annexb(b"\x00\x00\x00\x01\x09\xf0\x00\x00\x01\x01\x9e") is True  # AUD, then a non-ref slice
+    assert annexb(b"\x00\x00\x00\x01\x65\x88\x84") is False  # IDR
+    assert nonref_detector("vp9", b"") is None
+
+
 def test_unwanted_nonref_packets_are_not_decoded(videos, monkeypatch):
     from sluice.backends.video import pyav as pyav_mod
 

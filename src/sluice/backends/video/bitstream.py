@@ -43,12 +43,18 @@ def _lp_first_vcl(buf, size_len: int, is_vcl: Callable[[int], bool], header_len:
     return None
 
 
-def nonref_detector(codec: str, extradata: bytes | None) -> Callable[[object], bool] | None:
+def nonref_detector(codec: str, extradata: bytes | None, annexb: bool | None = None
+                    ) -> Callable[[object], bool] | None:
     """A function telling whether a packet's picture is non-reference, or None for codecs it does not know.
 
-    It answers True only when sure; anything it cannot parse counts as a reference picture (decoded).
+    ``annexb``: whether packets carry start codes (True after ``*_mp4toannexb``); by default, decided from the
+    stream's extradata (avcC / hvcC records mean length-prefixed packets). It is never guessed from a packet's
+    first bytes: a 4-byte length of 257 reads as a start code. It answers True only when sure; anything it cannot
+    parse counts as a reference picture (decoded).
     """
     extradata = bytes(extradata or b"")
+    if annexb is None:
+        annexb = not (len(extradata) > 4 and extradata[0] == 1)
     if codec == "h264":
         size_len = (extradata[4] & 3) + 1 if len(extradata) > 4 and extradata[0] == 1 else 4
 
@@ -77,7 +83,6 @@ def nonref_detector(codec: str, extradata: bytes | None) -> Callable[[object], b
         buf = memoryview(packet).cast("B") if not isinstance(packet, (bytes, bytearray)) else packet
         if len(buf) < 4:
             return False
-        annexb = buf[0] == 0 and buf[1] == 0 and (buf[2] == 1 or (buf[2] == 0 and buf[3] == 1))
         head = _annexb_first_vcl(buf, is_vcl, header_len) if annexb else \
             _lp_first_vcl(buf, size_len, is_vcl, header_len)
         return head is not None and nonref(head)

@@ -230,7 +230,7 @@ class NvdecBackend:
         bsf = av.bitstream.BitStreamFilterContext(bsf_name, stream) if bsf_name else None
         header = b""
         extradata = bytes(stream.codec_context.extradata or b"")
-        nonref = nonref_detector(idx.codec, extradata)
+        nonref = nonref_detector(idx.codec, extradata, annexb=True if bsf is not None else None)
         if idx.codec == "mpeg4":
             header = extradata
         elif idx.codec == "av1" and len(extradata) > 4:
