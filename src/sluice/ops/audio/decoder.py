@@ -4,6 +4,7 @@ window, optionally resampled (soxr) and downmixed."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import wait
 
 import numpy as np
 import torch
@@ -115,7 +116,11 @@ class AudioDecoder(Operator):
         pool = ctx.thread_pool
 
         def each(fn, items):
-            return list(pool.map(fn, items)) if pool is not None and len(items) > 1 else [fn(i) for i in items]
+            if pool is None or len(items) < 2:
+                return [fn(i) for i in items]
+            futures = [pool.submit(fn, i) for i in items]
+            wait(futures)  # all finish before any error propagates: no file is closed while a thread reads it
+            return [f.result() for f in futures]
 
         def guarded(fn):
             def call(i):
@@ -132,25 +137,16 @@ class AudioDecoder(Operator):
             results = each(guarded(lambda i: decode_sample(data[i], sources[i], **per[i])), list(range(n)))
             return Batch([r[0] for r in results]), Batch([r[1] for r in results])
 
+        handles: list = [None] * n       # every file opened so far, closed whatever happens
+
         def open_one(i):
             a = per[i]
-            f = open_audio(_bytes(data[i]), sources[i])
-            try:
-                plan = plan_window(f, start_time=float(a["start_time"]), duration=float(a["duration"]) or None,
-                                   out_of_bounds_policy=a["out_of_bounds_policy"], source=sources[i])
-            except Exception:
-                f.close()
-                raise
-            return f, plan
+            f = handles[i] = open_audio(_bytes(data[i]), sources[i])
+            return f, plan_window(f, start_time=float(a["start_time"]), duration=float(a["duration"]) or None,
+                                  out_of_bounds_policy=a["out_of_bounds_policy"], source=sources[i])
 
-        opened = []
         try:
             opened = each(guarded(open_one), list(range(n)))
-        except BaseException:
-            for item in opened:
-                item[0].close()
-            raise
-        try:
             downmix, dtype = per[0]["downmix"], _DTYPES[per[0]["dtype"]]
             shapes = [plan.shape(downmix) for _, plan in opened]
             if all(s == shapes[0] for s in shapes):
@@ -165,6 +161,7 @@ class AudioDecoder(Operator):
                     return torch.from_numpy(out)
                 audio = Batch(each(guarded(one), list(range(n))))
         finally:
-            for f, _ in opened:
-                f.close()
+            for f in handles:
+                if f is not None:
+                    f.close()
         return audio, Batch.from_dense(torch.tensor([float(p.rate) for _, p in opened], dtype=torch.float32))
