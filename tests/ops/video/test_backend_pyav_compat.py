@@ -262,3 +262,23 @@ def test_unwanted_nonref_packets_are_not_decoded(videos, monkeypatch):
     clip = read_frames(videos["h264-mp4"], frames=[12, 23])  # one GOP: 12 .. 23
     assert barcodes(clip) == [12, 23]
     assert 0 < decoded.count(False) and decoded.count(True) < 12
+
+
+def test_random_requests_exact_at_160x144(gpu_videos):
+    """Larger frames give packets of 256..511 bytes, whose 4-byte length starts like a start code."""
+    rng = np.random.default_rng(11)
+    for name in ("h264-mp4", "hevc-mkv"):
+        if name not in gpu_videos:
+            continue
+        path = gpu_videos[name]
+        sizes = []
+        with av.open(str(path)) as c:
+            sizes = [p.size for p in c.demux(video=0) if p.size]
+        ref = reference_frames(path)
+        for _ in range(6):
+            req = sorted(rng.choice(NUM_FRAMES, 5, replace=False).tolist())
+            clip = read_frames(path, frames=req)
+            for k, f in enumerate(req):
+                np.testing.assert_array_equal(clip.frames[k].numpy(), ref[f], err_msg=f"{name} frame {f}")
+        if name == "h264-mp4":
+            assert any(256 <= s < 512 for s in sizes)
