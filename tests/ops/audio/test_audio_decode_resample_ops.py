@@ -56,7 +56,7 @@ def test_decoder_errors_name_the_file(tmp_path):
     (tmp_path / "a" / "ok.wav").write_bytes(good)
     (tmp_path / "a" / "truncated.wav").write_bytes(good[: len(good) // 2])
 
-    @pipeline_def(batch_size=2, num_threads=1, device_id=None, seed=1)
+    @pipeline_def(batch_size=2, num_threads=2, device_id=None, seed=1)
     def pipe():
         data, _ = fn.readers.file(file_root=str(tmp_path))
         return fn.decoders.audio(data)
