@@ -77,14 +77,16 @@ def _b_readers_sequence(tmp):
                                 name="R")
 
 
-def _b_readers_video(tmp):
-    from sluice.backends.video.barcode import write_barcode_video
+def _b_video_reader(name, **extra):
+    def build(tmp):
+        from sluice.backends.video.barcode import write_barcode_video
 
-    path = str(tmp / "v.mp4")
-    write_barcode_video(path, num_frames=16, width=32, height=32)
-    out = fn.readers.video(filenames=[path], sequence_length=2, random_shuffle=True, initial_fill=3,
-                           device="cpu", name="R")
-    return out
+        path = str(tmp / "v.mp4")
+        write_barcode_video(path, num_frames=16, width=32, height=32)
+        reader = getattr(fn.readers, name)
+        return reader(filenames=[path], sequence_length=2, random_shuffle=True, initial_fill=3, device="cpu",
+                      name="R", **extra)
+    return build
 
 
 BUILDERS = {
@@ -97,7 +99,8 @@ BUILDERS = {
     "decoders.image_random_crop": _b_image_random_crop,
     "random_bbox_crop": _b_random_bbox_crop,
     "readers.sequence": _b_readers_sequence,
-    "readers.video": _b_readers_video,
+    "readers.video": _b_video_reader("video"),
+    "readers.video_resize": _b_video_reader("video_resize", resize_x=16, resize_y=16),
 }
 
 STATEFUL = sorted(name for name, schema in REGISTRY.items() if schema.stateful)
