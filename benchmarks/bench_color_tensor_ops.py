@@ -5,7 +5,7 @@ Each workload runs the operator's GPU batch kernel on a dense batch of uint8 HWC
 (torchvision gets the same batch as NCHW), so the figures compare kernels, not decoding. Per-sample parameters
 vary in sluice's runs (as with ``fn.random.uniform``); torchvision's functional API takes one value per call.
 
-Usage (on a GPU machine)::
+Usage (on a GPU machine; ``--device cpu`` compares the per-sample CPU kernels with OpenCV and Pillow instead)::
 
     python benchmarks/bench_color_tensor_ops.py --batch 256 --size 224 --iters 50
 """
@@ -35,14 +35,52 @@ def _rate(fn, n_images: int, iters: int) -> float:
     return n_images * iters / t["seconds"]
 
 
+def cpu_main(n: int, s: int, iters: int) -> None:
+    """Per-sample CPU kernels (one thread) beside OpenCV and Pillow doing the same on the same images."""
+    import cv2
+    import numpy as np
+    from PIL import Image, ImageEnhance
+
+    from sluice.schema import SampleContext, get_schema
+
+    rng = np.random.default_rng(0)
+    imgs = [rng.integers(0, 256, (s, s, 3), dtype=np.uint8) for _ in range(n)]
+    timgs = [torch.from_numpy(x) for x in imgs]
+    ctx = SampleContext("bench", 0, "", "HWC")
+
+    def run(op, **kw):
+        schema = get_schema(op)
+        args, _ = schema.validate(kw, lambda v: False)
+        kernel = schema.kernels["cpu"].kernel
+        return lambda: [kernel(ctx, x, **args) for x in timgs]
+
+    unit = "images/s"
+    pil = [Image.fromarray(x) for x in imgs]
+    report("cpu brightness uint8", unit, _rate(run("brightness", brightness=1.3), n, iters),
+           {"Pillow ImageEnhance": _rate(lambda: [ImageEnhance.Brightness(p).enhance(1.3) for p in pil], n, iters),
+            "OpenCV convertScaleAbs": _rate(lambda: [cv2.convertScaleAbs(x, alpha=1.3) for x in imgs], n, iters)})
+    report("cpu saturation uint8", unit, _rate(run("saturation", saturation=1.5), n, iters),
+           {"Pillow ImageEnhance": _rate(lambda: [ImageEnhance.Color(p).enhance(1.5) for p in pil], n, iters)})
+    report("cpu RGB->GRAY uint8", unit,
+           _rate(run("color_space_conversion", image_type=types.RGB, output_type=types.GRAY), n, iters),
+           {"OpenCV cvtColor": _rate(lambda: [cv2.cvtColor(x, cv2.COLOR_RGB2GRAY) for x in imgs], n, iters)})
+    report("cpu gaussian_blur uint8 sigma 1.5", unit, _rate(run("gaussian_blur", sigma=1.5), n, iters),
+           {"OpenCV GaussianBlur": _rate(lambda: [cv2.GaussianBlur(x, (11, 11), 1.5) for x in imgs], n, iters)})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     a = ap.parse_args()
+    if a.device == "cpu":
+        torch.set_num_threads(1)
+        cpu_main(a.batch, a.size, a.iters)
+        return
     if not torch.cuda.is_available():
-        raise SystemExit("this benchmark needs a CUDA GPU")
+        raise SystemExit("this benchmark needs a CUDA GPU (or --device cpu)")
     try:
         import torchvision.transforms.v2.functional as tvf
     except ImportError:

@@ -65,3 +65,16 @@ def test_cuda_equals_cpu():
     cpu = brightness_contrast_kernel(imgs, *args)
     gpu = brightness_contrast_kernel(imgs.cuda(), *args).cpu()
     assert (cpu.int() - gpu.int()).abs().max() <= 1
+
+
+@pytest.mark.parametrize("params", [(1.3, 0.05, 0.7, None, None), (0.5, -0.2, 2.0, 100.0, None),
+                                    (1.5, 0.0, 1.0, None, None), (-1.0, 1.0, 1.0, None, None)])
+def test_cpu_lookup_table_equals_kernel(params):
+    """The CPU operator looks uint8 pixels up in a table; it must hold exactly the kernel's values (ties too)."""
+    from sluice.ops.image.brightness_contrast import uint8_table
+
+    b, s, c, cc, _ = params
+    x = torch.arange(256, dtype=torch.uint8)
+    want = brightness_contrast_kernel(x[None], torch.tensor([b]), torch.tensor([s]), torch.tensor([c]),
+                                      None if cc is None else torch.tensor([cc]))[0]
+    np.testing.assert_array_equal(uint8_table(*params), want.numpy())

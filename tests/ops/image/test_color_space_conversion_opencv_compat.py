@@ -81,6 +81,10 @@ def test_cpu_operator_matches_opencv_and_skimage():
     ycc = run_op("color_space_conversion", imgs, layout="HWC", image_type=types.RGB, output_type=types.YCbCr)
     back = run_op("color_space_conversion", [y.numpy() for y in ycc], layout="HWC", image_type=types.YCbCr,
                   output_type=types.RGB)
+    rgb = run_op("color_space_conversion", [g.numpy() for g in gray], layout="HWC", image_type=types.GRAY,
+                 output_type=types.RGB)
+    for g, c in zip(gray, rgb):
+        np.testing.assert_array_equal(c.numpy(), np.repeat(g.numpy(), 3, axis=-1))
     for img, g, y, b in zip(imgs, gray, ycc, back):
         assert np.abs(g.numpy()[..., 0].astype(int) - cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)).max() <= 1
         assert np.abs(y.numpy().astype(float) - rgb2ycbcr(img)).max() <= 1

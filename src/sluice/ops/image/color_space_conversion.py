@@ -14,6 +14,8 @@ rounded to nearest and clamped.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from sluice import types
@@ -31,6 +33,8 @@ _CR = (0.439, -0.368, -0.071)
 _Y_SCALE = sum(_Y)
 _SUPPORTED = (types.RGB, types.BGR, types.GRAY, types.YCbCr)
 _SWAPS = {types.RGB: (types.BGR,), types.BGR: (types.RGB,)}  # channel reversals: exact copies, no arithmetic
+_GRAY_CV = {(types.RGB, types.GRAY): "COLOR_RGB2GRAY", (types.BGR, types.GRAY): "COLOR_BGR2GRAY",
+            (types.GRAY, types.RGB): "COLOR_GRAY2RGB", (types.GRAY, types.BGR): "COLOR_GRAY2BGR"}
 
 
 def _dot(x: torch.Tensor, w: tuple[float, float, float]) -> torch.Tensor:
@@ -101,6 +105,7 @@ def _normalized(xf: torch.Tensor, src: types.DALIImageType, dst: types.DALIImage
     return _from_rgb(_to_rgb(xf, src, y_off, mid), dst, y_off, mid)
 
 
+@functools.lru_cache(maxsize=64)
 def affine_of(src: types.DALIImageType, dst: types.DALIImageType, in_dtype: torch.dtype,
               out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """The conversion as ``out = M @ in + o`` on raw values of the given types (every conversion here is
@@ -163,6 +168,12 @@ def _torch_dtype(dtype):
 def color_space_conversion_cpu(ctx, image, *, image_type, output_type, dtype, **_):
     check_channel_last(ctx.layout, "color_space_conversion")
     out_dtype = _torch_dtype(dtype) or image.dtype
+    if _GRAY_CV.get((image_type, output_type)) is not None and image.dtype == out_dtype == torch.uint8 and \
+            image.dim() == 3 and image.shape[-1] == image_type.channels:
+        import cv2  # dedicated 8-bit luma conversion (fixed point, within one level of the float formula)
+
+        gray = cv2.cvtColor(image.numpy(), getattr(cv2, _GRAY_CV[(image_type, output_type)]))
+        return torch.from_numpy(gray.reshape(*image.shape[:-1], output_type.channels))
     if image_type not in (output_type, *(_SWAPS.get(image_type, ()))) and image.dim() and \
             image.shape[-1] == image_type.channels:
         # An affine map per pixel: OpenCV's cv2.transform (vectorised, releases the GIL), else the torch path.

@@ -14,13 +14,12 @@ uses hue, saturation, brightness and contrast. Integer outputs are rounded to ne
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import torch
 
 from sluice import types
 from sluice.ops.image._color_affine import affine_channels, affine_channels_cpu, triton_available
-from sluice.ops.tensor._util import arg_tensor, check_channel_last, convert_saturate, map_groups, to_batch
+from sluice.ops.tensor._util import as_float_list, check_channel_last, convert_saturate, map_groups, to_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -32,33 +31,34 @@ RGB2YIQ = torch.tensor([[0.299, 0.587, 0.114],
 YIQ2RGB = torch.tensor([[1.0, 0.956, 0.621],
                         [1.0, -0.272, -0.647],
                         [1.0, -1.107, 1.705]], dtype=torch.float64)
-_BGR = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+_RGB2YIQ = RGB2YIQ.numpy()
+_YIQ2RGB = YIQ2RGB.numpy()
 
 
-def color_matrix(hue: torch.Tensor, saturation: torch.Tensor, value: torch.Tensor, brightness: torch.Tensor,
-                 contrast: torch.Tensor, bgr: bool = False) -> torch.Tensor:
-    """Per-sample RGB->RGB matrices (N x 3 x 3, float64) for the given per-sample parameters (each shape (N,)).
+def color_matrix(hue, saturation, value, brightness, contrast, bgr: bool = False) -> torch.Tensor:
+    """Per-sample RGB->RGB matrices (N x 3 x 3, float64) for per-sample parameters (each N values: tensors,
+    arrays or lists). Built with NumPy: a few 3 x 3 products, cheap enough to run per sample.
 
     Example::
 
-        m = color_matrix(torch.tensor([30.0]), *(torch.ones(1),) * 4)   # rotate hue by 30 degrees
+        m = color_matrix([30.0], [1.0], [1.0], [1.0], [1.0])   # rotate hue by 30 degrees
     """
     hue, saturation, value, brightness, contrast = (
-        t.double().cpu().reshape(-1) for t in (hue, saturation, value, brightness, contrast))
-    n = hue.numel()
-    rad = hue * (math.pi / 180.0)
-    h = torch.zeros(n, 3, 3, dtype=torch.float64)
+        np.asarray(as_float_list(t), dtype=np.float64) for t in (hue, saturation, value, brightness, contrast))
+    n = hue.size
+    rad = np.radians(hue)
+    h = np.zeros((n, 3, 3))
     h[:, 0, 0] = 1.0
-    h[:, 1, 1] = torch.cos(rad)
-    h[:, 2, 2] = torch.cos(rad)
-    h[:, 1, 2] = torch.sin(rad)
-    h[:, 2, 1] = -torch.sin(rad)
-    s = torch.diag_embed(torch.stack([torch.ones(n, dtype=torch.float64), saturation, saturation], 1))
-    m = YIQ2RGB @ h @ s @ RGB2YIQ
-    m = m * (value * brightness * contrast).reshape(n, 1, 1)
-    if bgr:
-        m = _BGR @ m @ _BGR
-    return m
+    h[:, 1, 1] = h[:, 2, 2] = np.cos(rad)
+    h[:, 1, 2] = np.sin(rad)
+    h[:, 2, 1] = -np.sin(rad)
+    sat = np.zeros((n, 3, 3))
+    sat[:, 0, 0] = 1.0
+    sat[:, 1, 1] = sat[:, 2, 2] = saturation
+    m = _YIQ2RGB @ h @ sat @ _RGB2YIQ * (value * brightness * contrast).reshape(n, 1, 1)
+    if bgr:  # the same map on reversed channels: reverse the rows and the columns
+        m = m[:, ::-1, ::-1]
+    return torch.from_numpy(np.ascontiguousarray(m))
 
 
 def apply_color_matrix(x: torch.Tensor, matrix: torch.Tensor, offset: torch.Tensor,
@@ -76,22 +76,26 @@ def apply_color_matrix(x: torch.Tensor, matrix: torch.Tensor, offset: torch.Tens
     return convert_saturate(out.reshape(x.shape), out_dtype)
 
 
-def _per_sample(values, n, default, dev):
-    return arg_tensor(values if values is not None else [default] * n, dev)
+def _per_sample(values, n, default) -> np.ndarray:
+    if values is None:
+        return np.full(n, default, dtype=np.float64)
+    out = [as_float_list(v) for v in values]
+    if any(len(v) != 1 for v in out):
+        raise ValueError(f"expected one value per sample, got {[len(v) for v in out]}")
+    return np.array([v[0] for v in out], dtype=np.float64)
 
 
 def _transform(n, in_dtype, hue, saturation, value, brightness, contrast, dtype, image_type):
     """Per-sample matrices (N x 3 x 3, float64), offsets (N) and the output type, on the host."""
-    cpu = torch.device("cpu")
-    h = _per_sample(hue, n, 0.0, cpu)
-    s = _per_sample(saturation, n, 1.0, cpu)
-    v = _per_sample(value, n, 1.0, cpu)
-    b = _per_sample(brightness, n, 1.0, cpu)
-    c = _per_sample(contrast, n, 1.0, cpu)
+    h = _per_sample(hue, n, 0.0)
+    s = _per_sample(saturation, n, 1.0)
+    v = _per_sample(value, n, 1.0)
+    b = _per_sample(brightness, n, 1.0)
+    c = _per_sample(contrast, n, 1.0)
     mats = color_matrix(h, s, v, b, c, bgr=image_type == types.BGR)
     half = 0.5 if in_dtype.is_floating_point else 128.0
     out_dtype = in_dtype if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
-    return mats, (half - half * c) * b, out_dtype
+    return mats, torch.from_numpy((half - half * c) * b), out_dtype
 
 
 def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None, contrast=None, dtype=None,
