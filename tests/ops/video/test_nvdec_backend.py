@@ -156,3 +156,21 @@ def test_real_nvdec_vfr_and_sequential(vfr_videos, gpu_videos):
     assert [read_barcode(f) for f in clip.frames] == [9, 9, 3, len(VFR_PTS) - 1]
     clip = read_frames(gpu_videos["h264-mp4"], backend=backend)  # every frame, split over sessions
     assert [read_barcode(f) for f in clip.frames] == list(range(NUM_FRAMES))
+
+
+def test_lost_frame_stops_early_with_error(videos, fake_nvdec, monkeypatch):
+    from sluice.backends.video import nvdec
+
+    monkeypatch.setattr(nvdec, "REORDER_SLACK", 4)
+    path = videos["h264-mp4"]
+    idx = get_index(path)
+    lost = int(idx.pts[14])
+    backend = NvdecBackend(sessions=1)
+    read_frames(path, frames=[0], backend=backend)
+    dec = fake_nvdec[0]
+    real = dec.Decode
+    monkeypatch.setattr(dec, "Decode", lambda pkt: [f for f in real(pkt) if f.timestamp != lost])
+    fed = dec.packets
+    with pytest.raises(VideoError, match=r"h264.mp4: frame 14 could not be decoded by NVDEC"):
+        read_frames(path, frames=[14], backend=backend)
+    assert dec.packets - fed <= 14 - 12 + 4 + 4  # from keyframe 12 to frame 14, the slack and the reorder delay

@@ -32,6 +32,7 @@ NVDEC_CODECS = {"h264": "H264", "hevc": "HEVC", "vp9": "VP9", "av1": "AV1", "mpe
                 "mpeg2video": "MPEG2", "mpeg1video": "MPEG1", "vc1": "VC1"}
 ANNEXB_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
 SESSION_WAIT_S = 120.0
+REORDER_SLACK = 64  # frames a decoder may need past the last wanted one before it shows it
 SPLIT_FRAMES, SPLIT_GROUPS = 48, 3  # requests of >= 48 frames split into runs of >= 3 groups of pictures
 
 
@@ -266,7 +267,9 @@ class NvdecBackend:
             last = group[-1]
             while pos < last:
                 item = next(packets, None)
-                if item is None:  # end of stream: flush what the decoder holds
+                if item is None or idx.frame_of_pts(int(item[1])) > last + REORDER_SLACK:
+                    # end of stream, or far past the group (a wanted frame was lost to corruption): flush the
+                    # frames the decoder holds rather than decode on to the end of the video
                     pos = take(session.feed(None, 0), idx, session, out, pos, wanted)
                     packets = None
                     break
@@ -280,7 +283,8 @@ class NvdecBackend:
     def _take(decoded: list, idx: VideoIndex, session: _Session, out: dict, pos: int, wanted: set) -> int:
         """Keep the wanted frames among ``decoded``; return the newest frame number seen."""
         for frame in decoded:
-            i = idx.frame_of_pts(int(frame.timestamp))
+            ts = getattr(frame, "timestamp", None)
+            i = idx.frame_of_pts(int(ts if ts is not None else frame.getPTS()))
             if i < 0:
                 continue
             pos = max(pos, i)
