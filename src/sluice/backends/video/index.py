@@ -196,7 +196,11 @@ class VideoIndex:
         return list(groups.items())
 
     def frame_at_times(self, times: Sequence[float], pad_mode: str = "none") -> np.ndarray:
-        """Frame shown at each time (seconds, stream clock). Out of range: -1 when padding, else an error."""
+        """Frame shown at each time (seconds, stream clock): the last frame whose pts is <= t.
+
+        Times past the end are an error with ``pad_mode='none'``; otherwise they map to frame numbers past the end
+        (one more per mean frame interval), which :meth:`resolve_padding` then pads. Negative times are errors.
+        """
         t = np.asarray(times, np.float64).reshape(-1)
         stamps = self.times
         idx = np.searchsorted(stamps, t + 1e-9, side="right") - 1
