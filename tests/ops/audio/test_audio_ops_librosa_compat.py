@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from sluice import fn, pipeline_def
 from sluice.testing import run_op
