@@ -32,16 +32,13 @@ def one_hot_kernel(labels: torch.Tensor, num_classes: int, axis: int = -1, on_va
         labels = labels.reshape(labels.shape[:lead])
         sample_shape = torch.Size()
     nd = len(sample_shape)
-    if not -(nd + 1) <= axis <= nd:
+    if not -1 <= axis <= nd:
         raise ValueError(f"one_hot: axis {axis} is out of range for {nd}-D labels (valid: -1..{nd})")
-    ax = axis % (nd + 1) if axis < 0 else axis
-    idx = labels.to(torch.int64)
+    ax = nd if axis < 0 else axis
     classes = torch.arange(num_classes, device=labels.device)
-    hit = idx.unsqueeze(-1) == classes  # ... x num_classes
-    out = torch.where(hit, torch.tensor(on_value, device=labels.device, dtype=torch.float64),
-                      torch.tensor(off_value, device=labels.device, dtype=torch.float64))
-    out = out.movedim(-1, lead + ax)
-    return out.to(dtype)
+    hit = labels.to(torch.int64).unsqueeze(-1) == classes  # ... x num_classes
+    out = torch.full(hit.shape, off_value, dtype=dtype, device=labels.device).masked_fill_(hit, on_value)
+    return out.movedim(-1, lead + ax)
 
 
 SCHEMA = OpSchema(
