@@ -120,7 +120,8 @@ def _hpass(src, tmp, ip, fp, RMAX, OWMAX, C: tl.constexpr, CP: tl.constexpr,
 @triton.jit
 def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.constexpr, COUT: tl.constexpr,
            FMIN: tl.constexpr, FMAG: tl.constexpr, RMIN: tl.constexpr, RMAG: tl.constexpr, AA: tl.constexpr,
-           NORM: tl.constexpr, IS_INT: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, BLOCK: tl.constexpr):
+           NORM: tl.constexpr, IS_INT: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, MID_INT: tl.constexpr,
+           MID_LO: tl.constexpr, MID_HI: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     n = pid // OHMAX
     oy = pid - n * OHMAX
@@ -154,6 +155,9 @@ def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.co
     evec = ((ox * 0 + empty.to(tl.int32)) > 0)[:, None]
     vn = tl.load(base + rn * OWMAX * C, mask=lmask & evec, other=0.0)
     v = tl.where(evec, vn, acc / tl.where(empty, 1.0, wsum))
+    if MID_INT:  # the value an unfused integer resize would have stored
+        v = tl.where(v >= 0, tl.floor(v + 0.5), -tl.floor(0.5 - v))
+        v = tl.minimum(tl.maximum(v, MID_LO), MID_HI)
     if NORM:
         nmask = c < COUT
         mean = tl.load(nrm + (n * COUT + c) * 3 + 0, mask=nmask, other=0.0)
@@ -170,7 +174,7 @@ def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.co
 
 def launch(flat_src, tmp, out, ip, fp, nrm, *, normalize: bool, n: int, rmax: int, owmax: int, ohmax: int, c: int, cout: int,
            fmin: int, fmag: int, rmin: float, rmag: float, antialias: bool, is_int: bool, lo: float, hi: float,
-           block: int = 128) -> None:
+           mid: tuple[float, float] | None = None, block: int = 128) -> None:
     """Run both passes on the current CUDA stream. ``antialias`` must already be False for a nearest min filter."""
     cp = triton.next_power_of_2(max(c, cout))
     grid1 = (n * rmax, triton.cdiv(owmax, block))
@@ -179,4 +183,5 @@ def launch(flat_src, tmp, out, ip, fp, nrm, *, normalize: bool, n: int, rmax: in
     grid2 = (n * ohmax, triton.cdiv(owmax, block))
     _vpass[grid2](tmp, out, ip, fp, nrm, rmax, owmax, ohmax, C=c, CP=cp, COUT=cout, FMIN=fmin, FMAG=fmag,
                   RMIN=rmin, RMAG=rmag, AA=antialias, NORM=normalize, IS_INT=is_int, LO=lo, HI=hi,
+                  MID_INT=mid is not None, MID_LO=mid[0] if mid else 0.0, MID_HI=mid[1] if mid else 0.0,
                   BLOCK=block)

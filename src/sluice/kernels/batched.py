@@ -70,8 +70,8 @@ def _ids(min_filter, mag_filter, antialias: bool) -> tuple[int, int, bool]:
 def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: np.ndarray, min_filter,
                    mag_filter, antialias: bool = True, *, dtype: torch.dtype | None = None,
                    mirror: Sequence[bool] | np.ndarray | None = None, norm: np.ndarray | None = None,
-                   output_layout: str = "HWC", dense: bool = False,
-                   layout: str = "HWC") -> torch.Tensor | list[torch.Tensor]:
+                   output_layout: str = "HWC", dense: bool = False, layout: str = "HWC",
+                   mid_dtype: torch.dtype | None = None) -> torch.Tensor | list[torch.Tensor]:
     """Resample every image of a ragged batch.
 
     Args:
@@ -86,6 +86,8 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
         norm: ``(N, C_out, 3)`` float32 ``(mean, mul, add)`` per sample and output channel, or ``None``.
         output_layout: permutation of ``"HWC"``.
         dense: return one ``(N, ...)`` tensor (all outputs must have one size) instead of a list.
+        mid_dtype: an integer dtype rounds and saturates the resampled value before the epilogue, as an unfused
+            integer ``resize`` followed by ``crop_mirror_normalize`` would.
     """
     n = len(images)
     dtype = dtype or (images[0].dtype if n else torch.float32)
@@ -102,14 +104,15 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
             and all(im.dtype == images[0].dtype and im.shape[2] == c for im in images)):
         try:
             return _triton_batch(images, rois, out_sizes, min_filter, mag_filter, antialias, dtype, mirror_a, norm,
-                                 output_layout, dense, c)
+                                 output_layout, dense, c, mid_dtype)
         except Exception as e:  # noqa: BLE001 - compile/launch failure: fall back once, loudly
             logger.warning("Triton resample kernel failed (%s: %s); falling back to the torch path",
                            type(e).__name__, e)
             _TRITON_STATE["broken"] = True
     outs = []
     for i, im in enumerate(images):
-        x = resample(im, rois[i], out_sizes[i], min_filter, mag_filter, antialias, torch.float32, layout)
+        mid = mid_dtype if mid_dtype is not None and not mid_dtype.is_floating_point else torch.float32
+        x = resample(im, rois[i], out_sizes[i], min_filter, mag_filter, antialias, mid, layout).to(torch.float32)
         if x.dim() == 2:
             x = x.unsqueeze(2)
         elif layout == "CHW":
@@ -119,7 +122,7 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
 
 
 def _triton_batch(images, rois, out_sizes, min_filter, mag_filter, antialias, dtype, mirror, norm, output_layout,
-                  dense, c):
+                  dense, c, mid_dtype=None):
     mod = _TRITON_STATE["module"]
     n = len(images)
     device = images[0].device
@@ -166,9 +169,12 @@ def _triton_batch(images, rois, out_sizes, min_filter, mag_filter, antialias, dt
              if norm is not None else tmp)
     is_int = not dtype.is_floating_point
     lo, hi = (float(torch.iinfo(dtype).min), float(torch.iinfo(dtype).max)) if is_int else (0.0, 0.0)
+    mid = None
+    if mid_dtype is not None and not mid_dtype.is_floating_point:
+        mid = (float(torch.iinfo(mid_dtype).min), float(torch.iinfo(mid_dtype).max))
     mod.launch(flat, tmp, out, ip_t, fp_t, nrm_t, normalize=norm is not None, n=n, rmax=rmax, owmax=owmax,
                ohmax=ohmax, c=c, cout=cout, fmin=fmin, fmag=fmag, rmin=rmin, rmag=rmag, antialias=aa,
-               is_int=is_int, lo=lo, hi=hi)
+               is_int=is_int, lo=lo, hi=hi, mid=mid)
     shape_of = {"H": None, "W": None, "C": cout}
     if dense:
         shape_of["H"], shape_of["W"] = int(oh[0]), int(ow[0])

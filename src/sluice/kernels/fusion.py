@@ -1,0 +1,237 @@
+"""Graph fusion: ``[crop ->] resize -> crop_mirror_normalize`` on the GPU becomes one node, one kernel pair.
+
+Users write ordinary DALI graphs::
+
+    images = fn.decoders.image_random_crop(jpegs, device="mixed")
+    images = fn.resize(images, size=(224, 224), device="gpu")
+    out = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(), dtype=types.FLOAT16, ...)
+
+and :func:`fuse`, called by the executor when it builds, replaces the resize and the crop_mirror_normalize nodes by
+a single node whose kernel maps every output pixel back through the crop window and the resize into the decoded
+image and runs :func:`sluice.kernels.batched.resample_batch` once: crop -> antialiased resize -> mirror ->
+normalise -> layout -> cast, straight into the dense ``N x C x H x W`` batch. An integer resize output is still
+rounded (in registers) before normalising, so the fused result equals the unfused one up to float rounding.
+
+Fusion applies when the nodes are on the GPU, the resize output feeds only the crop_mirror_normalize (and is not
+a pipeline output), resize has no ``save_attrs`` output, and (for a leading ``fn.crop``) its output feeds only
+the resize. ``SLUICE_DISABLE_FUSION=1`` turns it off. Windows that leave the image fall back, per batch, to the
+unfused computation.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, OpSchema
+
+__all__ = ["fuse", "FUSED_SCHEMA"]
+
+logger = logging.getLogger(__name__)
+
+_PREFIX = {"crop": "k.", "resize": "r.", "crop_mirror_normalize": "c."}
+
+
+def _fused_args() -> list[Arg]:
+    from sluice.ops.image import crop, crop_mirror_normalize, resize
+
+    out = []
+    for mod, prefix in ((crop, "k."), (resize, "r."), (crop_mirror_normalize, "c.")):
+        for a in mod.SCHEMA.args.values():
+            out.append(Arg(prefix + a.name, a.type, a.default, a.doc, a.per_sample, a.choices))
+    out.append(Arg("has_crop", bool, False, "Whether a leading fn.crop was fused."))
+    return out
+
+
+def _make_schema() -> OpSchema:
+    schema = OpSchema(
+        "_fused_crop_resize_crop_mirror_normalize",
+        doc="""[crop ->] resize -> crop_mirror_normalize as one GPU node (made by sluice.kernels.fusion.fuse).""",
+        devices=("gpu",),
+        output_layout=lambda a, lay: a.get("c.output_layout") or "CHW",
+        args=_fused_args(),
+        register=False,
+    )
+    schema.batch_kernel("gpu")(_fused_gpu)
+    return schema
+
+
+def _split(args: dict[str, Any]) -> tuple[dict, dict, dict]:
+    parts: dict[str, dict] = {"k.": {}, "r.": {}, "c.": {}}
+    for key, value in args.items():
+        if key[:2] in parts:
+            parts[key[:2]][key[2:]] = value
+    return parts["k."], parts["r."], parts["c."]
+
+
+def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
+    """Map each output pixel through crop_mirror_normalize's window, resize's ROI and crop's window at once."""
+    from sluice.ops.image._geometry import out_dtype, spatial_dims
+    from sluice.ops.image.crop import window_of
+    from sluice.ops.image.crop_mirror_normalize import check_output_layout, _norm
+    from sluice.ops.image.resize import _check_dtype, filters, resize_sample_params
+    from sluice.kernels.batched import resample_batch
+
+    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "") or "HWC"
+    samples = images.samples
+    n = len(samples)
+    out_layout = check_output_layout(args.const("c.output_layout") or "CHW")
+    if n == 0:
+        return Batch([], out_layout)
+    has_crop = bool(args.const("has_crop"))
+    rois = np.zeros((n, 4))
+    outs = np.zeros((n, 2), dtype=np.int64)
+    norm = []
+    fallback = layout != "HWC"
+    for i, img in enumerate(samples):
+        k, r, c = _split(args.sample(i))
+        shape = tuple(img.shape)
+        oy = ox = 0.0
+        if has_crop:
+            wy, wx, wh, ww = window_of(shape, layout, k)
+            hd, wd, _ = spatial_dims(layout, len(shape))
+            if wy < 0 or wx < 0 or wy + wh > shape[hd] or wx + ww > shape[wd]:
+                fallback = True
+                break
+            oy, ox = float(wy), float(wx)
+            shape = (wh, ww) + shape[2:]
+        (y0, x0, y1, x1), (rh, rw) = resize_sample_params(shape, layout, r)
+        cy, cx, ch, cw = window_of((rh, rw, shape[2]), "HWC", c)
+        if cy < 0 or cx < 0 or cy + ch > rh or cx + cw > rw:
+            fallback = True
+            break
+        sy, sx = (y1 - y0) / rh, (x1 - x0) / rw
+        rois[i] = (oy + y0 + cy * sy, ox + x0 + cx * sx, oy + y0 + (cy + ch) * sy, ox + x0 + (cx + cw) * sx)
+        outs[i] = (ch, cw)
+        norm.append(_norm(int(shape[2]), c))
+    if fallback:
+        return _unfused(ctx, images, args, has_crop, layout)
+    k0, r0, c0 = _split({name: args.const(name) for name in ("r.interp_type", "r.min_filter", "r.mag_filter",
+                                                             "r.antialias", "r.dtype", "c.dtype")})
+    fmin, fmag = filters(r0)
+    mid = _check_dtype(r0.get("dtype"), samples[0])
+    mirror = np.array([bool(m) for m in args["c.mirror"]])
+    dense = bool((outs == outs[0]).all())
+    res = resample_batch(samples, rois, outs, fmin, fmag, r0.get("antialias", True),
+                         dtype=out_dtype(c0.get("dtype"), torch.float32), mirror=mirror, norm=np.stack(norm),
+                         output_layout=out_layout, dense=dense, mid_dtype=mid)
+    return Batch.from_dense(res, out_layout) if dense else Batch(res, out_layout)
+
+
+class _Args:
+    """The argument view one original node's kernel expects, carved out of the fused node's arguments."""
+
+    def __init__(self, args, prefix: str):
+        self._args, self._prefix = args, prefix
+
+    def __getitem__(self, name: str):
+        return self._args[self._prefix + name]
+
+    def __contains__(self, name: str) -> bool:
+        return self._prefix + name in self._args
+
+    def is_const(self, name: str) -> bool:
+        return self._args.is_const(self._prefix + name)
+
+    def const(self, name: str):
+        return self._args.const(self._prefix + name)
+
+    def sample(self, i: int) -> dict:
+        return {k[len(self._prefix):]: v for k, v in self._args.sample(i).items() if k.startswith(self._prefix)}
+
+
+def _unfused(ctx, images: Batch, args, has_crop: bool, layout: str) -> Batch:
+    """The original kernels one after the other (windows outside the image, unusual layouts)."""
+    from sluice.ops.image.crop import crop_gpu
+    from sluice.ops.image.crop_mirror_normalize import crop_mirror_normalize_gpu
+    from sluice.ops.image.resize import resize_gpu
+
+    x = images if images.layout() else Batch(images.samples, layout)
+    if has_crop:
+        x = crop_gpu(ctx, x, args=_Args(args, "k."))
+    x = resize_gpu(ctx, x, args=_Args(args, "r."))
+    return crop_mirror_normalize_gpu(ctx, x, args=_Args(args, "c."))
+
+
+FUSED_SCHEMA: OpSchema | None = None
+
+
+def _consumers(nodes: Sequence[Any]) -> dict[int, list[Any]]:
+    """id(DataNode) -> the nodes reading it (as an input or as an argument input)."""
+    out: dict[int, list[Any]] = {}
+    for node in nodes:
+        for d in list(node.inputs) + list(node.arg_inputs.values()):
+            out.setdefault(id(d), []).append(node)
+    return out
+
+
+def _sole_input_producer(node, name: str, consumers, outputs: set[int]):
+    """The producer of ``node``'s input 0 if it is a ``name`` node on the GPU whose only output feeds ``node``."""
+    if not node.inputs:
+        return None
+    d = node.inputs[0]
+    prod = getattr(d, "op", None)
+    if prod is None or getattr(prod.schema, "name", None) != name or prod.device != "gpu":
+        return None
+    if len(prod.outputs) != 1 or id(d) in outputs or consumers.get(id(d), []) != [node]:
+        return None
+    return prod
+
+
+def fuse(op_nodes: list[Any], outputs: Iterable[Any] | None = None) -> list[Any]:
+    """Replace ``[crop ->] resize -> crop_mirror_normalize`` GPU chains by one fused node; other nodes are kept.
+
+    Args:
+        op_nodes: the graph's operator nodes in topological order (objects with ``.schema.name``, ``.device``,
+            ``.inputs``, ``.outputs``, ``.const_args``, ``.arg_inputs``, ``.id``).
+        outputs: the pipeline's output DataNodes; a resize whose output is also a pipeline output is not fused
+            away. Without it, only consumption inside ``op_nodes`` is considered.
+
+    Returns a new list; the fused node is a shallow copy of the crop_mirror_normalize node (same ``id`` and the
+    same output DataNodes, so downstream references hold) with the fused schema, the chain's first input and the
+    three nodes' arguments under the prefixes ``k.``, ``r.``, ``c.``. The input nodes are not modified.
+    """
+    global FUSED_SCHEMA
+    if os.environ.get("SLUICE_DISABLE_FUSION") == "1":
+        return list(op_nodes)
+    out_ids = {id(d) for d in (outputs or ())}
+    consumers = _consumers(op_nodes)
+    drop: set[int] = set()
+    replace: dict[int, Any] = {}
+    for node in op_nodes:
+        if getattr(node.schema, "name", None) != "crop_mirror_normalize" or node.device != "gpu":
+            continue
+        rz = _sole_input_producer(node, "resize", consumers, out_ids)
+        if rz is None or rz.const_args.get("save_attrs"):
+            continue
+        cr = _sole_input_producer(rz, "crop", consumers, out_ids)
+        if FUSED_SCHEMA is None:
+            FUSED_SCHEMA = _make_schema()
+        fused = copy.copy(node)
+        fused.schema = FUSED_SCHEMA
+        first = cr if cr is not None else rz
+        fused.inputs = list(first.inputs)
+        const: dict[str, Any] = {"has_crop": cr is not None}
+        arg_inputs: dict[str, Any] = {}
+        for src, prefix in ((cr, "k."), (rz, "r."), (node, "c.")):
+            if src is None:
+                continue
+            const.update({prefix + k: v for k, v in src.const_args.items()})
+            arg_inputs.update({prefix + k: v for k, v in src.arg_inputs.items()})
+        for name, arg in FUSED_SCHEMA.args.items():
+            const.setdefault(name, arg.default)
+        fused.const_args = {k: v for k, v in const.items() if k not in arg_inputs}
+        fused.arg_inputs = arg_inputs
+        replace[id(node)] = fused
+        drop.add(id(rz))
+        if cr is not None:
+            drop.add(id(cr))
+        logger.debug("fused %s into %s", [n for n in (cr, rz, node) if n is not None], fused)
+    return [replace.get(id(n), n) for n in op_nodes if id(n) not in drop]
