@@ -56,18 +56,22 @@ def pad_shapes(shapes: Sequence[Sequence[int]], axes: Sequence[int], shape: Sequ
 
 
 def pad_samples(samples: Sequence[torch.Tensor], out_shapes: Sequence[Sequence[int]],
-                fill_value: float = 0.0, layout: str = "") -> Batch:
+                fill_value: float = 0.0, layout: str = "", dense: torch.Tensor | None = None) -> Batch:
     """Copy each sample into the leading corner of a ``fill_value`` tensor of its output shape. Any device.
-    When all outputs share one shape the result is one dense tensor (one allocation)."""
+    When all outputs share one shape the result is one dense tensor (one allocation); samples that need no
+    padding are passed through. ``dense``: the input batch as one tensor, when it is one."""
     if not samples:
         return Batch([], layout)
+    if all(tuple(s.shape) == tuple(o) for s, o in zip(samples, out_shapes)):
+        return Batch.from_dense(dense, layout) if dense is not None else Batch(list(samples), layout)
     dtype, dev = samples[0].dtype, samples[0].device
     uniform = all(tuple(s) == tuple(out_shapes[0]) for s in out_shapes)
     if uniform:
         out = torch.full((len(samples), *out_shapes[0]), fill_value, dtype=dtype, device=dev)
         same_in = all(s.shape == samples[0].shape for s in samples)
         if same_in:  # one copy for the whole batch
-            out[(slice(None), *(slice(0, d) for d in samples[0].shape))] = torch.stack(list(samples))
+            src = dense if dense is not None else torch.stack(list(samples))
+            out[(slice(None), *(slice(0, d) for d in samples[0].shape))] = src
         else:
             for i, s in enumerate(samples):
                 out[(i, *(slice(0, d) for d in s.shape))] = s
@@ -111,7 +115,7 @@ def _pad_batch(ctx, data: Batch, *, args) -> Batch:
         raise ValueError("pad: all samples must have the same number of dimensions")
     axes = resolve_axes(ndim, data.layout(), args.const("axes"), args.const("axis_names"), op="pad")
     shapes = pad_shapes([tuple(s.shape) for s in samples], axes, args.const("shape"), args.const("align"))
-    return pad_samples(samples, shapes, args.const("fill_value"), data.layout())
+    return pad_samples(samples, shapes, args.const("fill_value"), data.layout(), data.dense)
 
 
 # The whole batch decides the output extents, so both devices run per batch (the same torch code).
