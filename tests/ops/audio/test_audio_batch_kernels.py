@@ -85,3 +85,27 @@ def test_resample_batch_groups():
     assert dense.is_dense_tensor() and dense.shape() == [(1600,), (1600,)]
     with pytest.raises(ValueError, match="exactly one"):
         batch_kernel("audio_resample", xs[:1])
+
+
+def test_nonsilent_region_against_brute_force():
+    from sluice.kernels.audio.spectral import pad_batch
+    from sluice.ops.audio.nonsilent_region import nonsilent_region
+
+    rng = np.random.default_rng(7)
+    signals = []
+    for n in (5000, 3000, 50, 0, 4000):
+        x = np.zeros(n)
+        if n > 100:
+            a, b = sorted(rng.integers(0, n, 2))
+            x[a:b] = rng.normal(0, 1, b - a)
+        signals.append(x)
+    padded, lengths = pad_batch([torch.tensor(s) for s in signals])
+    begin, length = nonsilent_region(padded, lengths, -30.0, 0.0, 128)
+    for s, b, n in zip(signals, begin.tolist(), length.tolist()):
+        w = min(128, s.size)
+        if s.size == 0 or not s.any():
+            assert (b, n) == (0, 0)
+            continue
+        power = np.array([np.mean(s[i:i + w] ** 2) for i in range(s.size - w + 1)])
+        loud = np.nonzero(power >= power.max() * 1e-3)[0]
+        assert (b, n) == (loud[0], loud[-1] + w - loud[0])

@@ -7,6 +7,7 @@ import math
 import torch
 
 from sluice.kernels.audio.batching import as_signal
+from sluice.kernels.audio.spectral import pad_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
 
@@ -21,7 +22,8 @@ SCHEMA = OpSchema(
     ``10 * log10(power / reference_power) < cutoff_db``; ``reference_power`` 0 uses the largest short-term power
     of the signal. Outputs: the first sample of the first non-silent window (int32) and the length (int32) up to
     the end of the last non-silent window; ``(0, 0)`` when everything is silent. Sums are accumulated in float64,
-    so ``reset_interval`` (DALI's periodic re-summation against float32 drift) is accepted but not needed.
+    so ``reset_interval`` (DALI's periodic re-summation against float32 drift) is accepted but not needed. On
+    the GPU the whole (padded) batch is processed at once, without copying anything back to the host.
     Example::
 
         begin, length = fn.nonsilent_region(audio, cutoff_db=-60)
@@ -40,47 +42,52 @@ SCHEMA = OpSchema(
 )
 
 
-def nonsilent_region(x: torch.Tensor, cutoff_db: float, reference_power: float,
-                     window_length: int) -> tuple[int, int]:
-    """``(begin, length)`` of the non-silent part of the 1-D signal ``x``."""
+def nonsilent_region(x: torch.Tensor, lengths: torch.Tensor, cutoff_db: float, reference_power: float,
+                     window_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(begin, length)`` (int32, one per row) of the non-silent part of each row of the padded batch ``x``
+    ``(B, N)`` whose row ``b`` holds ``lengths[b]`` samples. Vectorised over the batch: no host round trip."""
     if window_length <= 0:
         raise ValueError(f"nonsilent_region: window_length must be > 0, got {window_length}")
-    n = x.shape[0]
-    if n == 0:
-        return 0, 0
-    w = min(window_length, n)
-    sq = x.to(torch.float64).square()
-    csum = torch.nn.functional.pad(torch.cumsum(sq, 0), (1, 0))
-    power = (csum[w:] - csum[:-w]) / w                    # window starting at i, for i in 0 .. n - w
-    ref = reference_power if reference_power > 0 else float(power.max())
-    if ref <= 0:
-        return 0, 0
-    loud = torch.nonzero(power >= ref * 10.0 ** (cutoff_db / 10.0)).flatten()
-    if loud.numel() == 0:
-        return 0, 0
-    begin, last = int(loud[0]), int(loud[-1])
-    return begin, last + w - begin
+    if not math.isfinite(cutoff_db):
+        raise ValueError(f"nonsilent_region: cutoff_db must be finite, got {cutoff_db}")
+    batch, n_max = x.shape
+    dev = x.device
+    lengths = lengths.to(dev)
+    if batch == 0 or n_max == 0:
+        zeros = torch.zeros(batch, dtype=torch.int32, device=dev)
+        return zeros, zeros.clone()
+    w = torch.clamp(torch.minimum(lengths, torch.full_like(lengths, window_length)), min=1)     # (B,)
+    csum = torch.nn.functional.pad(torch.cumsum(x.to(torch.float64).square(), 1), (1, 0))      # (B, N + 1)
+    starts = torch.arange(n_max, device=dev)[None, :]                                          # (1, N)
+    valid = starts <= (lengths - w)[:, None]
+    ends = torch.clamp(starts + w[:, None], max=n_max)
+    power = (torch.gather(csum, 1, ends) - csum[:, :n_max]) / w[:, None]                       # window at s
+    power = torch.where(valid, power, torch.full_like(power, -1.0))
+    if reference_power > 0:
+        ref = torch.full((batch,), float(reference_power), dtype=torch.float64, device=dev)
+    else:
+        ref = power.amax(dim=1)
+    loud = valid & (power >= (ref * 10.0 ** (cutoff_db / 10.0))[:, None]) & (ref > 0)[:, None]
+    found = loud.any(dim=1)
+    first = torch.argmax(loud.to(torch.int8), dim=1)
+    last = n_max - 1 - torch.argmax(loud.flip(1).to(torch.int8), dim=1)
+    begin = torch.where(found, first, torch.zeros_like(first))
+    length = torch.where(found, last + w - first, torch.zeros_like(first))
+    return begin.to(torch.int32), length.to(torch.int32)
 
 
-def _region(x: torch.Tensor, a: dict) -> tuple[int, int]:
-    if not math.isfinite(a["cutoff_db"]):
-        raise ValueError(f"nonsilent_region: cutoff_db must be finite, got {a['cutoff_db']}")
-    return nonsilent_region(as_signal(x, "nonsilent_region"), a["cutoff_db"], a["reference_power"],
-                            a["window_length"])
+_ARGS = ("cutoff_db", "reference_power", "window_length")
 
 
 @SCHEMA.sample_kernel("cpu")
 def nonsilent_region_cpu(ctx: SampleContext, x: torch.Tensor, **args) -> tuple[torch.Tensor, torch.Tensor]:
-    begin, length = _region(x, args)
-    return torch.tensor(begin, dtype=torch.int32), torch.tensor(length, dtype=torch.int32)
+    signal = as_signal(x, "nonsilent_region")
+    begin, length = nonsilent_region(signal[None], torch.tensor([signal.shape[0]]), *(args[k] for k in _ARGS))
+    return begin[0], length[0]
 
 
 @SCHEMA.batch_kernel("gpu")
 def nonsilent_region_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
-    a = {k: args.const(k) for k in ("cutoff_db", "reference_power", "window_length")}
-    # The power profile is computed on the GPU; only the two indices per sample come back to the host.
-    results = [_region(s, a) for s in x]
-    dev = ctx.device
-    begins = torch.tensor([r[0] for r in results], dtype=torch.int32, device=dev)
-    lengths = torch.tensor([r[1] for r in results], dtype=torch.int32, device=dev)
-    return Batch.from_dense(begins), Batch.from_dense(lengths)
+    padded, lengths = pad_batch([as_signal(s, "nonsilent_region") for s in x])
+    begin, length = nonsilent_region(padded, lengths, *(args.const(k) for k in _ARGS))
+    return Batch.from_dense(begin), Batch.from_dense(length)
