@@ -295,3 +295,28 @@ def test_image_proxy_decoders(device, fmt, tol):
             want = torch.tensor([20 * i for i in idx.tolist()], dtype=torch.int16)
             got = images[:, 4, 4, :].cpu().to(torch.int16)
             assert (got - want[:, None]).abs().max().item() <= tol
+
+
+@pipeline_def(batch_size=4, num_threads=2, device_id=None, seed=9)
+def noisy_pipe():
+    x = fn.external_source(name="x")
+    y = fn.external_source(name="y")
+    return x + fn.random.uniform(range=[0.0, 1.0], shape=[3]), y
+
+
+def test_deterministic_mode_repeats_augmentations():
+    """deterministic=True: with a seeded pipeline, two runs with workers give identical (random) outputs, and
+    different batches get different random values."""
+    runs = []
+    for _ in range(2):
+        with sp.DALIServer(noisy_pipe()) as server:
+            loader = sp.DataLoader(server, AffineSet(server.proxy, n=8), batch_size=2, num_workers=2,
+                                   multiprocessing_context="fork", deterministic=True)
+            # out = x + noise with x = [i, i+1, i+2]; the second output is y = i
+            runs.append([b["out"] - (b["index"][:, None] + torch.arange(3)).float() for b in loader])
+            assert all(torch.equal(b["x"], b["index"].float()) for b in loader)
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    noise = torch.cat(runs[0])
+    assert ((noise >= 0) & (noise < 1)).all()
+    assert len({tuple(row.tolist()) for row in noise}) == len(noise)
