@@ -52,6 +52,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from typing import Any
 
 import torch
@@ -342,15 +343,15 @@ class DALIServer:
 
     def _wait(self, future: Future) -> Any:
         waited = 0.0
-        while True:
-            try:
-                return future.result(timeout=0.5)
-            except TimeoutError:
-                waited += 0.5
-                if self._thread is None or not self._thread.is_alive():
-                    raise PipelineError("the DALIServer's thread is not running (was the server stopped?)") from None
-                if self.timeout is not None and waited >= self.timeout:
-                    raise TimeoutError(f"the pipeline gave no batch in {self.timeout} s") from None
+        while not futures_wait([future], timeout=0.5).done:
+            waited += 0.5
+            if future.done():
+                break
+            if self._thread is None or not self._thread.is_alive():
+                raise PipelineError("the DALIServer's thread is not running (was the server stopped?)")
+            if self.timeout is not None and waited >= self.timeout:
+                raise TimeoutError(f"the pipeline gave no batch in {self.timeout} s")
+        return future.result()  # the pipeline's own error, if it failed
 
 
 class _Pending:
