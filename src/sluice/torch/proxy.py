@@ -203,8 +203,10 @@ class DALIServer:
     """Runs ``pipeline`` in this process on a background thread for DataLoader workers (see the module doc).
 
     ``server.proxy`` is the picklable callable to give the Dataset; ``server.produce_data(batch)`` swaps the
-    proxy results of a collated batch for the pipeline's outputs (torch tensors; ``ragged_outputs`` as in the
-    iterators). Use it as a context manager, or call ``start()`` / ``stop()``.
+    proxy results of a collated batch for the pipeline's outputs: dense torch tensors, or lists of per-sample
+    tensors for the output indices in ``ragged_outputs`` (``True``: all), whose samples may differ in shape.
+    ``timeout``: seconds to wait for one batch before raising (default: no limit, but a stopped server or a dead
+    thread always raises). Use it as a context manager, or call ``start()`` / ``stop()``.
 
     Example::
 
