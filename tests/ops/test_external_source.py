@@ -25,8 +25,8 @@ def _collect(pipe, max_iters=20):
     return out, False
 
 
-def _pipe(**source_args):
-    @sluice.pipeline_def(batch_size=BS, num_threads=2, device_id=None, seed=0, py_num_workers=2,
+def _pipe(device_id=None, **source_args):
+    @sluice.pipeline_def(batch_size=BS, num_threads=2, device_id=device_id, seed=0, py_num_workers=2,
                          py_start_method=source_args.pop("start", "fork"))
     def pipe():
         out = fn.external_source(**source_args)
@@ -146,6 +146,6 @@ def test_callback_error_in_worker_reaches_caller():
 
 @pytest.mark.cuda
 def test_cuda_tensors_and_gpu_device():
-    pipe = _pipe(source=lambda: torch.arange(BS, device="cuda").reshape(BS, 1), device="gpu")
+    pipe = _pipe(source=lambda: torch.arange(BS, device="cuda").reshape(BS, 1), device="gpu", device_id=0)
     (out,) = pipe.run()
     assert out.device == "gpu" and out.as_tensor().flatten().tolist() == [0, 1, 2]

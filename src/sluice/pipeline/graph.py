@@ -227,7 +227,7 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
         raise ArgumentError(f"fn.{schema.name}: invalid device ('{device}'). Supported values are "
                             f"{', '.join(repr(d) for d in schema.devices)}.")
     for i, x in enumerate(nodes):
-        if x.device == "gpu" and device in ("cpu", "mixed"):
+        if x.device == "gpu" and device in ("cpu", "mixed") and schema.name != "_transfer":
             raise ArgumentError(f"fn.{schema.name}(device='{device}'): input {i} ({x.op.describe()}) is on the GPU; "
                                 f"use device='gpu' for this operator or move the input with .cpu()")
         if x.device == "cpu" and device == "gpu" and schema.name != "_transfer":

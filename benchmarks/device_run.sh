@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: install the carried wheels, run the cuda-marked tests, then the benchmarks named
+# on the command line. Logs and JSON rows go to $OUT (the device tool brings them back).
+#   bash benchmarks/device_run.sh tests engine decode train audio video
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+for group in .whl/*/; do
+  [ -d "$group" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$group"*.whl 2>&1 | tail -2
+done
+export PYTHONPATH=/tmp/site:$PWD/src
+export SLUICE_BENCH_OUT=$OUT/bench.jsonl SLUICE_CACHE=/tmp/sluice_cache
+nvidia-smi -L; python3 -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__)"
+python3 - <<'PY'
+for name in ("av", "soundfile", "soxr", "simplejpeg", "PyNvVideoCodec", "nvidia.nvimgcodec", "triton", "cv2"):
+    try:
+        mod = __import__(name, fromlist=["x"]); print(name, getattr(mod, "__version__", "ok"))
+    except Exception as e:
+        print(name, "MISSING", type(e).__name__, e)
+PY
+for step in "$@"; do
+  echo "=== $step $(date +%T)"
+  case $step in
+    tests) python3 -m pytest -q -m cuda -p no:cacheprovider -rfE tests 2>&1 | tee "$OUT/cuda_tests.log" | tail -60 ;;
+    tests-*) python3 -m pytest -q -m cuda -p no:cacheprovider -rfE "tests/${step#tests-}" 2>&1 | tail -40 ;;
+    engine) python3 benchmarks/engine_overhead.py --iterations 3000 ;;
+    decode) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
+            python3 benchmarks/decode_images.py /tmp/imagenet_like 2>&1 | grep -v '^INFO' ;;
+    train) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
+           python3 benchmarks/train_pipeline.py /tmp/imagenet_like 2>&1 | grep -v '^INFO' ;;
+    audio) python3 benchmarks/make_audio.py /tmp/audio_bench | tail -2; python3 benchmarks/audio_pipeline.py /tmp/audio_bench ;;
+    video) python3 benchmarks/make_videos.py /tmp/video_bench | tail -2; python3 benchmarks/video_clips.py /tmp/video_bench ;;
+    demo) python3 -m sluice.cli demo --output "$OUT/demo.png" 2>&1 | tr '\r' '\n' | grep -v 'batch/s' ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo "=== done $(date +%T)"
