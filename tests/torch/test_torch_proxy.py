@@ -320,3 +320,28 @@ def test_deterministic_mode_repeats_augmentations():
     noise = torch.cat(runs[0])
     assert ((noise >= 0) & (noise < 1)).all()
     assert len({tuple(row.tolist()) for row in noise}) == len(noise)
+
+
+class RaggedSet(Dataset):
+    def __init__(self, proxy):
+        self.proxy = proxy
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.proxy(v=np.arange(i + 1, dtype=np.int32)), i
+
+
+@pipeline_def(batch_size=2, num_threads=1, device_id=None)
+def ragged_pipe():
+    return fn.external_source(name="v") * 3
+
+
+def test_ragged_outputs_as_lists():
+    with sp.DALIServer(ragged_pipe()) as server:
+        with pytest.raises(PipelineError, match="output 0.*different shapes"):
+            next(iter(sp.DataLoader(server, RaggedSet(server.proxy), batch_size=2)))
+    with sp.DALIServer(ragged_pipe(), ragged_outputs=[0]) as server:
+        for values, idx in sp.DataLoader(server, RaggedSet(server.proxy), batch_size=2):
+            assert [v.tolist() for v in values] == [list(range(0, 3 * (i + 1), 3)) for i in idx.tolist()]
