@@ -127,3 +127,22 @@ def test_gpu_per_sample_arguments_equal_cpu():
         gpu = _run_with_arg_node(op, "gpu", arg=arg).as_cpu()
         for c, g in zip(cpu, gpu):
             assert (c.int() - g.int()).abs().max() <= 1
+
+
+def test_cpu_kernels_work_without_opencv(monkeypatch):
+    """OpenCV only speeds the CPU kernels up: without it they use the torch path and agree within one level."""
+    import sluice.ops.image._color_affine as affine
+    import sluice.ops.image.brightness_contrast as bc
+    import sluice.ops.image.color_space_conversion as csc
+    import sluice.ops.image.gaussian_blur as gb
+
+    cases = [("brightness", dict(brightness=1.3)), ("hsv", dict(hue=30.0, saturation=0.5)),
+             ("color_space_conversion", dict(image_type=types.RGB, output_type=types.GRAY)),
+             ("gaussian_blur", dict(sigma=1.2))]
+    with_cv = [run_op(op, IMAGES, layout="HWC", **kw) for op, kw in cases]
+    for module in (affine, bc, csc, gb):
+        monkeypatch.setattr(module, "opencv", lambda: None)
+    for (op, kw), ref in zip(cases, with_cv):
+        out = run_op(op, IMAGES, layout="HWC", **kw)
+        for a, b in zip(ref, out):
+            assert a.shape == b.shape and (a.int() - b.int()).abs().max() <= 1, op

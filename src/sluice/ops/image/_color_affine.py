@@ -10,11 +10,13 @@ folded into M and the offset. A dense batch is one launch; samples of a ragged b
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from sluice.ops.tensor._util import convert_saturate
 
-__all__ = ["triton_available", "affine_channels", "affine_channels_cpu"]
+__all__ = ["triton_available", "affine_channels", "affine_channels_cpu", "opencv"]
 
 try:  # Triton is optional: present on GPU machines, absent on CPU-only installs
     import triton
@@ -108,6 +110,16 @@ def affine_channels(samples: list[torch.Tensor], matrices: torch.Tensor, offsets
     return result
 
 
+@functools.cache
+def opencv():
+    """The ``cv2`` module, or None when OpenCV is not installed (the CPU kernels then use their torch path)."""
+    try:
+        import cv2
+    except ImportError:  # pragma: no cover - OpenCV is part of the image extra
+        return None
+    return cv2
+
+
 def affine_channels_cpu(x: torch.Tensor, matrix: torch.Tensor, offset: torch.Tensor, out_dtype: torch.dtype
                         ) -> torch.Tensor | None:
     """The CPU counterpart for one channel-last sample: OpenCV's ``cv2.transform`` (vectorised, releases the GIL)
@@ -118,9 +130,8 @@ def affine_channels_cpu(x: torch.Tensor, matrix: torch.Tensor, offset: torch.Ten
 
         gray = affine_channels_cpu(rgb_u8, torch.tensor([[0.299, 0.587, 0.114]]), torch.zeros(1), torch.uint8)
     """
-    try:
-        import cv2
-    except ImportError:  # pragma: no cover - OpenCV is part of the image extra
+    cv2 = opencv()
+    if cv2 is None:
         return None
     c_out, c_in = matrix.shape
     if x.dim() == 0 or x.shape[-1] != c_in or not 1 <= c_in <= 4 or x.dtype not in (torch.uint8, torch.float32):

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from sluice import types
-from sluice.ops.image._color_affine import affine_channels, triton_available
+from sluice.ops.image._color_affine import affine_channels, opencv, triton_available
 from sluice.ops.tensor._util import arg_tensor, as_float_list, convert_saturate, half_range, map_groups, to_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
@@ -150,9 +150,8 @@ def brightness_contrast_cpu(ctx, image, **a):
     if image.dtype == torch.uint8 and image.numel():
         lut = uint8_table(*params)
         src = image.numpy()
-        if lut.dtype == np.uint8 and (src.ndim == 2 or (src.ndim == 3 and src.shape[2] <= 4)):
-            import cv2  # OpenCV's LUT is vectorised and releases the GIL
-
+        cv2 = opencv()  # OpenCV's LUT is vectorised and releases the GIL
+        if cv2 is not None and lut.dtype == np.uint8 and (src.ndim == 2 or (src.ndim == 3 and src.shape[2] <= 4)):
             return torch.from_numpy(cv2.LUT(src, lut).reshape(src.shape))
         return torch.from_numpy(lut[src])
     return _sample(image, *params)

@@ -19,7 +19,7 @@ import functools
 import torch
 
 from sluice import types
-from sluice.ops.image._color_affine import affine_channels, affine_channels_cpu, triton_available
+from sluice.ops.image._color_affine import affine_channels, affine_channels_cpu, opencv, triton_available
 from sluice.ops.tensor._util import check_channel_last, convert_saturate, map_groups, to_batch
 from sluice.schema import REQUIRED, Arg, OpSchema
 
@@ -168,10 +168,10 @@ def _torch_dtype(dtype):
 def color_space_conversion_cpu(ctx, image, *, image_type, output_type, dtype, **_):
     check_channel_last(ctx.layout, "color_space_conversion")
     out_dtype = _torch_dtype(dtype) or image.dtype
-    if _GRAY_CV.get((image_type, output_type)) is not None and image.dtype == out_dtype == torch.uint8 and \
+    cv2 = opencv()
+    if cv2 is not None and (image_type, output_type) in _GRAY_CV and image.dtype == out_dtype == torch.uint8 and \
             image.dim() == 3 and image.shape[-1] == image_type.channels:
-        import cv2  # dedicated 8-bit luma conversion (fixed point, within one level of the float formula)
-
+        # OpenCV's dedicated 8-bit luma conversion (fixed point, within one level of the float formula)
         gray = cv2.cvtColor(image.numpy(), getattr(cv2, _GRAY_CV[(image_type, output_type)]))
         return torch.from_numpy(gray.reshape(*image.shape[:-1], output_type.channels))
     if image_type not in (output_type, *(_SWAPS.get(image_type, ()))) and image.dim() and \

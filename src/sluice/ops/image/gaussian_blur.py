@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from sluice import types
 from sluice.ops.image._blur_triton import blur_axes_triton
+from sluice.ops.image._color_affine import opencv
 from sluice.ops.tensor._util import as_float_list, convert_saturate, map_groups
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
@@ -179,9 +180,8 @@ _CV2_TYPES = (torch.uint8, torch.uint16, torch.int16, torch.float32, torch.float
 def _blur_opencv(image: torch.Tensor, params: list[tuple[float, int]], out_dtype: torch.dtype | None):
     """2-D images (HW, HWC) with OpenCV, which releases the GIL and blurs 8-bit data in fixed point (within one
     level of the float path); None where OpenCV does not apply."""
-    try:
-        import cv2
-    except ImportError:  # pragma: no cover - OpenCV is part of the image extra
+    cv2 = opencv()
+    if cv2 is None:
         return None
     if image.dtype not in _CV2_TYPES or image.dim() not in (2, 3) or (image.dim() == 3 and image.shape[2] > 512):
         return None
