@@ -72,11 +72,13 @@ class _MemoryFile:
     the GIL for large copies: the pipeline's threads decode in parallel (the bulk of a WAV read is one such copy).
     """
 
-    __slots__ = ("_data", "_size", "_pos")
+    __slots__ = ("_data", "_view", "_size", "_pos")
+    _BIG = 1 << 16  # reads at least this large copy through NumPy (GIL released); header reads stay cheap
 
     def __init__(self, buf: bytes | memoryview):
-        self._data = np.frombuffer(buf, dtype=np.uint8)
-        self._size = self._data.shape[0]
+        self._view = memoryview(buf).cast("B")
+        self._data = np.frombuffer(self._view, dtype=np.uint8)
+        self._size = self._view.nbytes
         self._pos = 0
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
@@ -89,16 +91,18 @@ class _MemoryFile:
 
     def read(self, size: int = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
-        out = self._data[self._pos:end].tobytes()
+        out = self._view[self._pos:end].tobytes()
         self._pos = max(self._pos, end)
         return out
 
     def readinto(self, buffer) -> int:
-        dst = np.frombuffer(buffer, dtype=np.uint8)
-        end = min(self._size, self._pos + dst.shape[0])
+        dst = memoryview(buffer).cast("B")
+        end = min(self._size, self._pos + dst.nbytes)
         count = max(0, end - self._pos)
-        if count:
-            dst[:count] = self._data[self._pos:end]
+        if count >= self._BIG:
+            np.frombuffer(dst, dtype=np.uint8)[:count] = self._data[self._pos:end]
+        elif count:
+            dst[:count] = self._view[self._pos:end]
         self._pos += count
         return count
 
