@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--videos", default="/tmp/sluice_bench_videos")
     ap.add_argument("--peers", nargs="*", default=["opencv", "pyav-seek"])
     ap.add_argument("--no-gpu", action="store_true", help="skip NVDEC (CPU-only machines)")
-    ap.add_argument("--sessions", type=int, default=7, help="NVDEC decoder sessions (the H200 has 7 engines)")
+    ap.add_argument("--sessions", type=int, nargs="+", default=[7, 14],
+                    help="NVDEC decoder sessions (= client threads) to try; the H200 has 7 NVDEC engines")
     ap.add_argument("--only", type=int, nargs="*", help="durations (s) to run, e.g. --only 60 3000")
     ap.add_argument("--no-sequential", action="store_true", help="skip the sequential decode comparison")
     args = ap.parse_args(argv)
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     if gpu:
         from sluice.backends.video.nvdec import NvdecBackend
 
-        backends = {"sluice-nvdec": NvdecBackend(device_id=0, sessions=args.sessions), **backends}
+        backends = {**{f"sluice-nvdec-{n}": NvdecBackend(device_id=0, sessions=n) for n in args.sessions}, **backends}
     per_clip: dict[str, dict[str, float]] = {}
     failures = 0
     for path in videos:
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
             label = peer if not check(f"{peer} on {name}", requests, results) else f"{peer} (wrong frames)"
             peers[label] = CLIPS / seconds
         for label, backend in backends.items():
-            threads = args.sessions if label == "sluice-nvdec" else THREADS
+            threads = backend.sessions if label.startswith("sluice-nvdec") else THREADS
 
             def clip(p, r, backend=backend):
                 return read_frames(p, frames=r, backend=backend, index=idx).frames
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         if k - cuts[-1] >= 300 or k == idx.num_frames:
             cuts.append(k)
     for label, backend in backends.items():
-        threads = args.sessions if label == "sluice-nvdec" else THREADS
+        threads = backend.sessions if label.startswith("sluice-nvdec") else THREADS
 
         def run(ab, backend=backend):
             a, b = ab

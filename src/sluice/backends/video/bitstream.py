@@ -16,7 +16,12 @@ from typing import Callable
 
 def _annexb_first_vcl(buf, is_vcl: Callable[[int], bool], header_len: int, limit: int = 4096):
     """First VCL NAL header (as bytes) among the first ``limit`` bytes of an Annex B buffer, or None."""
-    data = bytes(buf[:limit])
+    head = _annexb_scan(bytes(buf[:256]), is_vcl, header_len)  # slices usually come first: look there first
+    return head if head is not None or len(buf) <= 256 else _annexb_scan(bytes(buf[:limit]), is_vcl, header_len)
+
+
+def _annexb_scan(data: bytes, is_vcl: Callable[[int], bool], header_len: int):
+    """Header of the first VCL NAL after a start code in ``data``, or None."""
     i = data.find(b"\x00\x00\x01")
     while i >= 0:
         start = i + 3

@@ -101,16 +101,18 @@ class _Session:
         self.width, self.height = width, height
         self._keep = None  # the host buffer of the packet being decoded
 
-    def feed(self, data: bytes | None, pts: int) -> list:
-        """Decode one packet (``None``: end of stream, flushing the frames the decoder still holds)."""
+    def feed(self, data, pts: int) -> list:
+        """Decode one packet: bytes or any buffer (a PyAV packet); ``None`` ends the stream, flushing the frames
+        the decoder still holds."""
         packet = self.nvc.PacketData()
-        if data is None or len(data) == 0:
+        buf = None if data is None else np.frombuffer(data, np.uint8)
+        if buf is None or buf.size == 0:
             packet.bsl = 0
             packet.bsl_data = 0
         else:
-            self._keep = np.frombuffer(data, np.uint8)
-            packet.bsl = int(self._keep.size)
-            packet.bsl_data = int(self._keep.ctypes.data)
+            self._keep = (data, buf)  # alive until the next packet: the decoder reads the host buffer
+            packet.bsl = int(buf.size)
+            packet.bsl_data = int(buf.ctypes.data)
         packet.pts = int(pts)
         frames = self.decoder.Decode(packet)
         return list(frames)
@@ -243,13 +245,13 @@ class NvdecBackend:
                 pts = packet.pts if packet.pts is not None else packet.dts
                 pts = 0 if pts is None else pts
                 for p in (bsf.filter(packet) if bsf else (packet,)):
-                    if nonref is not None and pts is not None and not header and \
-                            idx.frame_of_pts(int(pts)) not in wanted and nonref(p):
+                    if nonref is not None and not header and idx.frame_of_pts(int(pts)) not in wanted and nonref(p):
                         continue
-                    data = bytes(p)
                     if header:
-                        data, header = header + data, b""
-                    yield data, pts
+                        yield header + bytes(p), pts
+                        header = b""
+                    else:
+                        yield p, pts  # the packet's own buffer: no copy
         except av.error.FFmpegError as e:
             logger.warning("%s: demuxing stopped: %s", idx.name, e)
 
