@@ -128,3 +128,22 @@ def test_bb_flip_with_random_coin_flip_node():
         want = [[0.5, 0.2, 0.9, 0.6]] if int(f) else box
         np.testing.assert_allclose(o.numpy(), want, atol=1e-6)
     assert len({int(f) for f in flips}) == 2  # both outcomes occur in 8 draws with this seed
+
+
+def test_flip_and_bb_flip_keep_boxes_on_the_rectangle():
+    """fn.flip on the image and fn.bb_flip on its boxes, driven by the same coin flips, stay consistent."""
+    pipe = Pipeline(batch_size=6, num_threads=2, device_id=None, seed=9, exec_async=False)
+    with pipe:
+        images = fn.external_source(source=lambda: [_painted()] * 6, layout="HWC", cycle=True)
+        boxes = fn.external_source(source=lambda: [np.array([BOX], np.float32)] * 6, cycle=True)
+        h, v = fn.random.coin_flip(), fn.random.coin_flip()
+        pipe.set_outputs(fn.flip(images, horizontal=h, vertical=v), fn.bb_flip(boxes, ltrb=True, horizontal=h,
+                                                                               vertical=v))
+    images, boxes = pipe.run()
+    pipe.close()
+    for img, b in zip(images, boxes):
+        ys, xs = np.nonzero(img.numpy()[..., 0])
+        left, top, right, bottom = b[0].tolist()
+        np.testing.assert_allclose([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1],
+                                   [left * W, top * H, right * W, bottom * H], atol=1e-3)
+    assert len({tuple(np.round(b[0].numpy(), 4)) for b in boxes}) > 1  # some samples were flipped
