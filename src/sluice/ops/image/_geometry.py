@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params",
-           "spatial_dims", "as_list", "flip_image", "out_dtype"]
+           "spatial_dims", "as_list", "flip_image", "out_dtype", "warp_affine_images", "per_sample", "fill_channels"]
 
 _MODES = ("default", "stretch", "not_larger", "not_smaller")
 
@@ -212,16 +212,7 @@ def apply_crop(image: torch.Tensor, window: tuple[int, int, int, int], layout: s
         return image.narrow(hd, y0, h).narrow(wd, x0, w)
     shape = list(image.shape)
     shape[hd], shape[wd] = h, w
-    out = torch.empty(shape, dtype=image.dtype, device=image.device)
-    fill = as_list(fill_values)
-    if cd is not None and len(fill) > 1:
-        if len(fill) != shape[cd]:
-            raise ValueError(f"Invalid fill_values ({fill}): expected 1 or {shape[cd]} values.")
-        view = [1] * len(shape)
-        view[cd] = shape[cd]
-        out.copy_(torch.tensor(fill, dtype=torch.float64).reshape(view).expand(shape))
-    else:
-        out.fill_(fill[0] if fill else 0.0)
+    out = fill_channels(torch.empty(shape, dtype=image.dtype, device=image.device), as_list(fill_values), cd)
     ya, xa = max(y0, 0), max(x0, 0)
     yb, xb = min(y0 + h, H), min(x0 + w, W)
     if yb > ya and xb > xa:
@@ -269,3 +260,72 @@ def flip_image(image: torch.Tensor, layout: str, horizontal: bool, vertical: boo
     hd, wd, _ = spatial_dims(layout, image.dim())
     dims = ([wd] if horizontal else []) + ([hd] if vertical else [])
     return image.flip(dims) if dims else image
+
+
+def warp_affine_images(images: Sequence[torch.Tensor], matrices: np.ndarray, out_sizes: np.ndarray, interp: str,
+                       fill: Sequence[float] | None, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    """Affine warp of ``HWC`` images, one ``grid_sample`` for the whole (padded) batch.
+
+    ``matrices`` is ``(N, 2, 3)`` mapping output to input coordinates, ``(x, y)`` order, pixel centres at
+    ``+0.5`` (DALI's convention): ``src = M @ (x + 0.5, y + 0.5, 1)``. ``interp`` is ``"nn"``, ``"linear"`` or
+    ``"cubic"``. ``fill=None`` repeats the border pixel (source coordinates clamped); otherwise samples outside
+    the image read ``fill`` (one value or one per channel), tap by tap.
+    """
+    n = len(images)
+    if n == 0:
+        return []
+    dev = images[0].device
+    c = int(images[0].shape[2])
+    hmax = max(int(im.shape[0]) for im in images)
+    wmax = max(int(im.shape[1]) for im in images)
+    oh, ow = int(out_sizes[:, 0].max()), int(out_sizes[:, 1].max())
+    x = torch.zeros(n, c + 1, hmax, wmax, dtype=torch.float32, device=dev)
+    for i, im in enumerate(images):
+        x[i, :c, :im.shape[0], :im.shape[1]] = im.permute(2, 0, 1)
+        x[i, c, :im.shape[0], :im.shape[1]] = 1.0
+    m = torch.as_tensor(np.asarray(matrices, dtype=np.float64).reshape(n, 2, 3), device=dev)
+    ys, xs = torch.meshgrid(torch.arange(oh, device=dev, dtype=torch.float64) + 0.5,
+                            torch.arange(ow, device=dev, dtype=torch.float64) + 0.5, indexing="ij")
+    pts = torch.stack([xs, ys, torch.ones_like(xs)], dim=-1).reshape(1, -1, 3)
+    src = torch.einsum("nij,npj->npi", m, pts.expand(n, -1, -1))  # (N, P, 2) as (x, y)
+    sizes = torch.tensor([[im.shape[1], im.shape[0]] for im in images], device=dev, dtype=torch.float64)
+    if fill is None:
+        src = torch.minimum(torch.maximum(src, torch.full_like(src, 0.5)), sizes[:, None, :] - 0.5)
+    grid = (2.0 * src / torch.tensor([wmax, hmax], device=dev, dtype=torch.float64) - 1.0).to(torch.float32)
+    mode = {"nn": "nearest", "linear": "bilinear", "cubic": "bicubic"}[interp]
+    y = torch.nn.functional.grid_sample(x, grid.reshape(n, oh, ow, 2), mode=mode, padding_mode="zeros",
+                                        align_corners=False)
+    if fill is not None:
+        f = torch.tensor(list(fill) * (c if len(fill) == 1 else 1), dtype=torch.float32, device=dev)[:c]
+        y = y[:, :c] + (1.0 - y[:, c:c + 1]) * f.view(1, c, 1, 1)
+    else:
+        y = y[:, :c] / y[:, c:c + 1].clamp_min(1e-6) if mode != "nearest" else y[:, :c]
+    from sluice.kernels.resample import cast_round
+
+    outs = []
+    for i, im in enumerate(images):
+        h, w = int(out_sizes[i, 0]), int(out_sizes[i, 1])
+        outs.append(cast_round(y[i, :, :h, :w].permute(1, 2, 0), dtype or im.dtype).contiguous())
+    return outs
+
+
+def fill_channels(t: torch.Tensor, fill: Sequence[float], cd: int | None, name: str = "fill_values") -> torch.Tensor:
+    """Fill ``t`` in place with one value, or one value per channel along dimension ``cd``."""
+    if cd is not None and len(fill) > 1:
+        if len(fill) != t.shape[cd]:
+            raise ValueError(f"Invalid {name} ({list(fill)}): expected 1 or {t.shape[cd]} values.")
+        view = [1] * t.dim()
+        view[cd] = t.shape[cd]
+        t.copy_(torch.tensor(list(fill), dtype=torch.float64).to(t.dtype).reshape(view).expand_as(t))
+    else:
+        t.fill_(fill[0] if len(fill) else 0.0)
+    return t
+
+
+def per_sample(ctx, images, args, one) -> "Batch":
+    """Run ``one(sample, layout, sample_args)`` over a batch on its device (for operators whose outputs differ in
+    size per sample, where a single launch does not pay)."""
+    from sluice.pipeline.batch import Batch
+
+    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    return Batch([one(s, layout, args.sample(i)) for i, s in enumerate(images.samples)], layout)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from sluice import types
-from sluice.ops.image._geometry import apply_crop, as_list, crop_window, out_dtype, spatial_dims
+from sluice.ops.image._geometry import apply_crop, as_list, crop_window, out_dtype, per_sample, spatial_dims
 from sluice.kernels.resample import cast_round
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
@@ -71,8 +71,5 @@ def crop_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 @SCHEMA.batch_kernel("gpu")
 def crop_gpu(ctx, images: Batch, *, args) -> Batch:
     """The batch as views into the input buffers: nothing is launched unless padding or casting."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-    samples = images.samples
-    if not layout and samples:
-        layout = "HWC" if samples[0].dim() == 3 else "HW"
-    return Batch([_crop_one(s, layout, args.sample(i)) for i, s in enumerate(samples)], layout)
+    return per_sample(ctx, images, args, lambda s, layout, a: _crop_one(s, layout or ("HWC" if s.dim() == 3 else
+                                                                                      "HW"), a))
