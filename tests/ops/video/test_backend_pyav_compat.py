@@ -282,3 +282,18 @@ def test_random_requests_exact_at_160x144(gpu_videos):
                 np.testing.assert_array_equal(clip.frames[k].numpy(), ref[f], err_msg=f"{name} frame {f}")
         if name == "h264-mp4":
             assert any(256 <= s < 512 for s in sizes)
+
+
+def test_container_reused_per_thread_and_reopened_when_changed(tmp_path, monkeypatch):
+    path = tmp_path / "reuse.mkv"
+    write_barcode_video(path, "libx264", num_frames=30)
+    opened = []
+    real = index_mod.open_container
+    monkeypatch.setattr(index_mod, "open_container", lambda s: opened.append(s) or real(s))
+    for req in ([25, 3], [7], [29, 0, 14]):  # backwards and forwards: every request seeks first
+        assert barcodes(read_frames(path, frames=req)) == req
+    assert len(opened) == 2  # once to build the index, once to decode
+    write_barcode_video(path, "libx264", num_frames=20)
+    os.utime(path, ns=(1, 2 * 10**18))
+    assert barcodes(read_frames(path, frames=[19])) == [19]
+    assert len(opened) == 4  # a new index and a new container for the changed file

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .bitstream import nonref_detector
-from .index import Source, VideoError, VideoIndex, open_container, video_stream
+from .index import Source, VideoError, VideoIndex, reusable_container, video_stream
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class NvdecBackend:
         broken = True
         try:
             device = torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext()
-            with device, open_container(source) as container:
+            with device, reusable_container(source, "nvdec") as container:
                 stream = video_stream(container, idx.name)
                 self._run_plan(container, stream, idx, plan, session, out, wanted)
             broken = False

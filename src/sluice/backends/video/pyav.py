@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .bitstream import nonref_detector
-from .index import Source, VideoError, VideoIndex, open_container, video_stream
+from .index import Source, VideoError, VideoIndex, open_container, reusable_container, video_stream
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +82,11 @@ class PyAVBackend:
         out: dict[int, np.ndarray] = {}
         if not plan:
             return out
-        with open_container(source) as container:
+        with reusable_container(source, f"pyav-{self.threads}") as container:
             stream = video_stream(container, idx.name)
-            stream.thread_type = "AUTO"
-            stream.codec_context.thread_count = self.threads
+            if not stream.codec_context.is_open:  # a reused container keeps its decoder settings
+                stream.thread_type = "AUTO"
+                stream.codec_context.thread_count = self.threads
             skip = unwanted_nonref(idx, stream, frames)
             self._run_plan(container, stream, idx, plan, out, _Rgb(), skip)
         return out
