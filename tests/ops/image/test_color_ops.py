@@ -146,3 +146,43 @@ def test_cpu_kernels_work_without_opencv(monkeypatch):
         out = run_op(op, IMAGES, layout="HWC", **kw)
         for a, b in zip(ref, out):
             assert a.shape == b.shape and (a.int() - b.int()).abs().max() <= 1, op
+
+
+SEQS = [RNG.integers(0, 256, (3, 5, 6, 3), dtype=np.uint8), RNG.integers(0, 256, (2, 4, 4, 3), dtype=np.uint8)]
+
+
+def _per_frame_run(op, arg, values, device="cpu"):
+    pipe = Pipeline(batch_size=2, num_threads=2, device_id=0 if device == "gpu" else None, exec_async=False)
+    with pipe:
+        seqs = fn.external_source(source=lambda: SEQS, layout="FHWC", cycle=True)
+        per = fn.external_source(source=lambda: [np.asarray(v, np.float32) for v in values], cycle=True)
+        pipe.set_outputs(getattr(fn, op)(seqs, device=device, **{arg: per}))
+    out = pipe.run()[0]
+    pipe.close()
+    return out.as_cpu()
+
+
+@pytest.mark.parametrize("op,arg,values", [("brightness", "brightness", [[0.5, 1.0, 1.5], [2.0]]),
+                                           ("hue", "hue", [[0.0, 90.0, -90.0], [45.0, 10.0]])])
+def test_per_frame_arguments_on_sequences(op, arg, values):
+    """DALI's per-frame arguments: a sequence (FHWC) given one value per frame is processed frame by frame."""
+    out = _per_frame_run(op, arg, values)
+    for seq, vals, y in zip(SEQS, values, out):
+        assert y.shape == seq.shape
+        for f in range(seq.shape[0]):
+            v = vals[f] if len(vals) > 1 else vals[0]
+            want = run_op(op, [seq[f]], layout="HWC", **{arg: v})[0]
+            assert (y[f].int() - want.int()).abs().max() <= 1
+
+
+def test_per_frame_count_must_match_frames():
+    with pytest.raises(Exception, match="one per frame"):
+        _per_frame_run("brightness", "brightness", [[0.5, 1.0], [1.0]])
+
+
+@pytest.mark.cuda
+def test_per_frame_arguments_gpu_equal_cpu():
+    values = [[0.5, 1.0, 1.5], [2.0, 0.7]]
+    for c, g in zip(_per_frame_run("brightness", "brightness", values),
+                    _per_frame_run("brightness", "brightness", values, "gpu")):
+        assert (c.int() - g.int()).abs().max() <= 1

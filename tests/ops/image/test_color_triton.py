@@ -50,6 +50,9 @@ SCRIPT = textwrap.dedent("""
                          (types.BGR, types.RGB)):
             compare(csc, lambda: csc._run_batch(b, src, dst))
         compare(csc, lambda: csc._run_batch(b, types.RGB, types.YCbCr, types.FLOAT))
+    seqs = Batch.from_dense(torch.from_numpy(rng.integers(0, 256, (2, 3, 4, 5, 3), dtype=np.uint8)), "FHWC")
+    compare(bc, lambda: bc._run_batch(seqs, [[0.5, 1.0, 1.5], [2.0]], None, None, None, None))  # per frame
+    compare(hsv, lambda: hsv._run_batch(seqs, hue=[[0.0, 30.0, 60.0], [10.0]]))
     gray = Batch([torch.from_numpy(rng.integers(0, 256, (4, 4, 1), dtype=np.uint8))])
     compare(csc, lambda: csc._run_batch(gray, types.GRAY, types.YCbCr))
     compare(csc, lambda: csc._run_batch(gray, types.GRAY, types.RGB))

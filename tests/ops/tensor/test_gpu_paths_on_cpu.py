@@ -17,7 +17,11 @@ BOXES = [torch.tensor([[0.1, 0.2, 0.5, 0.6]]), torch.zeros(0, 4), torch.tensor([
                                                                                 [0.5, 0.5, 0.7, 0.8]])]
 LABELS = [torch.tensor([1]), torch.zeros(0, dtype=torch.int64), torch.tensor([2, 3])]
 
+SEQS = [torch.from_numpy(RNG.integers(0, 256, s, dtype=np.uint8)) for s in ((3, 5, 6, 3), (2, 4, 4, 3))]
+
 CASES = [
+    ("brightness_contrast", [SEQS], "FHWC", {}, dict(brightness=[[0.5, 1.0, 1.5], [2.0]])),  # per-frame values
+    ("color_twist", [SEQS], "FHWC", {}, dict(hue=[[0.0, 30.0, 60.0], [10.0, -10.0]])),
     ("brightness_contrast", [IMGS], "HWC", dict(contrast=1.3), dict(brightness=[0.5, 1.0, 1.5])),
     ("brightness", [IMGS], "HWC", dict(dtype=types.FLOAT), dict(brightness_shift=[0.0, 0.1, -0.1])),
     ("contrast", [IMGS], "HWC", {}, dict(contrast=[0.0, 1.0, 2.0], contrast_center=[10.0, 128.0, 200.0])),

@@ -16,7 +16,8 @@ import torch
 
 from sluice import types
 from sluice.ops.image._color_affine import affine_channels, opencv, triton_available
-from sluice.ops.tensor._util import arg_tensor, as_float_list, convert_saturate, half_range, map_groups, to_batch
+from sluice.ops.tensor._util import (arg_tensor, as_float_list, convert_saturate, half_range, has_per_frame,
+                                     map_groups, to_batch, with_frames)
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -51,7 +52,14 @@ def _out_dtype(dtype, x: torch.Tensor) -> torch.dtype:
 def _run_batch(images, brightness, brightness_shift, contrast, contrast_center, dtype):
     """Shared batch path. On CUDA with Triton: the formula folded into ``scale * in + offset`` per sample, one
     launch for a dense batch. Otherwise (and on the CPU) one torch call per group of equally shaped samples.
-    Returns a dense N x ... tensor or a list of samples."""
+    Sequences with per-frame values run frame by frame. Returns a dense N x ... tensor or a list of samples."""
+    args = dict(brightness=brightness, brightness_shift=brightness_shift, contrast=contrast,
+                contrast_center=contrast_center)
+    return with_frames(lambda b, a: _run_samples(b, a["brightness"], a["brightness_shift"], a["contrast"],
+                                                 a["contrast_center"], dtype), images, args)
+
+
+def _run_samples(images, brightness, brightness_shift, contrast, contrast_center, dtype):
     samples = list(images.samples)
     if not samples:
         return []
@@ -130,8 +138,10 @@ CONTRAST_SCHEMA = OpSchema(
 )
 
 
-def _sample(image, brightness=1.0, brightness_shift=0.0, contrast=1.0, contrast_center=None, dtype=None):
-    return _run_batch(Batch([image]), [brightness], [brightness_shift], [contrast], [contrast_center], dtype)[0]
+def _sample(image, brightness=1.0, brightness_shift=0.0, contrast=1.0, contrast_center=None, dtype=None,
+            layout=""):
+    out = _run_batch(Batch([image], layout), [brightness], [brightness_shift], [contrast], [contrast_center], dtype)
+    return out[0]
 
 
 def brightness_contrast_gpu(ctx, images, *, args):
@@ -147,6 +157,8 @@ def brightness_contrast_cpu(ctx, image, **a):
     images go through a 256-entry table made by the same formula (identical values, one lookup per pixel)."""
     params = (a.get("brightness", 1.0), a.get("brightness_shift", 0.0), a.get("contrast", 1.0),
               a.get("contrast_center"), a["dtype"])
+    if has_per_frame(dict(zip(("b", "s", "c", "cc"), params[:4]))):
+        return _sample(image, *params, layout=ctx.layout)
     if image.dtype == torch.uint8 and image.numel():
         lut = uint8_table(*params)
         src = image.numpy()

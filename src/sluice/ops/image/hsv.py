@@ -19,7 +19,8 @@ import torch
 
 from sluice import types
 from sluice.ops.image._color_affine import affine_channels, affine_channels_cpu, triton_available
-from sluice.ops.tensor._util import as_float_list, check_channel_last, convert_saturate, map_groups, to_batch
+from sluice.ops.tensor._util import (as_float_list, check_channel_last, convert_saturate, has_per_frame,
+                                     map_groups, to_batch, with_frames)
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -101,7 +102,13 @@ def _transform(n, in_dtype, hue, saturation, value, brightness, contrast, dtype,
 def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None, contrast=None, dtype=None,
                image_type=types.RGB):
     """Shared batch path of the four operators: a matrix per sample; on CUDA with Triton one launch for a dense
-    batch, otherwise one bmm per group of equally shaped samples. Returns a dense tensor or a list."""
+    batch, otherwise one bmm per group of equally shaped samples. Sequences with per-frame values run frame by
+    frame. Returns a dense tensor or a list."""
+    args = dict(hue=hue, saturation=saturation, value=value, brightness=brightness, contrast=contrast)
+    return with_frames(lambda b, a: _run_samples(b, **a, dtype=dtype, image_type=image_type), images, args)
+
+
+def _run_samples(images, *, hue, saturation, value, brightness, contrast, dtype, image_type):
     samples = list(images.samples)
     if not samples:
         return []
@@ -204,7 +211,7 @@ def color_matrix_cpu(ctx, image, **a):
     """CPU kernel of hsv, hue, saturation and color_twist, per sample in the pipeline's threads: OpenCV's
     ``cv2.transform`` for uint8 / float32 RGB (within one level of the float formula), else the torch path."""
     image_type = a.get("image_type", types.RGB)
-    if image_type in (types.RGB, types.BGR):
+    if image_type in (types.RGB, types.BGR) and not has_per_frame({k: a[k] for k in _PARAMS if k in a}):
         check_channel_last(ctx.layout, ctx.op_name)
         per = {k: [a[k]] for k in _PARAMS if k in a}
         mats, offsets, out_dtype = _transform(1, image.dtype, per.get("hue"), per.get("saturation"),

@@ -14,7 +14,7 @@ from sluice.pipeline.batch import Batch
 
 __all__ = [
     "convert_saturate", "half_range", "resolve_axes", "arg_tensor", "group_by_shape", "map_groups", "as_float_list",
-    "to_batch", "check_channel_last",
+    "to_batch", "check_channel_last", "has_per_frame", "with_frames",
 ]
 
 
@@ -143,3 +143,53 @@ def check_channel_last(layout: str, op: str) -> None:
     if layout and not layout.endswith("C"):
         raise ValueError(f"{op}: layout {layout!r} is not supported; the channels must be the last axis (HWC, FHWC, "
                          "DHWC); transpose the data first (fn.transpose)")
+
+
+def has_per_frame(args: dict[str, Any]) -> bool:
+    """Whether any argument value holds more than one number (one per frame of a sequence)."""
+    return any(v is not None and len(as_float_list(v)) > 1 for v in args.values())
+
+
+def with_frames(run: Callable[[Batch, dict[str, list | None]], Any], images: Batch,
+                args: dict[str, list | None]) -> Any:
+    """Run ``run(images, args)`` (``args``: per-sample value lists, or None for defaults). When the layout starts
+    with F and a sample gets several values of an argument, one per frame (DALI's per-frame arguments), the frames
+    of every sample run as samples of their own and the results are joined back into sequences (a dense tensor
+    stays dense)."""
+    layout = images.layout()
+    n = len(images)
+    counts = [int(x.shape[0]) if x.dim() else 1 for x in images]
+    per_frame = False
+    for name, values in args.items():
+        for i, v in enumerate(values or []):
+            k = len(as_float_list(v)) if v is not None else 0
+            if k > 1:
+                if not layout.startswith("F") or k != counts[i]:
+                    raise ValueError(f"argument '{name}' has {k} values for sample {i}; give one value, or one per "
+                                     f"frame of a sequence (layout starting with F; this one is {layout!r} with "
+                                     f"{counts[i]} in the first axis)")
+                per_frame = True
+    if not per_frame:
+        return run(images, args)
+    frame_args: dict[str, list | None] = {}
+    for name, values in args.items():
+        if values is None:
+            frame_args[name] = None
+            continue
+        spread: list = []
+        for i, v in enumerate(values):
+            lst = as_float_list(v) if v is not None else []
+            spread += [None] * counts[i] if not lst else lst * counts[i] if len(lst) == 1 else lst
+        frame_args[name] = spread
+    if images.dense is not None:
+        frames = Batch.from_dense(images.dense.reshape(-1, *images.dense.shape[2:]), layout[1:])
+    else:
+        frames = Batch([f for x in images for f in x.unbind(0)], layout[1:])
+    result = run(frames, frame_args)
+    if isinstance(result, torch.Tensor):
+        return result.reshape(n, counts[0], *result.shape[1:])
+    out, k = [], 0
+    for c in counts:
+        out.append(torch.stack(result[k:k + c]))
+        k += c
+    return out
