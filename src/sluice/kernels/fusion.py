@@ -63,21 +63,14 @@ def _make_schema() -> OpSchema:
     return schema
 
 
-def _split(args: dict[str, Any]) -> tuple[dict, dict, dict]:
-    parts: dict[str, dict] = {"k.": {}, "r.": {}, "c.": {}}
-    for key, value in args.items():
-        if key[:2] in parts:
-            parts[key[:2]][key[2:]] = value
-    return parts["k."], parts["r."], parts["c."]
-
-
 def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
-    """Map each output pixel through crop_mirror_normalize's window, resize's ROI and crop's window at once."""
-    from sluice.ops.image._geometry import out_dtype, spatial_dims
-    from sluice.ops.image.crop import window_of
-    from sluice.ops.image.crop_mirror_normalize import check_output_layout, _norm
-    from sluice.ops.image.resize import _check_dtype, filters, resize_sample_params
+    """Map each output pixel through crop_mirror_normalize's window, resize's ROI and crop's window at once.
+
+    The geometry is computed with NumPy over the whole batch (no per-sample Python on the hot path)."""
     from sluice.kernels.batched import resample_batch
+    from sluice.ops.image._geometry import crop_windows_batch, out_dtype, resize_params_batch
+    from sluice.ops.image.crop_mirror_normalize import check_output_layout, norm_batch
+    from sluice.ops.image.resize import _check_dtype, filters
 
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "") or "HWC"
     samples = images.samples
@@ -86,42 +79,32 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
     if n == 0:
         return Batch([], out_layout)
     has_crop = bool(args.const("has_crop"))
-    rois = np.zeros((n, 4))
-    outs = np.zeros((n, 2), dtype=np.int64)
-    norm = []
-    fallback = layout != "HWC"
-    for i, img in enumerate(samples):
-        k, r, c = _split(args.sample(i))
-        shape = tuple(img.shape)
-        oy = ox = 0.0
-        if has_crop:
-            wy, wx, wh, ww = window_of(shape, layout, k)
-            hd, wd, _ = spatial_dims(layout, len(shape))
-            if wy < 0 or wx < 0 or wy + wh > shape[hd] or wx + ww > shape[wd]:
-                fallback = True
-                break
-            oy, ox = float(wy), float(wx)
-            shape = (wh, ww) + shape[2:]
-        (y0, x0, y1, x1), (rh, rw) = resize_sample_params(shape, layout, r)
-        cy, cx, ch, cw = window_of((rh, rw, shape[2]), "HWC", c)
-        if cy < 0 or cx < 0 or cy + ch > rh or cx + cw > rw:
-            fallback = True
-            break
-        sy, sx = (y1 - y0) / rh, (x1 - x0) / rw
-        rois[i] = (oy + y0 + cy * sy, ox + x0 + cx * sx, oy + y0 + (cy + ch) * sy, ox + x0 + (cx + cw) * sx)
-        outs[i] = (ch, cw)
-        norm.append(_norm(int(shape[2]), c))
-    if fallback:
+    if layout != "HWC" or samples[0].dim() != 3:
         return _unfused(ctx, images, args, has_crop, layout)
-    k0, r0, c0 = _split({name: args.const(name) for name in ("r.interp_type", "r.min_filter", "r.mag_filter",
-                                                             "r.antialias", "r.dtype", "c.dtype")})
-    fmin, fmag = filters(r0)
-    mid = _check_dtype(r0.get("dtype"), samples[0])
-    mirror = np.array([bool(m) for m in args["c.mirror"]])
+    k, r, c = _Args(args, "k."), _Args(args, "r."), _Args(args, "c.")
+    hw = np.array([s.shape[:2] for s in samples], dtype=np.int64)
+    off = np.zeros((n, 2))
+    if has_crop:
+        win = crop_windows_batch(hw, k)
+        if ((win[:, :2] < 0) | (win[:, :2] + win[:, 2:] > hw)).any():
+            return _unfused(ctx, images, args, has_crop, layout)
+        off, hw = win[:, :2].astype(np.float64), win[:, 2:]
+    rois, rsz = resize_params_batch(hw, r, r.sample)
+    cw = crop_windows_batch(rsz, c)
+    if ((cw[:, :2] < 0) | (cw[:, :2] + cw[:, 2:] > rsz)).any():
+        return _unfused(ctx, images, args, has_crop, layout)
+    scale = (rois[:, 2:] - rois[:, :2]) / rsz  # source pixels per resized pixel, (y, x)
+    start = off + rois[:, :2] + cw[:, :2] * scale
+    end = off + rois[:, :2] + (cw[:, :2] + cw[:, 2:]) * scale
+    src = np.concatenate([start, end], axis=1)
+    outs = cw[:, 2:]
+    fmin, fmag = filters({name: r.const(name) for name in ("interp_type", "min_filter", "mag_filter")})
+    mirror = np.array([bool(m) for m in c["mirror"]])
     dense = bool((outs == outs[0]).all())
-    res = resample_batch(samples, rois, outs, fmin, fmag, r0.get("antialias", True),
-                         dtype=out_dtype(c0.get("dtype"), torch.float32), mirror=mirror, norm=np.stack(norm),
-                         output_layout=out_layout, dense=dense, mid_dtype=mid)
+    res = resample_batch(samples, src, outs, fmin, fmag, r.const("antialias"),
+                         dtype=out_dtype(c.const("dtype"), torch.float32), mirror=mirror,
+                         norm=norm_batch(int(samples[0].shape[2]), c, n), output_layout=out_layout, dense=dense,
+                         mid_dtype=_check_dtype(r.const("dtype"), samples[0]))
     return Batch.from_dense(res, out_layout) if dense else Batch(res, out_layout)
 
 

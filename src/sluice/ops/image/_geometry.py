@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params",
-           "spatial_dims", "as_list", "flip_image", "out_dtype", "warp_affine_images", "per_sample", "fill_channels"]
+           "spatial_dims", "as_list", "flip_image", "out_dtype", "warp_affine_images", "per_sample", "fill_channels",
+           "resize_params_batch", "crop_windows_batch"]
 
 _MODES = ("default", "stretch", "not_larger", "not_smaller")
 
@@ -329,3 +330,109 @@ def per_sample(ctx, images, args, one) -> "Batch":
 
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
     return Batch([one(s, layout, args.sample(i)) for i, s in enumerate(images.samples)], layout)
+
+
+# ---- batch forms: the same arithmetic vectorised over a batch (GPU kernels' host side) ---------------------
+_SIZE_ARGS = ("resize_x", "resize_y", "size", "resize_shorter", "resize_longer", "roi_start", "roi_end")
+
+
+def _round_arr(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def resize_params_batch(hw: np.ndarray, args, sample_args=None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`resize_params` for a batch: ``hw`` is ``(N, 2)``; ``args`` has ``__getitem__`` (per-sample lists)
+    and ``is_const`` (like :class:`sluice.schema.BatchArgs`). Returns ``rois (N, 4)`` and ``outs (N, 2)``.
+
+    Constant sizes without ROI or flips are computed with NumPy over the batch; anything else goes sample by
+    sample through :func:`resize_params` (``sample_args(i)`` gives sample ``i``'s arguments)."""
+    n = len(hw)
+    const = all(args.is_const(k) for k in _SIZE_ARGS)
+    c = {k: args[k][0] if n else None for k in _SIZE_ARGS + ("mode", "max_size", "subpixel_scale")}
+    size_l = as_list(c["size"], 2, "size") if const else []
+    req = None
+    if const and c["roi_start"] is None and c["roi_end"] is None:
+        if c["resize_shorter"] and not (c["resize_x"] or c["resize_y"] or size_l or c["resize_longer"]):
+            req, mode = [float(c["resize_shorter"])] * 2, "not_smaller"
+        elif c["resize_longer"] and not (c["resize_x"] or c["resize_y"] or size_l or c["resize_shorter"]):
+            req, mode = [float(c["resize_longer"])] * 2, "not_larger"
+        elif size_l and not (c["resize_x"] or c["resize_y"]):
+            req, mode = size_l, c["mode"] or "default"
+        elif (c["resize_x"] or c["resize_y"]) and not size_l:
+            req, mode = [float(c["resize_y"] or 0.0), float(c["resize_x"] or 0.0)], c["mode"] or "default"
+        if (req is not None and (min(req) < 0 or ((c["resize_shorter"] or c["resize_longer"])
+                                                  and (c["mode"] or "default") != "default"))):
+            req = None
+    if req is None or n == 0 or (hw == 0).any():
+        rois, outs = np.zeros((n, 4)), np.zeros((n, 2), dtype=np.int64)
+        for i in range(n):
+            rois[i], outs[i] = resize_params(int(hw[i, 0]), int(hw[i, 1]), **{
+                k: v for k, v in sample_args(i).items() if k in _SIZE_ARGS + ("mode", "max_size", "roi_relative",
+                                                                              "subpixel_scale") and v is not None})
+        return rois, outs
+    insz = hw.astype(np.float64)
+    reqa = np.asarray(req, dtype=np.float64)
+    mask = reqa != 0
+    scale = reqa[None, :] / insz
+    max_l = as_list(c["max_size"], 2, "max_size") or None
+    out = np.where(mask[None, :], reqa[None, :], insz)
+    if mask.all() and mode in ("not_larger", "not_smaller"):
+        final = scale.max(1) if mode == "not_smaller" else scale.min(1)
+    elif mask.any() and mode in ("not_larger", "not_smaller", "default"):
+        final = scale[:, int(np.argmax(mask))]
+    else:
+        final = None
+    if mode in ("not_larger", "not_smaller") and final is not None:
+        if max_l:
+            for d in range(2):
+                if max_l[d] > 0:
+                    final = np.minimum(final, max_l[d] / insz[:, d])
+        out = final[:, None] * insz
+    else:
+        if final is not None and mode == "default" and not mask.all():
+            out = np.where(mask[None, :], reqa[None, :], insz * final[:, None])
+        if max_l:
+            for d in range(2):
+                if max_l[d] > 0:
+                    out[:, d] = np.minimum(out[:, d], max_l[d])
+    outs = np.maximum(_round_arr(out), 1).astype(np.int64)
+    lo, hi = np.zeros_like(insz), insz.copy()
+    if c["subpixel_scale"] is None or c["subpixel_scale"]:
+        adj = np.clip(outs / out, -10.0, 10.0)
+        centre = insz * 0.5
+        lo, hi = centre - centre * adj, centre + centre * adj
+    return np.stack([lo[:, 0], lo[:, 1], hi[:, 0], hi[:, 1]], 1), outs
+
+
+def crop_windows_batch(hw: np.ndarray, args) -> np.ndarray:
+    """:func:`crop_window` for a batch (``crop``, ``crop_h``/``crop_w``, ``crop_pos_x``/``_y``, ``rounding`` from
+    ``args`` as in :func:`resize_params_batch`); returns ``(N, 4)`` int windows ``(y0, x0, h, w)``."""
+    n = len(hw)
+    if n == 0:
+        return np.zeros((0, 4), dtype=np.int64)
+    crops, chs, cws = args["crop"], args["crop_h"], args["crop_w"]
+    same = args.is_const("crop") and args.is_const("crop_h") and args.is_const("crop_w")
+    ch, cw = np.zeros(n), np.zeros(n)
+    for i in ([0] if same else range(n)):
+        crop = as_list(crops[i], 2, "crop")
+        if crop and (chs[i] or cws[i]):
+            raise ValueError("crop is incompatible with crop_h and crop_w; give one or the other.")
+        h, w = crop if crop else (chs[i] or 0.0, cws[i] or 0.0)
+        if same:
+            ch[:], cw[:] = h, w
+        else:
+            ch[i], cw[i] = h, w
+    py = np.asarray(args["crop_pos_y"], dtype=np.float64)
+    px = np.asarray(args["crop_pos_x"], dtype=np.float64)
+    rounding = args["rounding"][0] or "round"
+    out = np.zeros((n, 4), dtype=np.int64)
+    for d, (size, crop, pos, name) in enumerate(((hw[:, 0], ch, py, "crop_pos_y"), (hw[:, 1], cw, px, "crop_pos_x"))):
+        use = crop > 0
+        c = np.where(use, np.trunc(crop), size).astype(np.int64)
+        p = np.where(use, pos, 0.5)
+        if ((p < 0) | (p > 1)).any():
+            raise ValueError(f"Invalid {name} ({p[(p < 0) | (p > 1)][0]}): the relative anchor must be in [0, 1].")
+        a = p * (size - c)
+        out[:, d] = _round_arr(a) if rounding == "round" else np.trunc(a)
+        out[:, d + 2] = c
+    return out

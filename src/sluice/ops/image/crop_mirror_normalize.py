@@ -16,12 +16,12 @@ import torch
 from sluice import types
 from sluice.kernels.batched import resample_batch
 from sluice.kernels.resample import epilogue
-from sluice.ops.image._geometry import apply_crop, as_list, norm_params, out_dtype
+from sluice.ops.image._geometry import apply_crop, as_list, crop_windows_batch, norm_params, out_dtype
 from sluice.ops.image.crop import CROP_ARGS, window_of
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
-__all__ = ["SCHEMA", "CMN_ARGS", "cmn_sample", "check_output_layout"]
+__all__ = ["SCHEMA", "CMN_ARGS", "cmn_sample", "check_output_layout", "norm_batch"]
 
 CMN_ARGS = [
     Arg("mirror", int, 0, "Flip horizontally (per sample, e.g. fn.random.coin_flip()).", per_sample=True),
@@ -75,6 +75,14 @@ def _norm(channels: int, args: dict) -> np.ndarray:
                        bool(args.get("pad_output")), args.get("fill_values"))
 
 
+def norm_batch(channels: int, args, n: int) -> np.ndarray:
+    """``(N, C_out, 3)`` normalisation rows for a batch (computed once when mean and std are constants)."""
+    if args.is_const("mean") and args.is_const("std"):
+        one = _norm(channels, args.sample(0))
+        return np.ascontiguousarray(np.broadcast_to(one, (n,) + one.shape))
+    return np.stack([_norm(channels, args.sample(i)) for i in range(n)])
+
+
 def cmn_sample(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
     """One sample, on whatever device it lives (the CPU kernel, and the GPU fallback for padded windows)."""
     x = _hwc(image, layout)
@@ -118,8 +126,8 @@ def crop_mirror_normalize_gpu(ctx, images: Batch, *, args) -> Batch:
         return Batch([], out_layout)
     policy = args.const("out_of_bounds_policy")
     xs = [_hwc(s, layout) for s in samples]
-    wins = np.array([window_of(tuple(x.shape), "HWC", args.sample(i)) for i, x in enumerate(xs)], dtype=np.int64)
     hw = np.array([x.shape[:2] for x in xs], dtype=np.int64)
+    wins = crop_windows_batch(hw, args)
     outside = (wins[:, 0] < 0) | (wins[:, 1] < 0) | (wins[:, 0] + wins[:, 2] > hw[:, 0]) | \
         (wins[:, 1] + wins[:, 3] > hw[:, 1])
     if layout == "CHW" or (outside.any() and policy == "pad"):
@@ -132,7 +140,7 @@ def crop_mirror_normalize_gpu(ctx, images: Batch, *, args) -> Batch:
         yb, xb = np.minimum(wins[:, 0] + wins[:, 2], hw[:, 0]), np.minimum(wins[:, 1] + wins[:, 3], hw[:, 1])
         wins = np.stack([ya, xa, np.maximum(yb - ya, 0), np.maximum(xb - xa, 0)], axis=1)
     c = int(xs[0].shape[2])
-    norm = np.stack([_norm(c, args.sample(i)) for i in range(n)])
+    norm = norm_batch(c, args, n)
     mirror = np.array([bool(m) for m in args["mirror"]])
     rois = np.stack([wins[:, 0], wins[:, 1], wins[:, 0] + wins[:, 2], wins[:, 1] + wins[:, 3]], 1).astype(np.float64)
     outs = wins[:, 2:4]

@@ -17,7 +17,7 @@ import torch
 from sluice import types
 from sluice.kernels.batched import resample_batch
 from sluice.kernels.resample import resample
-from sluice.ops.image._geometry import out_dtype, resize_params, spatial_dims
+from sluice.ops.image._geometry import out_dtype, resize_params, resize_params_batch, spatial_dims
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -115,11 +115,10 @@ def resize_gpu(ctx, images: Batch, *, args) -> Batch | tuple[Batch, Batch]:
     samples = images.samples
     if not layout and samples:
         layout = "HWC" if samples[0].dim() == 3 else "HW"
-    rois = np.zeros((n, 4))
-    outs = np.zeros((n, 2), dtype=np.int64)
-    for i in range(n):
-        rois[i], outs[i] = resize_sample_params(tuple(samples[i].shape), layout, args.sample(i))
-    a0 = args.sample(0) if n else {}
+    hd, wd, _ = spatial_dims(layout, samples[0].dim()) if n else (0, 1, None)
+    hw = np.array([(s.shape[hd], s.shape[wd]) for s in samples], dtype=np.int64).reshape(n, 2)
+    rois, outs = resize_params_batch(hw, args, args.sample)
+    a0 = {"antialias": args.const("antialias")}
     fmin, fmag = filters({k: args.const(k) for k in ("interp_type", "min_filter", "mag_filter")})
     dtype = _check_dtype(args.const("dtype"), samples[0]) if n else None
     if layout == "HW":
