@@ -86,3 +86,12 @@ def test_empty_images_pass_through():
     out = run_op("gaussian_blur", [np.zeros((0, 5, 3), np.uint8), _image(10, (4, 5, 3))], layout="HWC", sigma=1.0)
     assert out.shape() == [(0, 5, 3), (4, 5, 3)]
     assert blur_axes(torch.zeros(2, 0, 5, 3), [1, 2], [[(1.0, 7), (1.0, 7)]] * 2).shape == (2, 0, 5, 3)
+
+
+def test_bad_sigma_counts_are_clear_errors():
+    from sluice.testing import run_op
+
+    with pytest.raises(Exception, match="sigma has 3 values; give 1 or one per spatial axis"):
+        run_op("gaussian_blur", [_image(11)], layout="HWC", sigma=[1.0, 2.0, 3.0])
+    with pytest.raises(Exception, match="must not be negative"):
+        run_op("gaussian_blur", [_image(11)], layout="HWC", sigma=-1.0)

@@ -124,3 +124,18 @@ def test_gpu_equals_cpu(op, data, kw):
     assert gpu.device == "gpu"
     for c, g in zip(cpu, gpu.as_cpu()):
         torch.testing.assert_close(c, g, atol=1e-5, rtol=1e-5)
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(Exception, match="align values must be positive"):
+        run_op("pad", AUDIO, axes=[0], align=[0])
+    with pytest.raises(Exception, match="shape has 2 values for 1 padded axes"):
+        run_op("pad", AUDIO, axes=[0], shape=[10, 20])
+    with pytest.raises(Exception, match="ddof must be >= 0"):
+        run_op("normalize", AUDIO, ddof=-1)
+    with pytest.raises(Exception, match="axis 3 is out of range"):
+        run_op("normalize", AUDIO, axes=[3])
+    with pytest.raises(Exception, match="needs an input with a layout"):
+        run_op("pad", AUDIO, axis_names="t")
+    with pytest.raises(Exception, match="anchor has 3 values for 2 sliced axes"):
+        run_op("slice", IMAGES, [np.zeros(3, np.float32)] * 2, [np.ones(2, np.float32)] * 2, layout=["HWC", "", ""])
