@@ -7,9 +7,9 @@ requested frames (plus what the codec needs around them) are decoded:
 
 * WAV, AIFF, FLAC: seeking is exact to the sample.
 * OGG/Vorbis and Opus: libsndfile seeks through libvorbisfile / libopusfile, which are sample-accurate.
-* MP3: libsndfile's MP3 seeks are approximate ("fuzzy" without a frame index) and, in libsndfile 1.2, reads
-  after the first partial read do not continue the stream correctly; an MP3 window is therefore cut from one
-  full decode: exact, at the cost of decoding the whole file.
+* MP3: libsndfile seeks through mpg123, which scans frame headers (no decoding) to the target frame and decodes
+  from there: exact, with or without a Xing/LAME header, provided the stream reports its true length (the
+  in-memory file below does; with ``io.BytesIO`` mpg123 fell back to approximate "fuzzy" seeks).
 
 tests/ops/audio/test_decoder_soundfile_compat.py checks every format's window against a full decode.
 
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "decode_audio", "open_audio", "plan_window", "read_into", "WindowPlan", "audio_info", "resample_soxr", "soxr_quality", "resample_length",
-    "SUPPORTED_FORMATS", "OUT_OF_BOUNDS_POLICIES", "AudioDecodeError",
+    "decode_audio", "open_audio", "plan_window", "read_into", "WindowPlan", "audio_info", "resample_soxr",
+    "soxr_quality", "resample_length", "SUPPORTED_FORMATS", "OUT_OF_BOUNDS_POLICIES", "AudioDecodeError",
 ]
 
 logger = logging.getLogger(__name__)
@@ -255,9 +255,6 @@ def read_into(f, plan: WindowPlan, out: np.ndarray, source: str = "") -> None:
     try:
         if plan.n_read == 0:
             frames = None
-        elif f.format == "MP3" and (plan.start > 0 or plan.n_read < f.frames):
-            # see the module doc: one full read, then cut
-            frames = f.read(dtype=name, always_2d=True)[plan.start: plan.start + plan.n_read]
         else:
             if plan.start > 0:
                 f.seek(plan.start)
@@ -266,21 +263,19 @@ def read_into(f, plan: WindowPlan, out: np.ndarray, source: str = "") -> None:
             else:
                 got = f.read(frames=plan.n_read, dtype=name, always_2d=not downmix,
                              out=head if downmix else head.reshape(plan.n_read, plan.channels))
-                frames = None if got.shape[0] == plan.n_read else got
-                if frames is not None:
-                    raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated or corrupt "
-                                           f"(header announces {f.frames} frames, decoded "
-                                           f"{plan.start + got.shape[0]})")
-    except AudioDecodeError:
-        raise
+                frames = None if got.shape[0] == plan.n_read else got.copy()
     except Exception as exc:
         raise AudioDecodeError(f"cannot decode audio{_where(source)}: {exc}") from None
     if frames is not None:
-        if frames.shape[0] < plan.n_read:
+        short = plan.n_read - frames.shape[0]
+        if short > 0 and not (f.format == "MP3" and short <= max(2 * 1152, f.frames // 50)):
             # libsndfile stops early on truncated files: say so rather than return silently short audio.
             raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated or corrupt "
                                    f"(header announces {f.frames} frames, decoded {plan.start + frames.shape[0]})")
-        head[...] = _downmix(frames, out.dtype.type) if downmix else frames
+        # An MP3 without a length header (no Xing/LAME tag) announces a length estimated from its size: a
+        # shortfall of up to 2% (or two MPEG frames) is the estimate's error, and is zero-filled.
+        head[: frames.shape[0]] = _downmix(frames, out.dtype.type) if downmix else frames
+        head[frames.shape[0]:] = 0
     out[plan.n_read:] = 0
 
 

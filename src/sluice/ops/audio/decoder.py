@@ -30,9 +30,8 @@ SCHEMA = OpSchema(
     ``"t"``). Floating output is in [-1, 1]; integer output fills the type's range.
 
     **Time windows.** ``start_time`` and ``duration`` (seconds, may vary per sample) decode only part of the file,
-    seeking instead of decoding what comes before (exact to the sample for WAV, FLAC, Vorbis and Opus; MP3 windows
-    are cut from a full decode, because libsndfile's MP3 seeks are approximate). ``duration`` of 0 decodes to the
-    end. A window reaching past the end raises an error naming the file (``out_of_bounds_policy="error"``), is
+    seeking instead of decoding what comes before (exact to the sample for WAV, FLAC, Vorbis, Opus and MP3, as
+    tests/ops/audio/test_decoder_soundfile_compat.py checks). ``duration`` of 0 decodes to the end. A window reaching past the end raises an error naming the file (``out_of_bounds_policy="error"``), is
     padded with silence to exactly ``duration`` seconds (``"pad"``), or is cut at the end of the file
     (``"trim_to_shape"``). This takes the audio of the seconds a video clip covers::
 
