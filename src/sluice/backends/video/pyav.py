@@ -65,7 +65,10 @@ class _Rgb:
         self._reformatter = VideoReformatter()
 
     def __call__(self, frame) -> np.ndarray:
-        return self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+        try:
+            return self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+        except TypeError:  # PyAV before the threads= keyword
+            return self._reformatter.reformat(frame, format="rgb24").to_ndarray()
 
 
 class PyAVBackend:
