@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=3, help="sluice epochs timed (after one warm-up batch pair)")
     ap.add_argument("--device", default=None, help="sluice device: gpu (default with CUDA) or cpu")
     ap.add_argument("--peers", nargs="*", default=["torchaudio-gpu", "torchaudio-cpu-16proc"])
+    ap.add_argument("--sluice-cpu", action="store_true", help="also time sluice on the CPU only (one epoch)")
     args = ap.parse_args(argv)
     import torch
 
@@ -213,6 +214,14 @@ def main(argv: list[str] | None = None) -> None:
     if device == "gpu":
         report(workload + ", sluice GPU kernels only (decoded batch already on the GPU)", "clips/s",
                gpu_front_end_only(paths, args.batch), {})
+    if args.sluice_cpu and device == "gpu":
+        cpu_pipe = sluice_pipeline(args.root, args.batch, args.threads, "cpu")
+        run_sluice(cpu_pipe, 1)
+        cpu_iterations = max(1, n // args.batch)
+        with timed(sync_cuda=False) as t:
+            run_sluice(cpu_pipe, cpu_iterations)
+        report(workload + ", sluice cpu (soxr + torch, pipeline threads)", "clips/s",
+               cpu_iterations * args.batch / t["seconds"], peers)
 
     if torch.cuda.is_available() and "torchaudio-gpu" in args.peers:
         # The reader's first batch holds the first files in sorted order: compare with torchaudio on them. The
