@@ -178,3 +178,25 @@ def test_gpu_path_prefetches_on_a_stream_and_stays_on_gpu():
         assert torch.all(y.as_tensor() == 2 * i + 1)
         assert cmp_.device == "cpu" and bool(cmp_.as_tensor().all()) == (i > 3)
     assert p.executor.stream is not None and p.executor.stream != torch.cuda.current_stream()
+
+
+def test_checkpoint_of_an_earlier_iteration_and_restore_in_place():
+    def make():
+        @sluice.pipeline_def(batch_size=4, num_threads=2, device_id=None, seed=5, enable_checkpointing=True,
+                             prefetch_queue_depth=3)
+        def pipe():
+            return fn.random.uniform(range=[0, 1], shape=[2])
+
+        return pipe()
+
+    p = make()
+    got = [p.run()[0].as_tensor().clone() for _ in range(4)]
+    ckpt = p.checkpoint(iteration=2)  # as if batches 2 and 3 were not handed on yet
+    with pytest.raises(sluice.ArgumentError, match="only iterations"):
+        p.checkpoint(iteration=1)  # older than the last checkpoint: forgotten
+    q = make()
+    q.restore(ckpt)
+    assert torch.equal(q.run()[0].as_tensor(), got[2]) and q.iterations_consumed == 3
+    p.restore(ckpt)
+    assert torch.equal(p.run()[0].as_tensor(), got[2])
+    assert not p.epoch_ended

@@ -188,19 +188,19 @@ class Pipeline:
             raise PipelineBrokenError(f"this pipeline failed earlier and can no longer be used "
                                       f"({ex.broken}); build a new one") from ex.broken
 
-    def schedule_run(self) -> None:
-        """Ask for one more iteration to be prepared in the background."""
+    def schedule_run(self, count: int | None = None) -> None:
+        """Ask for iterations to be prepared in the background: ``count`` of them, or by default one (the first
+        call then fills the prefetch queue, as DALI's does). Give ``count=1`` when each iteration's data is fed
+        just before it (``feed_input``), so that no iteration runs ahead of its data."""
         with self._lock:
             self._check_usable()
             if self._epoch_ended:
                 return
-            if self._pending() == 0:
-                # The first request fills the prefetch queue, as DALI's does.
-                for _ in range(self.prefetch_queue_depth - 1):
-                    self.iter_setup()
-                    self._request()
-            self.iter_setup()
-            self._request()
+            if count is None:
+                count = self.prefetch_queue_depth if self._pending() == 0 else 1
+            for _ in range(count):
+                self.iter_setup()
+                self._request()
 
     def _request(self) -> None:
         if self.exec_async:
@@ -249,6 +249,16 @@ class Pipeline:
                         _record_stream(batch, consumer)
             self._consumed += 1
             return batches
+
+    @property
+    def epoch_ended(self) -> bool:
+        """Whether a source ended the epoch (``run()`` raised StopIteration) and the pipeline waits for reset()."""
+        return self._epoch_ended
+
+    @property
+    def iterations_consumed(self) -> int:
+        """How many iterations the caller has taken (the position a checkpoint records)."""
+        return self._consumed
 
     def run(self) -> tuple[Batch, ...]:
         """Run one iteration and return its outputs (a tuple of Batches, in the order of the outputs)."""
@@ -316,16 +326,22 @@ class Pipeline:
         ex.operators[node.id].feed(data, layout)  # type: ignore[attr-defined]
 
     # ---- checkpoints ----------------------------------------------------------------------------------------
-    def checkpoint(self, filename: str | os.PathLike | None = None) -> bytes:
+    def checkpoint(self, filename: str | os.PathLike | None = None, iteration: int | None = None) -> bytes:
         """The state of every reader, source and random generator, so that a pipeline built with
-        ``checkpoint=`` continues exactly where this one is. Written to ``filename`` when given."""
+        ``checkpoint=`` continues exactly where this one is. Written to ``filename`` when given.
+
+        ``iteration`` names an earlier position (an iteration consumed, not yet forgotten: those after the last
+        checkpoint), for callers that hand batches on later than they take them (the DataLoader proxy)."""
         if not self.enable_checkpointing:
             raise PipelineError("checkpoint() needs a pipeline built with enable_checkpointing=True")
         with self._lock:
             ex = self.executor
+            at = self._consumed if iteration is None else iteration
+            if not 0 <= at <= self._consumed or (at < self._consumed and at not in ex.snapshots):
+                raise ArgumentError(f"checkpoint(iteration={iteration}): only iterations since the last checkpoint "
+                                    f"and up to {self._consumed} can be saved")
             # Iterations prefetched but not consumed are produced again by the restored pipeline.
-            state = {"version": 1, "pipeline_seed": self.seed, "iteration": self._consumed,
-                     "operators": ex.state_at(self._consumed)}
+            state = {"version": 1, "pipeline_seed": self.seed, "iteration": at, "operators": ex.state_at(at)}
             data = pickle.dumps(state)
         if filename is not None:
             with open(filename, "wb") as f:
@@ -337,6 +353,21 @@ class Pipeline:
         ex.iteration = checkpoint["iteration"]
         self._consumed = checkpoint["iteration"]
         ex.load_state(checkpoint["operators"])
+
+    def restore(self, checkpoint: Any) -> None:
+        """Put this pipeline (built or not) back at ``checkpoint`` (bytes, a file, or a loaded dict), as
+        ``Pipeline(checkpoint=...)`` would build it. Prefetched iterations are discarded; the operators are made
+        anew from the same graph."""
+        with self._lock:
+            if self._executor is not None:
+                self._executor.stop()
+            self._executor = None
+            self._built = False
+            self._epoch_ended = False
+            self._sync_requested = 0
+            self._consumed = 0
+            self._checkpoint_to_restore = checkpoint
+            self.build()
 
     # ---- life cycle -----------------------------------------------------------------------------------------
     def close(self) -> None:
