@@ -102,3 +102,11 @@ def test_cuda_equals_cpu():
     x = torch.from_numpy(_ramp((4, 4, 3)))
     torch.testing.assert_close(slice_sample(x.cuda(), [-1, 1, 0], [3, 5, 3], "pad").cpu(),
                                slice_sample(x, [-1, 1, 0], [3, 5, 3], "pad"))
+
+
+def test_slice_rounds_like_dali():
+    """DALI: anchor and end rounded to nearest (halves away from zero), the end of a relative region computed as
+    (start + shape) * extent from float32 values; absolute coordinates stay exact."""
+    assert slice_bounds((10,), [0], rel_start=[0.25], rel_shape=[0.5]) == ([3], [8])   # 2.5 -> 3, 7.5 -> 8
+    assert slice_bounds((10,), [0], anchor=[0.15], sl_shape=[0.3]) == ([2], [5])       # float32: 1.5000001, 4.5000002
+    assert slice_bounds((2 ** 25,), [0], start=[2 ** 24 + 1], shape_arg=[3]) == ([2 ** 24 + 1], [2 ** 24 + 4])

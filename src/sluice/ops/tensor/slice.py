@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from sluice import types
@@ -55,8 +56,10 @@ def slice_bounds(shape: Sequence[int], axes: Sequence[int], *, anchor=None, sl_s
     """
     n = len(axes)
 
-    def vec(value, name):
-        v = as_float_list(value)
+    def vec(value, name, relative=True):
+        # DALI holds relative coordinates as float32: rounding to float32 first makes halves round the same way.
+        # Absolute coordinates stay exact (long audio has sample indices beyond float32's integers).
+        v = [float(np.float32(x)) if relative else x for x in as_float_list(value)]
         if not v:
             return None
         if len(v) == 1 and n > 1:
@@ -71,26 +74,35 @@ def slice_bounds(shape: Sequence[int], axes: Sequence[int], *, anchor=None, sl_s
             (sl_shape is not None) > 1:
         raise ValueError("slice: give only one of the shape input, end, rel_end, shape and rel_shape")
     ext = [float(shape[a]) for a in axes]
+    rel = None  # the relative start, when the start is relative
     if anchor is not None:
-        a = vec(anchor, "anchor")
+        a = vec(anchor, "anchor", normalized_anchor)
+        rel = a if normalized_anchor else None
         st = [x * e for x, e in zip(a, ext)] if normalized_anchor else a
     elif rel_start is not None:
-        st = [x * e for x, e in zip(vec(rel_start, "rel_start"), ext)]
+        rel = vec(rel_start, "rel_start")
+        st = [x * e for x, e in zip(rel, ext)]
     elif start is not None:
-        st = vec(start, "start")
+        st = vec(start, "start", False)
     else:
         st = [0.0] * n
-    if sl_shape is not None:
-        s = vec(sl_shape, "shape input")
+        rel = [0.0] * n
+    rel_extent = vec(sl_shape, "shape input") if sl_shape is not None and normalized_shape else \
+        vec(rel_shape, "rel_shape") if rel_shape is not None else None
+    if rel is not None and rel_extent is not None:
+        # Both relative: add before scaling, as DALI does, so that the end rounds the same way.
+        en = [(r + x) * e for r, x, e in zip(rel, rel_extent, ext)]
+    elif sl_shape is not None:
+        s = vec(sl_shape, "shape input", normalized_shape)
         en = [p + (x * e if normalized_shape else x) for p, x, e in zip(st, s, ext)]
     elif rel_shape is not None:
         en = [p + x * e for p, x, e in zip(st, vec(rel_shape, "rel_shape"), ext)]
     elif shape_arg is not None:
-        en = [p + x for p, x in zip(st, vec(shape_arg, "shape"))]
+        en = [p + x for p, x in zip(st, vec(shape_arg, "shape", False))]
     elif rel_end is not None:
         en = [x * e for x, e in zip(vec(rel_end, "rel_end"), ext)]
     elif end is not None:
-        en = vec(end, "end")
+        en = vec(end, "end", False)
     else:
         en = ext
     lo = [0] * len(shape)
