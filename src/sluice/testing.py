@@ -14,7 +14,7 @@ __all__ = ["run_op"]
 
 def run_op(op_name: str, *inputs: Sequence[Any], device: str = "cpu", layout: str | Sequence[str] = "",
            num_threads: int = 2, seed: int = 1234, device_id: int | None = None, iterations: int = 1,
-           **args: Any) -> Batch | tuple[Batch, ...]:
+           input_layout: str | Sequence[str] | None = None, **args: Any) -> Batch | tuple[Batch, ...]:
     """Feed each input (a list of samples) through ``external_source`` into ``fn.<op_name>`` and run once.
 
     Example::
@@ -24,6 +24,9 @@ def run_op(op_name: str, *inputs: Sequence[Any], device: str = "cpu", layout: st
 
     ``device='gpu'`` or ``'mixed'`` needs CUDA (device_id defaults to 0 then). With ``iterations > 1`` the same
     inputs run again and the last outputs are returned (for random operators).
+
+    ``layout`` is the inputs' layout; for operators that have an argument called ``layout`` themselves
+    (``fn.spectrogram``), give the inputs' layout as ``input_layout`` and ``layout`` goes to the operator.
     """
     from sluice.pipeline.graph import make_node
     from sluice import fn
@@ -31,6 +34,9 @@ def run_op(op_name: str, *inputs: Sequence[Any], device: str = "cpu", layout: st
     batch_size = max([len(x) for x in inputs] + [1])
     if device in ("gpu", "mixed") and device_id is None:
         device_id = 0
+    if input_layout is not None:
+        args["layout"] = layout
+        layout = input_layout
     layouts = [layout] * len(inputs) if isinstance(layout, str) else list(layout)
     pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
                     exec_async=False)
