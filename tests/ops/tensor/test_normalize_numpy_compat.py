@@ -86,3 +86,14 @@ def test_cuda_equals_cpu():
         gpu = normalize_samples([torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()], axes=[1], batch=batch)
         for c, g in zip(cpu, gpu):
             torch.testing.assert_close(c, g.cpu(), atol=1e-5, rtol=1e-5)
+
+
+def test_degenerate_statistics_follow_dali():
+    x = _data(10, (1, 5))
+    # one element per reduced slice and ddof=1: no degrees of freedom left -> output is shift (DALI's rule)
+    np.testing.assert_array_equal(_run([x], axes=[0], ddof=1, shift=2.0)[0], np.full((1, 5), 2.0, np.float32))
+    # ... unless epsilon is set: (x - mean) / sqrt(0 + eps) = 0 here as well, since x == mean
+    np.testing.assert_allclose(_run([x], axes=[0], ddof=1, epsilon=4.0)[0], np.zeros((1, 5)), atol=1e-6)
+    # a given negative stddev keeps its sign, a zero stddev gives shift
+    np.testing.assert_allclose(_run([x], mean=[0.0], stddev=[-2.0])[0], x / -2.0, atol=1e-6)
+    np.testing.assert_allclose(_run([x], mean=[0.0], stddev=[0.0], shift=1.0)[0], np.ones((1, 5)), atol=1e-6)

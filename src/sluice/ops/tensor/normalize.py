@@ -37,6 +37,19 @@ def _inv_std(var: torch.Tensor, epsilon: float) -> torch.Tensor:
     return torch.where(v > 0, v.clamp_min(1e-38).rsqrt(), torch.zeros_like(v))
 
 
+def _variance(sum_sq: torch.Tensor, count: int, ddof: int) -> torch.Tensor:
+    """sum_sq / (count - ddof); with no degrees of freedom left the variance counts as 0 (DALI's rule: the output
+    is then ``shift``, or scaled by 1 / sqrt(epsilon) when epsilon is set)."""
+    return sum_sq / (count - ddof) if count > ddof else torch.zeros_like(sum_sq)
+
+
+def _inv_given_std(std: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """1 / stddev for a given stddev (0 where it is 0), or 1 / sqrt(stddev^2 + epsilon), as DALI."""
+    if epsilon:
+        return _inv_std(std * std, epsilon)
+    return torch.where(std != 0, 1.0 / torch.where(std != 0, std, torch.ones_like(std)), torch.zeros_like(std))
+
+
 def _merge(given: list[torch.Tensor | None], computed: torch.Tensor | None, device: torch.device) -> torch.Tensor:
     """One group's statistics: the given values (host tensors) where present, the computed ones elsewhere."""
     if all(r is None for r in given):
@@ -146,13 +159,13 @@ def normalize_samples(samples: Sequence[torch.Tensor], *, layout: str = "", axes
         if batch:
             total = sum(v.sum(dim=0, keepdim=True) for v in sq.values())
             n = sum(count(samples[g[0]].shape) * len(g) for g in groups)
-            var = {g[0]: (total / max(n - ddof, 1)).expand(len(g), *total.shape[1:]) for g in groups}
+            var = {g[0]: _variance(total, n, ddof).expand(len(g), *total.shape[1:]) for g in groups}
         else:
-            var = {g[0]: sq[g[0]] / max(count(samples[g[0]].shape) - ddof, 1) for g in groups}
+            var = {g[0]: _variance(sq[g[0]], count(samples[g[0]].shape), ddof) for g in groups}
         for g in groups:
             inv_of[g[0]] = _inv_std(var[g[0]], epsilon)
     for g in groups:
-        given = [None if stds[i] is None else _inv_std(stds[i] ** 2, epsilon) for i in g]
+        given = [None if stds[i] is None else _inv_given_std(stds[i], epsilon) for i in g]
         inv_of[g[0]] = _merge(given, inv_of.get(g[0]), dev)
 
     out: list[torch.Tensor] = [None] * len(samples)  # type: ignore[list-item]
