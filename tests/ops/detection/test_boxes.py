@@ -105,3 +105,37 @@ def test_random_bbox_crop_bad_arguments():
         random_bbox_crop_sample(np.zeros((0, 4)), rng, threshold_type="dice")
     with pytest.raises(ValueError, match="bbox_layout"):
         random_bbox_crop_sample(np.zeros((1, 4)), rng, bbox_layout="ltrb")
+
+
+def test_fixed_aspect_ratio_sets_one_extent_from_the_other():
+    rng = np.random.default_rng(3)
+    boxes = np.array([[0.4, 0.4, 0.6, 0.6]])
+    for _ in range(20):  # default aspect_ratio [1, 1]: square windows, never a rejection loop
+        crop, _, keep, no_crop = random_bbox_crop_sample(boxes, rng, thresholds=[0.0], scaling=[0.3, 1.0],
+                                                         allow_no_crop=False)
+        w, h = crop[2] - crop[0], crop[3] - crop[1]
+        assert w == pytest.approx(h) and 0.3 <= w <= 1.0 and not no_crop and list(keep) == [0]
+    crop, *_ = random_bbox_crop_sample(boxes, rng, thresholds=[0.0], scaling=[0.3, 1.0], aspect_ratio=[2.0, 2.0],
+                                       allow_no_crop=False)
+    assert (crop[2] - crop[0]) / (crop[3] - crop[1]) == pytest.approx(2.0)
+
+
+def test_windows_that_drop_every_box_are_rejected():
+    rng = np.random.default_rng(4)
+    boxes = np.array([[0.0, 0.0, 0.1, 0.1]])  # a small box in a corner
+    for _ in range(20):
+        crop, out, keep, _ = random_bbox_crop_sample(boxes, rng, thresholds=[0.0], scaling=[0.3, 1.0],
+                                                     aspect_ratio=[0.5, 2.0], allow_no_crop=False,
+                                                     num_attempts=100)
+        assert list(keep) == [0] and crop[0] <= 0.05 and crop[1] <= 0.05
+
+
+def test_absolute_crop_shape_uses_integer_anchors():
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        crop, *_ = random_bbox_crop_sample(np.zeros((0, 4)), rng, crop_shape=[30, 20], input_shape=[80, 60],
+                                           allow_no_crop=False)
+        assert (crop[0] * 80).is_integer() and (crop[1] * 60).is_integer()
+        np.testing.assert_allclose(crop[2:] - crop[:2], [30 / 80, 20 / 60])
+    with pytest.raises(ValueError, match="fit in input_shape"):
+        random_bbox_crop_sample(np.zeros((0, 4)), rng, crop_shape=[90, 20], input_shape=[80, 60])

@@ -6,11 +6,12 @@ Algorithm, per sample:
 1. Choose one option uniformly among ``thresholds`` and, with ``allow_no_crop``, "no crop".
 2. "No crop": the window is the whole image and boxes pass unchanged.
 3. Otherwise try up to ``num_attempts`` windows: width and height scales uniform in ``scaling``; rejected unless
-   ``width / height`` is within ``aspect_ratio`` (a fixed ``crop_shape`` replaces both); anchor uniform so the
-   window fits. A window is accepted when the overlap metric (``threshold_type``: IoU of box and window, or
+   ``width / height`` is within ``aspect_ratio`` (a fixed ratio, min == max, instead sets one extent from the
+   other, as DALI does; a fixed ``crop_shape`` replaces all this and takes integer anchors); anchor uniform so
+   the window fits. A window is accepted when the overlap metric (``threshold_type``: IoU of box and window, or
    ``overlap`` = intersection / box area) reaches the threshold for every box (``all_boxes_above_threshold``) or
-   for at least one. After ``num_attempts`` failures a new option is chosen; after ``total_num_attempts``
-   (if > 0) the whole image is returned.
+   for at least one, and it keeps at least one box. After ``num_attempts`` failures a new option is chosen;
+   after ``total_num_attempts`` (if > 0) the whole image is returned.
 4. Boxes are kept when their centre lies in the window (or, with ``bbox_prune_threshold``, when
    intersection / box area reaches it), clipped to the window, and expressed in the window's [0, 1] coordinates.
 
@@ -72,6 +73,19 @@ def _metric(boxes: np.ndarray, crop: np.ndarray, kind: str) -> np.ndarray:
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
+def _fix_aspect_ratio(w: float, h: float, ratio: float, rng: np.random.Generator) -> tuple[float, float]:
+    """DALI's rule for a fixed aspect ratio (min == max): set one extent from the other (which one is random),
+    then scale both so that the larger extent keeps its drawn value."""
+    largest = max(w, h)
+    if w != h:
+        if rng.integers(2):
+            w = h * ratio
+        else:
+            h = w / ratio
+    scale = largest / max(w, h)
+    return w * scale, h * scale
+
+
 def _prune(boxes: np.ndarray, crop: np.ndarray, prune_threshold: float | None) -> np.ndarray:
     if prune_threshold is None:
         cx = (boxes[:, 0] + boxes[:, 2]) / 2
@@ -111,11 +125,15 @@ def random_bbox_crop_sample(boxes: np.ndarray, rng: np.random.Generator, *, aspe
     ltrb = to_ltrb(boxes, bbox_layout)
     fixed = None
     if crop_shape:
-        if not input_shape or len(input_shape) != len(crop_shape) != 2:
+        if not input_shape or len(input_shape) != 2 or len(crop_shape) != 2:
             raise ValueError("random_bbox_crop: crop_shape needs input_shape, both with 2 values in shape_layout "
                              "order")
-        fixed = np.minimum(np.asarray(crop_shape, float) / np.asarray(input_shape, float), 1.0)
-    elif scaling[1] / scaling[0] < aspect_ratio[0] or scaling[0] / scaling[1] > aspect_ratio[1]:
+        if any(c > i or c <= 0 for c, i in zip(crop_shape, input_shape)):
+            raise ValueError(f"random_bbox_crop: crop_shape {list(crop_shape)} must be positive and fit in "
+                             f"input_shape {list(input_shape)}")
+        fixed = np.asarray(crop_shape, float) / np.asarray(input_shape, float)
+    elif aspect_ratio[0] != aspect_ratio[1] and (scaling[1] / scaling[0] < aspect_ratio[0] or
+                                                 scaling[0] / scaling[1] > aspect_ratio[1]):
         raise ValueError(f"random_bbox_crop: no window with scales in {list(scaling)} has an aspect ratio in "
                          f"{list(aspect_ratio)}")
     options: list[float | None] = [float(t) for t in thresholds] + ([None] if allow_no_crop else [])
@@ -132,26 +150,29 @@ def random_bbox_crop_sample(boxes: np.ndarray, rng: np.random.Generator, *, aspe
             break
         for _ in range(num_attempts):
             tried += 1
-            if fixed is not None:
+            if tried > limit:
+                break
+            if fixed is not None:  # absolute window: integer anchors, as DALI
                 w, h = fixed
+                x0 = rng.integers(0, int(input_shape[0] - crop_shape[0]) + 1) / input_shape[0]
+                y0 = rng.integers(0, int(input_shape[1] - crop_shape[1]) + 1) / input_shape[1]
             else:
                 w, h = rng.uniform(scaling[0], scaling[1], size=2)
-                if not aspect_ratio[0] <= w / h <= aspect_ratio[1]:
-                    if tried >= limit:
-                        break
+                if aspect_ratio[0] == aspect_ratio[1]:
+                    w, h = _fix_aspect_ratio(w, h, aspect_ratio[0], rng)
+                elif not aspect_ratio[0] <= w / h <= aspect_ratio[1]:
                     continue
-            x0 = rng.uniform(0.0, 1.0 - w)
-            y0 = rng.uniform(0.0, 1.0 - h)
+                x0 = rng.uniform(0.0, 1.0 - w)
+                y0 = rng.uniform(0.0, 1.0 - h)
             cand = np.array([x0, y0, x0 + w, y0 + h])
-            if len(ltrb) == 0:
-                crop = cand
-                break
-            m = _metric(ltrb, cand, threshold_type) >= opt
-            if m.all() if all_boxes_above_threshold else m.any():
-                crop = cand
-                break
-            if tried >= limit:
-                break
+            if len(ltrb):
+                m = _metric(ltrb, cand, threshold_type) >= opt
+                if not (m.all() if all_boxes_above_threshold else m.any()):
+                    continue
+                if not _prune(ltrb, cand, bbox_prune_threshold).any():
+                    continue  # a window that keeps no box is rejected, as DALI does
+            crop = cand
+            break
     no_crop = crop is None or crop is whole
     if crop is None:
         if total_num_attempts <= 0:
