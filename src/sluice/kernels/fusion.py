@@ -83,19 +83,20 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
         return _unfused(ctx, images, args, has_crop, layout)
     k, r, c = _Args(args, "k."), _Args(args, "r."), _Args(args, "c.")
     hw = np.array([s.shape[:2] for s in samples], dtype=np.int64)
-    off = np.zeros((n, 2))
     if has_crop:
         win = crop_windows_batch(hw, k)
         if ((win[:, :2] < 0) | (win[:, :2] + win[:, 2:] > hw)).any():
             return _unfused(ctx, images, args, has_crop, layout)
-        off, hw = win[:, :2].astype(np.float64), win[:, 2:]
+        # the resize filter must not reach outside the crop: resample the crop views themselves
+        samples = [s[y:y + h, x:x + w] for s, (y, x, h, w) in zip(samples, win.tolist())]
+        hw = win[:, 2:]
     rois, rsz = resize_params_batch(hw, r, r.sample)
     cw = crop_windows_batch(rsz, c)
     if ((cw[:, :2] < 0) | (cw[:, :2] + cw[:, 2:] > rsz)).any():
         return _unfused(ctx, images, args, has_crop, layout)
     scale = (rois[:, 2:] - rois[:, :2]) / rsz  # source pixels per resized pixel, (y, x)
-    start = off + rois[:, :2] + cw[:, :2] * scale
-    end = off + rois[:, :2] + (cw[:, :2] + cw[:, 2:]) * scale
+    start = rois[:, :2] + cw[:, :2] * scale
+    end = rois[:, :2] + (cw[:, :2] + cw[:, 2:]) * scale
     src = np.concatenate([start, end], axis=1)
     outs = cw[:, 2:]
     fmin, fmag = filters({name: r.const(name) for name in ("interp_type", "min_filter", "mag_filter")})

@@ -128,6 +128,28 @@ def _axis(x: torch.Tensor, dim: int, idx: np.ndarray, w: np.ndarray) -> torch.Te
     return (g * tw).sum(1).movedim(0, dim)
 
 
+def _pillow_linear(image: torch.Tensor, roi, out_size, fy: int, fx: int, antialias: bool, layout: str,
+                   out_dtype: torch.dtype) -> torch.Tensor | None:
+    """Pillow's SIMD resize for the common CPU case (uint8 HWC with 1, 3 or 4 channels, linear on both axes,
+    antialiased, region inside the image, not flipped): the same triangle filter, within 1 grey level of the
+    float path (Pillow rounds its intermediate pass). ``None`` when the case does not apply."""
+    if (image.device.type != "cpu" or image.dtype != torch.uint8 or out_dtype != torch.uint8 or layout != "HWC"
+            or image.dim() != 3 or image.shape[2] not in (1, 3, 4) or not antialias
+            or fy not in (1, 5) or fx not in (1, 5)):
+        return None
+    y0, x0, y1, x1 = roi
+    h, w = int(image.shape[0]), int(image.shape[1])
+    if not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
+        return None
+    from PIL import Image
+
+    c = int(image.shape[2])
+    arr = image.contiguous().numpy()
+    pil = Image.fromarray(arr[..., 0] if c == 1 else arr, {1: "L", 3: "RGB", 4: "RGBA"}[c])
+    out = np.asarray(pil.resize((int(out_size[1]), int(out_size[0])), Image.BILINEAR, box=(x0, y0, x1, y1)))
+    return torch.from_numpy(out.reshape(int(out_size[0]), int(out_size[1]), c).copy())
+
+
 def resample(image: torch.Tensor, roi: Sequence[float], out_size: Sequence[int], min_filter, mag_filter,
              antialias: bool = True, dtype: torch.dtype | None = None, layout: str = "HWC") -> torch.Tensor:
     """Resample one image.
@@ -153,9 +175,12 @@ def resample(image: torch.Tensor, roi: Sequence[float], out_size: Sequence[int],
         shape = list(image.shape)
         shape[hdim], shape[wdim] = max(oh, 0), max(ow, 0)
         return torch.zeros(shape, dtype=out_dtype, device=image.device)
-    x = image.to(torch.float32)
     fy = fmin if abs(y1 - y0) > oh else fmag
     fx = fmin if abs(x1 - x0) > ow else fmag
+    fast = _pillow_linear(image, (y0, x0, y1, x1), (oh, ow), fy, fx, antialias, layout, out_dtype)
+    if fast is not None:
+        return fast
+    x = image.to(torch.float32)
     # horizontal first, on the rows the vertical filter needs only (as Pillow does)
     iy, wy = filter_table(y0, y1, in_h, oh, fy, antialias)
     used = np.unique(iy)

@@ -64,3 +64,29 @@ def test_chw_and_dtype_and_errors():
         run_op("crop", [img], layout="HWC", crop=(20, 24), crop_w=3, crop_h=3)
     with pytest.raises(Exception, match="out_of_bounds_policy"):
         run_op("crop", [img], layout="HWC", crop=(20, 24), out_of_bounds_policy="wrap")
+
+
+def test_batch_windows_equal_per_sample_windows():
+    from sluice.ops.image._geometry import crop_windows_batch
+
+    class Args:
+        def __init__(self, values, n):
+            self.values, self.n = values, n
+
+        def __getitem__(self, name):
+            v = self.values[name]
+            return list(v) if name.startswith("crop_pos") else [v] * self.n
+
+        def is_const(self, name):
+            return not name.startswith("crop_pos")
+
+    rng = np.random.default_rng(0)
+    hw = rng.integers(1, 600, (50, 2))
+    for crop in ((224, 224), (100, 0), None):
+        py, px = rng.random(50), rng.random(50)
+        args = Args(dict(crop=list(crop) if crop else None, crop_h=0.0, crop_w=0.0, crop_pos_y=py, crop_pos_x=px,
+                         rounding="round"), 50)
+        got = crop_windows_batch(hw, args)
+        for i, (h, w) in enumerate(hw):
+            ref = crop_window(int(h), int(w), crop[0] if crop else 0, crop[1] if crop else 0, py[i], px[i])
+            assert tuple(got[i]) == ref

@@ -1,6 +1,8 @@
 """The fusion pass: [crop ->] resize -> crop_mirror_normalize on the GPU becomes one node, and that node computes
-what the three operators compute one after the other (reference: the unfused CPU operators; tolerance 1e-3 on
-float32 outputs, i.e. float rounding only, because the fused kernel still rounds the uint8 resize result)."""
+what the three operators compute one after the other (reference: the unfused CPU operators; tolerance: two grey
+levels before normalisation (2 / std = 0.035) on single pixels, mean < 0.005, because the CPU resize of uint8 RGB
+goes through Pillow, which rounds its intermediate pass and evaluates a sub-box in float32; on the GPU both sides
+use the same float kernel and agree to fp16 rounding)."""
 
 import numpy as np
 import pytest
@@ -79,7 +81,8 @@ def test_fused_kernel_equals_unfused_operators(with_crop):
            for s, m in zip(x, mirror)]
     assert got.layout() == "CHW" and got.shape() == [(3, 24, 24)] * 3
     for a, b in zip(got.samples, ref):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-3)
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2.01 / min(STD))
+        assert np.abs(a.numpy() - b.numpy()).mean() < 0.005
 
 
 @pytest.mark.cuda

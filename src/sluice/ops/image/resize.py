@@ -4,6 +4,10 @@ The output size follows DALI exactly (:func:`sluice.ops.image._geometry.resize_p
 separable filter of :mod:`sluice.kernels.resample` (Pillow's algorithm in float32), batched on the GPU by
 :func:`sluice.kernels.batched.resample_batch` (two Triton launches per batch).
 
+On the CPU, uint8 HWC images with linear filtering and antialiasing (the common case) go through Pillow's SIMD
+resize, which is the same filter (it rounds its intermediate pass: within 1 of the float path); everything else
+runs the float32 torch path.
+
 Reference agreement (tests/ops/image/test_resize.py): INTERP_LINEAR / CUBIC / LANCZOS3 with antialias
 (any scale) agree with Pillow's BILINEAR / BICUBIC / LANCZOS within 1 grey level on uint8; INTERP_LINEAR without
 antialias and upscaling agree with OpenCV INTER_LINEAR within 1; INTERP_NN equals OpenCV INTER_NEAREST_EXACT.
