@@ -37,20 +37,29 @@ class _Frame:
 class _Decoder:
     def __init__(self, codec: str) -> None:
         self.name = _DECODERS[codec]
-        self.ctx = av.CodecContext.create(self.name, "r")
+        self.ctx = self._context()
         self.packets = 0
         self.flushes = 0
+
+    def _context(self):
+        ctx = av.CodecContext.create(self.name, "r")
+        # like NVDEC, show pictures decoded without their references (FFmpeg hides them by default)
+        ctx.options = {"flags2": "+showall", "flags": "+output_corrupt"}
+        return ctx
 
     def Decode(self, packet: PacketData):  # noqa: N802 - PyNvVideoCodec's name
         if packet.bsl == 0:
             frames = self.ctx.decode(None)
-            self.ctx = av.CodecContext.create(self.name, "r")  # a flushed parser starts afresh, as NVDEC's
+            self.ctx = self._context()  # a flushed parser starts afresh, as NVDEC's
             self.flushes += 1
         else:
             p = av.Packet(ctypes.string_at(packet.bsl_data, packet.bsl))
             p.pts = packet.pts
-            frames = self.ctx.decode(p)
             self.packets += 1
+            try:
+                frames = self.ctx.decode(p)
+            except av.error.InvalidDataError:  # NVDEC drops pictures it cannot decode (missing references)
+                frames = []
         return [_Frame(f.to_ndarray(format="rgb24"), f.pts) for f in frames]
 
 

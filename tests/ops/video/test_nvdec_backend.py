@@ -174,3 +174,35 @@ def test_lost_frame_stops_early_with_error(videos, fake_nvdec, monkeypatch):
     with pytest.raises(VideoError, match=r"h264.mp4: frame 14 could not be decoded by NVDEC"):
         read_frames(path, frames=[14], backend=backend)
     assert dec.packets - fed <= 14 - 12 + 4 + 4  # from keyframe 12 to frame 14, the slack and the reorder delay
+
+
+@pytest.mark.parametrize("codec, ext, options", [
+    ("libx264", "mkv", {"x264-params": "open-gop=1", "bf": "3"}),
+    ("libx265", "mp4", {"x265-params": "log-level=error:open-gop=1:keyint=12:min-keyint=12:bframes=4"}),
+])
+def test_open_gop_leading_pictures_exact(tmp_path, fake_nvdec, monkeypatch, codec, ext, options):
+    """Leading pictures of an open GOP decode from the previous keyframe; runs that start at an open-GOP
+    keyframe (non-IDR, parameter sets prepended) never keep their broken leading pictures. Both backends are
+    compared pixel for pixel with PyAV's sequential decode."""
+    av = pytest.importorskip("av")
+    from sluice.backends.video import nvdec
+    from sluice.backends.video.barcode import write_barcode_video
+    from video_fixtures import reference_frames
+
+    path = tmp_path / f"open_gop.{ext}"
+    write_barcode_video(path, codec, num_frames=60, width=160, height=144, options=options)
+    idx = get_index(path)
+    position = np.empty(idx.num_frames, int)
+    position[idx.decode_order] = np.arange(idx.num_frames)
+    leading = [f for k in idx.key_frames.tolist() for f in range(k) if position[f] > position[k]]
+    assert leading, "the encoder made no open GOP"
+    ref = reference_frames(path)
+    monkeypatch.setattr(nvdec, "SPLIT_FRAMES", 4)
+    monkeypatch.setattr(nvdec, "SPLIT_GROUPS", 1)  # every group of pictures its own run, on its own session
+    rng = np.random.default_rng(2)
+    for backend in (None, NvdecBackend(sessions=3)):
+        for _ in range(6):
+            req = sorted(set(rng.integers(0, 60, 6).tolist()) | set(rng.choice(leading, 2).tolist()))
+            clip = read_frames(path, frames=req, backend=backend)
+            for k, f in enumerate(req):
+                np.testing.assert_array_equal(np.asarray(clip.frames[k]), ref[f], err_msg=f"frame {f}")

@@ -93,3 +93,37 @@ def nonref_detector(codec: str, extradata: bytes | None, annexb: bool | None = N
         return head is not None and nonref(head)
 
     return detect
+
+
+def annexb_parameter_sets(codec: str, extradata: bytes | None) -> bytes:
+    """The SPS/PPS (H.264) or VPS/SPS/PPS (HEVC) of an avcC / hvcC record as Annex B NAL units, else b"".
+
+    A decoder started at a keyframe needs them; FFmpeg's ``*_mp4toannexb`` filters add them before IDR pictures
+    only, not before the recovery-point I pictures that start an open GOP. Example::
+
+        header = annexb_parameter_sets("h264", stream.codec_context.extradata)
+    """
+    ex = bytes(extradata or b"")
+    out = bytearray()
+    try:
+        if codec == "h264" and len(ex) > 6 and ex[0] == 1:
+            i = 6
+            for count_at_i in (True, False):
+                count = (ex[5] & 0x1F) if count_at_i else ex[i]
+                i += 0 if count_at_i else 1
+                for _ in range(count):
+                    n = int.from_bytes(ex[i:i + 2], "big")
+                    out += b"\x00\x00\x00\x01" + ex[i + 2:i + 2 + n]
+                    i += 2 + n
+        elif codec == "hevc" and len(ex) > 23 and ex[0] == 1:
+            i = 23
+            for _ in range(ex[22]):
+                count = int.from_bytes(ex[i + 1:i + 3], "big")
+                i += 3
+                for _ in range(count):
+                    n = int.from_bytes(ex[i:i + 2], "big")
+                    out += b"\x00\x00\x00\x01" + ex[i + 2:i + 2 + n]
+                    i += 2 + n
+    except IndexError:  # a truncated record: let the decoder find in-band parameter sets
+        return b""
+    return bytes(out)

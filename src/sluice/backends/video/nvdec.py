@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .bitstream import nonref_detector
+from .bitstream import annexb_parameter_sets, nonref_detector
 from .index import Source, VideoError, VideoIndex, reusable_container, video_stream
 
 logger = logging.getLogger(__name__)
@@ -191,7 +191,10 @@ class NvdecBackend:
                 if self._split_pool is None:
                     self._split_pool = ThreadPoolExecutor(self.sessions, thread_name_prefix="sluice-nvdec")
             bounds = np.linspace(0, len(plan), parts + 1).astype(int)
-            futures = [self._split_pool.submit(self._decode_plan, source, idx, plan[a:b], wanted)
+            # each run keeps only its own groups' frames: a run starting at an open-GOP keyframe shows broken
+            # leading pictures that belong to the previous run
+            futures = [self._split_pool.submit(self._decode_plan, source, idx, plan[a:b],
+                                               {f for _, group in plan[a:b] for f in group})
                        for a, b in zip(bounds[:-1], bounds[1:])]
             out = {}
             for f in futures:
@@ -234,7 +237,9 @@ class NvdecBackend:
         header = b""
         extradata = bytes(stream.codec_context.extradata or b"")
         nonref = nonref_detector(idx.codec, extradata, annexb=True if bsf is not None else None)
-        if idx.codec == "mpeg4":
+        if bsf is not None:
+            header = annexb_parameter_sets(idx.codec, extradata)  # also before open-GOP (non-IDR) keyframes
+        elif idx.codec == "mpeg4":
             header = extradata
         elif idx.codec == "av1" and len(extradata) > 4:
             header = extradata[4:]  # av1C: 4 bytes of fields, then the sequence header OBUs
@@ -257,39 +262,45 @@ class NvdecBackend:
 
     def _run_plan(self, container, stream, idx: VideoIndex, plan, session: _Session, out: dict,
                   wanted: set) -> None:
-        take = self._take
         pos = -1
         packets = None
+        floor = 0  # the keyframe the current run started from: frames shown before it are not trusted
+
+        def take(decoded: list, pos: int) -> int:
+            return self._take(decoded, idx, session, out, pos, wanted, floor)
+
         for key, group in plan:
             if packets is None or not (key <= pos + 1 and group[0] > pos):
                 if packets is not None:
-                    pos = take(session.feed(None, 0), idx, session, out, pos, wanted)  # flush the last run
+                    pos = take(session.feed(None, 0), pos)  # flush the last run
                 packets = self._packets(container, stream, idx, key, wanted)
-                pos = -1
+                pos, floor = -1, key
             last = group[-1]
             while pos < last:
                 item = next(packets, None)
                 if item is None or idx.frame_of_pts(int(item[1])) > last + REORDER_SLACK:
                     # end of stream, or far past the group (a wanted frame was lost to corruption): flush the
                     # frames the decoder holds rather than decode on to the end of the video
-                    pos = take(session.feed(None, 0), idx, session, out, pos, wanted)
+                    pos = take(session.feed(None, 0), pos)
                     packets = None
                     break
-                pos = take(session.feed(*item), idx, session, out, pos, wanted)
+                pos = take(session.feed(*item), pos)
             if packets is None:
                 pos = -1
         if packets is not None:
-            take(session.feed(None, 0), idx, session, out, pos, wanted)
+            take(session.feed(None, 0), pos)
 
     @staticmethod
-    def _take(decoded: list, idx: VideoIndex, session: _Session, out: dict, pos: int, wanted: set) -> int:
-        """Keep the wanted frames among ``decoded``; return the newest frame number seen."""
+    def _take(decoded: list, idx: VideoIndex, session: _Session, out: dict, pos: int, wanted: set,
+              floor: int) -> int:
+        """Keep the wanted frames among ``decoded`` (none shown before the run's keyframe ``floor``: leading
+        pictures of an open GOP decoded without their references); return the newest frame number seen."""
         for frame in decoded:
             ts = getattr(frame, "timestamp", None)
             i = idx.frame_of_pts(int(ts if ts is not None else frame.getPTS()))
             if i < 0:
                 continue
             pos = max(pos, i)
-            if i in wanted and i not in out:
+            if i >= floor and i in wanted and i not in out:
                 out[i] = session.to_rgb(frame)
         return pos
