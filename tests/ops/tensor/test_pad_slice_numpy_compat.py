@@ -42,8 +42,20 @@ def test_pad_explicit_shape_and_ragged_other_axes():
     out = _pad([a, b], [1], shape=[6])
     assert [tuple(o.shape) for o in out] == [(2, 6), (4, 6)]
     np.testing.assert_array_equal(out[1].numpy(), np.pad(b, ((0, 0), (0, 4))))
-    with pytest.raises(ValueError, match="never crops"):
-        _pad([a, b], [1], shape=[2])
+    # DALI: a requested extent smaller than a sample leaves that sample as it is (padding never crops)
+    out = _pad([a, b], [1], shape=[2])
+    assert [tuple(o.shape) for o in out] == [(2, 3), (4, 2)]
+
+
+def test_pad_per_sample_shape_align_and_fill():
+    a, b = _ramp((5,)), _ramp((3,))
+    shapes = pad_shapes([a.shape, b.shape], [0], shape=[[8], [4]], align=[[1], [3]], per_sample=True)
+    assert shapes == [(8,), (6,)]
+    out = pad_samples([torch.from_numpy(a), torch.from_numpy(b)], shapes, [-1.0, 7.0])
+    np.testing.assert_array_equal(out[0].numpy(), np.pad(a, (0, 3), constant_values=-1))
+    np.testing.assert_array_equal(out[1].numpy(), np.pad(b, (0, 3), constant_values=7))
+    dense = pad_samples([torch.from_numpy(a), torch.from_numpy(a[:4])], [(5,), (5,)], [1.0, 2.0])
+    assert dense.dense is not None and dense[1].tolist() == [0.0, 1.0, 2.0, 3.0, 2.0]
 
 
 def test_slice_bounds_default_axes_are_x_then_y():

@@ -61,6 +61,18 @@ def test_pad_audio_and_spectrograms():
     np.testing.assert_array_equal(out[2].numpy(), np.pad(SPECS_FT[2], ((0, 0), (0, 21))))
 
 
+def test_pad_per_sample_fill_value_node_and_no_cropping():
+    pipe = Pipeline(batch_size=3, num_threads=1, device_id=None, exec_async=False)
+    with pipe:
+        audio = fn.external_source(source=lambda: AUDIO, cycle=True)
+        fill = fn.external_source(source=lambda: [np.float32(v) for v in (-1, 0, 1)], cycle=True)
+        pipe.set_outputs(fn.pad(audio, axes=[0], fill_value=fill, shape=[120]))
+    out = pipe.run()[0]
+    pipe.close()
+    assert out.shape() == [(120,), (160,), (130,)]  # shape=120 pads the short clip; longer ones stay as they are
+    np.testing.assert_array_equal(out[0].numpy(), np.pad(AUDIO[0], (0, 20), constant_values=-1))
+
+
 def test_pad_images_hw():
     out = run_op("pad", IMAGES, layout="HWC", axis_names="HW", fill_value=7)
     assert out.shape() == [(12, 20, 3)] * 2
