@@ -323,7 +323,7 @@ def _sample_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operat
                 results = list(pool.map(one, range(n)))
             else:
                 results = [one(i) for i in range(n)]
-            num_out = schema.num_outputs(self.spec.args)
+            num_out = schema.num_outputs(self.spec.args, len(inputs))
             if n == 0:
                 return tuple(Batch([]) for _ in range(num_out))
             columns = list(zip(*results))
@@ -375,6 +375,7 @@ class OpSchema:
         self.doc = inspect.cleandoc(doc)
         self.min_inputs, self.max_inputs = (inputs, inputs) if isinstance(inputs, int) else inputs
         self._outputs = outputs
+        self._outputs_takes_inputs = callable(outputs) and len(inspect.signature(outputs).parameters) >= 2
         bad = [d for d in devices if d not in DEVICES]
         if bad:
             raise ValueError(f"schema {name}: unknown devices {bad}; use {DEVICES}")
@@ -440,8 +441,14 @@ class OpSchema:
             raise ArgumentError(f"fn.{self.name} has no kernel for device '{device}'; it runs on: {have}") from None
 
     # ---- arguments ----------------------------------------------------------------------------------------
-    def num_outputs(self, const_args: dict[str, Any]) -> int:
-        return self._outputs(const_args) if callable(self._outputs) else self._outputs
+    def num_outputs(self, const_args: dict[str, Any], num_inputs: int | None = None) -> int:
+        """How many outputs a node has: a number, or ``outputs(const_args)`` / ``outputs(const_args, num_inputs)``
+        for operators whose outputs depend on their arguments or on how many inputs they were given."""
+        if not callable(self._outputs):
+            return self._outputs
+        if self._outputs_takes_inputs:
+            return self._outputs(const_args, self.min_inputs if num_inputs is None else num_inputs)
+        return self._outputs(const_args)
 
     def output_layouts(self, const_args: dict[str, Any], input_layouts: list[str], n: int) -> list[str]:
         spec = self._output_layout

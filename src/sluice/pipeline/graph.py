@@ -43,7 +43,7 @@ class OpNode:
         self.arg_inputs = arg_inputs
         self.name = name or f"__{schema.name.replace('.', '_')}_{self.id}"
         self.explicit_name = name is not None
-        n_out = schema.num_outputs(const_args)
+        n_out = schema.num_outputs(const_args, len(inputs))
         out_device = "gpu" if device in ("gpu", "mixed") else "cpu"
         self.outputs = [DataNode(self, i, out_device) for i in range(n_out)]
 

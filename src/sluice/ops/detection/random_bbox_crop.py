@@ -24,7 +24,6 @@ image consistently.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -193,24 +192,9 @@ def random_bbox_crop_sample(boxes: np.ndarray, rng: np.random.Generator, *, aspe
 # ------------------------------------------------------------------------------------------------------------
 # Operator
 # ------------------------------------------------------------------------------------------------------------
-def _num_inputs_of_call() -> int:
-    """How many inputs the ``fn.random_bbox_crop`` call being traced has (boxes, or boxes and labels).
-
-    DALI's output count depends on whether labels are given, but schema output counts are computed from the
-    constant arguments only; until the core passes the input count, read it from the graph node being built."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        inputs = frame.f_locals.get("inputs")
-        schema = frame.f_locals.get("schema")
-        if isinstance(inputs, (list, tuple)) and getattr(schema, "name", None) == "random_bbox_crop":
-            return len(inputs)
-        frame = frame.f_back
-    return 2
-
-
-def _num_outputs(args: dict) -> int:
-    n_inputs = args.get("__num_inputs__") or _num_inputs_of_call()
-    return 3 + (n_inputs >= 2) + bool(args.get("output_bbox_indices"))
+def _num_outputs(args: dict, num_inputs: int) -> int:
+    """anchor, shape, boxes, then labels when they were given, then bbox indices when asked for."""
+    return 3 + (num_inputs >= 2) + bool(args.get("output_bbox_indices"))
 
 
 SCHEMA = OpSchema(
