@@ -251,12 +251,12 @@ def test_unwanted_nonref_packets_are_not_decoded(videos, monkeypatch):
     decoded = []
     real = pyav_mod._decoded_frames
 
-    def counting(container, stream, name, skip=None):
+    def counting(packets, name, skip=None):
         def skip_and_count(packet):
             s = skip(packet) if skip else False
             decoded.append(not s)
             return s
-        return real(container, stream, name, skip_and_count)
+        return real(packets, name, skip_and_count)
 
     monkeypatch.setattr(pyav_mod, "_decoded_frames", counting)
     clip = read_frames(videos["h264-mp4"], frames=[12, 23])  # one GOP: 12 .. 23

@@ -10,6 +10,7 @@ NUM_FRAMES = 40
 CODECS = [
     ("h264-mp4", "libx264", "h264.mp4"),
     ("h264-mov", "libx264", "h264.mov"),
+    ("h264-ts", "libx264", "h264.ts"),
     ("hevc-mkv", "libx265", "hevc.mkv"),
     ("mpeg4-avi", "mpeg4", "mpeg4.avi"),
     ("vp9-webm", "libvpx-vp9", "vp9.webm"),

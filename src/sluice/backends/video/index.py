@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Iterator, Sequence, Union
 
 import numpy as np
 
@@ -105,6 +105,46 @@ def reusable_container(source: Source, tag: str = ""):
         cache.popitem(last=False)[1].close()
 
 
+def packets_from(container, stream, idx: "VideoIndex", key: int) -> Iterator:
+    """The stream's packets from keyframe ``key``'s packet on (then to the end, with the final empty packet).
+
+    Containers seek differently (mp4 by sample table, mpegts by bisecting timestamps, avi by index): the seek
+    aims at the keyframe's dts, packets before the keyframe are dropped, and when the demuxer lands after it the
+    seek is retried from the previous keyframe, then from the start. Raises :class:`VideoError` if the keyframe
+    is never reached.
+    """
+    import av
+
+    key_pts = int(idx.pts[key])
+    key_pos = int(idx.decode_position[key])
+    earlier = idx.key_frames[idx.key_frames < key]
+    targets = [int(idx.dts[key])] + ([int(idx.dts[earlier[-1]])] if len(earlier) else []) + [None]
+    for target in targets:
+        try:
+            if target is None:
+                container.seek(0)
+            else:
+                container.seek(target, stream=stream, backward=True, any_frame=False)
+        except av.error.FFmpegError:
+            continue
+        demux = container.demux(stream)
+        for packet in demux:
+            if packet.size == 0:
+                break
+            ts = packet.pts if packet.pts is not None else packet.dts
+            if ts is None:
+                continue
+            if int(ts) == key_pts:
+                yield packet
+                yield from demux
+                return
+            f = idx.frame_of_pts(int(ts))
+            if f >= 0 and idx.decode_position[f] > key_pos:
+                break  # landed (or read on) past the keyframe: seek earlier
+    raise VideoError(f"{idx.name}: cannot seek to keyframe {key} (pts {key_pts}); the file's index or "
+                     f"timestamps are damaged")
+
+
 def video_stream(container, name: str):
     """The first video stream of an open container, or a :class:`VideoError` naming the file."""
     if not container.streams.video:
@@ -138,9 +178,19 @@ class VideoIndex:
     average_rate: float = 0.0
     key_frames: np.ndarray = field(init=False, repr=False)
     _by_pts: dict | None = field(default=None, init=False, repr=False)
+    _decode_position: np.ndarray | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key_frames = np.flatnonzero(self.keyframe)
+
+    @property
+    def decode_position(self) -> np.ndarray:
+        """For each frame, the position of its packet in the stream (decode order)."""
+        if self._decode_position is None:
+            pos = np.empty(self.num_frames, np.int64)
+            pos[self.decode_order] = np.arange(self.num_frames)
+            self._decode_position = pos
+        return self._decode_position
 
     def frame_of_pts(self, pts: int) -> int:
         """Frame number of a decoded frame's pts (the last frame at or before it when not exact; -1 if none)."""

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .bitstream import annexb_parameter_sets, nonref_detector
-from .index import Source, VideoError, VideoIndex, reusable_container, video_stream
+from .index import Source, VideoError, VideoIndex, packets_from, reusable_container, video_stream
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,6 @@ class NvdecBackend:
         non-reference pictures that are not wanted are left out (nobody needs them decoded)."""
         import av
 
-        container.seek(int(idx.pts[key]), stream=stream, backward=True, any_frame=False)
         bsf_name = ANNEXB_FILTERS.get(idx.codec)
         bsf = av.bitstream.BitStreamFilterContext(bsf_name, stream) if bsf_name else None
         header = b""
@@ -244,7 +243,7 @@ class NvdecBackend:
         elif idx.codec == "av1" and len(extradata) > 4:
             header = extradata[4:]  # av1C: 4 bytes of fields, then the sequence header OBUs
         try:
-            for packet in container.demux(stream):
+            for packet in packets_from(container, stream, idx, key):
                 if packet.size == 0:
                     break
                 pts = packet.pts if packet.pts is not None else packet.dts

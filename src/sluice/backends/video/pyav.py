@@ -12,23 +12,24 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .bitstream import nonref_detector
-from .index import Source, VideoError, VideoIndex, open_container, reusable_container, video_stream
+from .index import (Source, VideoError, VideoIndex, open_container, packets_from, reusable_container,
+                    video_stream)
 
 logger = logging.getLogger(__name__)
 
 
-def _decoded_frames(container, stream, name: str, skip=None) -> Iterator:
-    """Decoded frames from the demuxer's current position to the end of the stream, skipping corrupt packets and
-    those ``skip(packet)`` says are not needed."""
+def _decoded_frames(packets: Iterable, name: str, skip=None) -> Iterator:
+    """Decoded frames of ``packets`` (to the end of the stream), skipping corrupt packets and those
+    ``skip(packet)`` says are not needed."""
     import av
 
     try:
-        for packet in container.demux(stream):
+        for packet in packets:
             if skip is not None and packet.size and skip(packet):
                 continue
             try:
@@ -119,15 +120,7 @@ class PyAVBackend:
 
     @staticmethod
     def _seek(container, stream, idx: VideoIndex, key: int, skip):
-        import av
-
-        target = int(idx.pts[key])
-        try:
-            container.seek(target, stream=stream, backward=True, any_frame=False)
-        except av.error.FFmpegError as e:
-            logger.info("%s: seek to pts %d failed (%s); decoding from the start", idx.name, target, e)
-            container.seek(int(idx.pts[0]), stream=stream, backward=True, any_frame=False)
-        return _decoded_frames(container, stream, idx.name, skip)
+        return _decoded_frames(packets_from(container, stream, idx, key), idx.name, skip)
 
     @staticmethod
     def _collect(frames_iter, idx: VideoIndex, group: Sequence[int], out: dict, pos: int, rgb: "_Rgb") -> int:
@@ -181,7 +174,7 @@ def read_audio_window(source: Source, start: float, end: float, *, sample_rate: 
         except av.error.FFmpegError:
             container.seek(0, stream=stream)
         cursor = None  # sample number (at ``rate``) of the next resampled sample
-        for frame in _decoded_frames(container, stream, name):
+        for frame in _decoded_frames(container.demux(stream), name):
             if cursor is None:
                 if frame.pts is None:
                     raise VideoError(f"{name}: audio frames carry no timestamps")
