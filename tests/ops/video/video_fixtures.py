@@ -13,6 +13,7 @@ CODECS = [
     ("h264-ts", "libx264", "h264.ts"),
     ("hevc-mkv", "libx265", "hevc.mkv"),
     ("mpeg4-avi", "mpeg4", "mpeg4.avi"),
+    ("h264-avi", "libx264", "h264.avi"),  # B-frames in AVI: no presentation times in the container
     ("vp9-webm", "libvpx-vp9", "vp9.webm"),
     ("av1-mkv", "libsvtav1", "av1.mkv"),
 ]

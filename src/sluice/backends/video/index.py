@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 PAD_MODES = ("none", "constant", "edge", "reflect_1001", "reflect_101")
 
 
@@ -131,7 +131,7 @@ def packets_from(container, stream, idx: "VideoIndex", key: int) -> Iterator:
         for packet in demux:
             if packet.size == 0:
                 break
-            ts = packet.pts if packet.pts is not None else packet.dts
+            ts = packet.dts if idx.count_frames or packet.pts is None else packet.pts
             if ts is None:
                 continue
             if int(ts) == key_pts:
@@ -176,6 +176,7 @@ class VideoIndex:
     container: str = ""
     pix_fmt: str = ""
     average_rate: float = 0.0
+    count_frames: bool = False
     key_frames: np.ndarray = field(init=False, repr=False)
     _by_pts: dict | None = field(default=None, init=False, repr=False)
     _decode_position: np.ndarray | None = field(default=None, init=False, repr=False)
@@ -341,17 +342,17 @@ class VideoIndex:
                     pos=self.pos, duration=self.duration, decode_order=self.decode_order,
                     meta=np.array([self.codec, str(self.width), str(self.height), str(self.time_base.numerator),
                                    str(self.time_base.denominator), self.container, self.pix_fmt,
-                                   repr(self.average_rate)]))
+                                   repr(self.average_rate), str(int(self.count_frames))]))
 
     @classmethod
     def from_arrays(cls, name: str, a) -> "VideoIndex":
         if int(a["version"]) != INDEX_VERSION:
             raise ValueError("stale index version")
-        codec, w, h, num, den, cont, pix, rate = [str(x) for x in a["meta"]]
+        codec, w, h, num, den, cont, pix, rate, count = [str(x) for x in a["meta"]]
         return cls(name=name, codec=codec, width=int(w), height=int(h), time_base=Fraction(int(num), int(den)),
                    pts=a["pts"], dts=a["dts"], keyframe=a["keyframe"].astype(bool), pos=a["pos"],
                    duration=a["duration"], decode_order=a["decode_order"], container=cont, pix_fmt=pix,
-                   average_rate=float(rate))
+                   average_rate=float(rate), count_frames=bool(int(count)))
 
 
 def build_index(source: Source, name: str | None = None) -> VideoIndex:
@@ -362,12 +363,16 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
     with open_container(source) as container:
         stream = video_stream(container, name)
         ctx = stream.codec_context
+        # AVI stores no presentation times: FFmpeg's packet pts follow decode order even with B-frames. There,
+        # frame i is the i-th slot of the constant frame rate (its dts), and decoded frames are numbered by
+        # counting from the keyframe a decode starts at (closed GOPs: the keyframe is shown first).
+        count_frames = container.format.name.split(",")[0] == "avi"
         rows = []
         try:
             for packet in container.demux(stream):
                 if packet.size == 0:
                     continue
-                pts = packet.pts if packet.pts is not None else packet.dts
+                pts = packet.pts if packet.pts is not None and not count_frames else packet.dts
                 if pts is None:
                     raise VideoError(f"{name}: packet {len(rows)} has no timestamp; cannot index frames by time")
                 rows.append((pts, packet.dts if packet.dts is not None else pts, bool(packet.is_keyframe),
@@ -393,7 +398,7 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
             pts=sorted_rows[:, 0].copy(), dts=sorted_rows[:, 1].copy(), keyframe=sorted_rows[:, 2].astype(bool),
             pos=sorted_rows[:, 3].copy(), duration=sorted_rows[:, 4].copy(), decode_order=rank,
             container=container.format.name, pix_fmt=str(ctx.pix_fmt or ""),
-            average_rate=float(stream.average_rate or 0.0))
+            average_rate=float(stream.average_rate or 0.0), count_frames=count_frames)
 
 
 # ---------------------------------------------------------------------------------------------- caching

@@ -235,7 +235,8 @@ class NvdecBackend:
         bsf = av.bitstream.BitStreamFilterContext(bsf_name, stream) if bsf_name else None
         header = b""
         extradata = bytes(stream.codec_context.extradata or b"")
-        nonref = nonref_detector(idx.codec, extradata, annexb=True if bsf is not None else None)
+        nonref = None if idx.count_frames else \
+            nonref_detector(idx.codec, extradata, annexb=True if bsf is not None else None)
         if bsf is not None:
             header = annexb_parameter_sets(idx.codec, extradata)  # also before open-GOP (non-IDR) keyframes
         elif idx.codec == "mpeg4":
@@ -264,16 +265,20 @@ class NvdecBackend:
         pos = -1
         packets = None
         floor = 0  # the keyframe the current run started from: frames shown before it are not trusted
+        shown = 0  # frames the decoder gave in this run (AVI: they are numbered by counting)
 
         def take(decoded: list, pos: int) -> int:
-            return self._take(decoded, idx, session, out, pos, wanted, floor)
+            nonlocal shown
+            numbers = range(floor + shown, floor + shown + len(decoded)) if idx.count_frames else None
+            shown += len(decoded)
+            return self._take(decoded, idx, session, out, pos, wanted, floor, numbers)
 
         for key, group in plan:
             if packets is None or not (key <= pos + 1 and group[0] > pos):
                 if packets is not None:
                     pos = take(session.feed(None, 0), pos)  # flush the last run
                 packets = self._packets(container, stream, idx, key, wanted)
-                pos, floor = -1, key
+                pos, floor, shown = -1, key, 0
             last = group[-1]
             while pos < last:
                 item = next(packets, None)
@@ -291,12 +296,16 @@ class NvdecBackend:
 
     @staticmethod
     def _take(decoded: list, idx: VideoIndex, session: _Session, out: dict, pos: int, wanted: set,
-              floor: int) -> int:
+              floor: int, numbers=None) -> int:
         """Keep the wanted frames among ``decoded`` (none shown before the run's keyframe ``floor``: leading
-        pictures of an open GOP decoded without their references); return the newest frame number seen."""
-        for frame in decoded:
-            ts = getattr(frame, "timestamp", None)
-            i = idx.frame_of_pts(int(ts if ts is not None else frame.getPTS()))
+        pictures of an open GOP decoded without their references); return the newest frame number seen.
+        Frames are numbered by their timestamps, or by ``numbers`` when given (AVI)."""
+        for k, frame in enumerate(decoded):
+            if numbers is not None:
+                i = numbers[k]
+            else:
+                ts = getattr(frame, "timestamp", None)
+                i = idx.frame_of_pts(int(ts if ts is not None else frame.getPTS()))
             if i < 0:
                 continue
             pos = max(pos, i)

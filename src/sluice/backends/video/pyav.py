@@ -45,7 +45,7 @@ def _decoded_frames(packets: Iterable, name: str, skip=None) -> Iterator:
 def unwanted_nonref(idx: VideoIndex, stream, frames: Sequence[int]):
     """``skip(packet)``: True for packets of non-reference pictures (H.264/HEVC) that no wanted frame needs."""
     detect = nonref_detector(idx.codec, stream.codec_context.extradata)
-    if detect is None:
+    if detect is None or idx.count_frames:  # counting decoded frames needs every one of them
         return None
     wanted = {int(f) for f in frames}
 
@@ -119,18 +119,19 @@ class PyAVBackend:
                                      f"{idx.num_frames} frames)")
 
     @staticmethod
-    def _seek(container, stream, idx: VideoIndex, key: int, skip):
-        return _decoded_frames(packets_from(container, stream, idx, key), idx.name, skip)
+    def _seek(container, stream, idx: VideoIndex, key: int, skip) -> Iterator:
+        """(frame number, decoded frame) from keyframe ``key`` on."""
+        frames = _decoded_frames(packets_from(container, stream, idx, key), idx.name, skip)
+        if idx.count_frames:
+            return ((key + n, frame) for n, frame in enumerate(frames))
+        return ((idx.frame_of_pts(int(frame.pts if frame.pts is not None else frame.dts)), frame)
+                for frame in frames if frame.pts is not None or frame.dts is not None)
 
     @staticmethod
     def _collect(frames_iter, idx: VideoIndex, group: Sequence[int], out: dict, pos: int, rgb: "_Rgb") -> int:
         remaining = set(group)
         last = group[-1]
-        for frame in frames_iter:
-            ts = frame.pts if frame.pts is not None else frame.dts
-            if ts is None:
-                continue
-            i = idx.frame_of_pts(int(ts))
+        for i, frame in frames_iter:
             if i < 0:
                 continue
             pos = i
