@@ -114,6 +114,8 @@ class _Session:
             packet.bsl = int(buf.size)
             packet.bsl_data = int(buf.ctypes.data)
         packet.pts = int(pts)
+        if hasattr(packet, "decode_flag"):
+            packet.decode_flag = 0  # no extra CUVID packet flags (end of stream is signalled by an empty packet)
         frames = self.decoder.Decode(packet)
         return list(frames)
 
