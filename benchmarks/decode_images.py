@@ -229,9 +229,8 @@ def main(argv=None) -> None:
     run, op = sluice_mixed_pass(byte_batches, args.threads, args.device_id, args.hw_decoder_load)
     ours = best_rate(run, n, args.repeat)
     dec = op._decoder
-    hw = dec.hw_tuner.value if dec.hw_tuner is not None else dec._hw_share
-    print(f"# sluice mixed: {dec.backend_name}; GPU/CPU shares {dec.scheduler.shares}; hardware share of GPU work "
-          f"{hw:.2f}; last split {dec.last_split}; {dec.stats}", flush=True)
+    print(f"# sluice mixed: {dec.backend_name}; shares {({k: round(v, 2) for k, v in dec.shares.items()})}; "
+          f"last split {dec.last_split}; {dec.stats}", flush=True)
     report(f"JPEG decode, batch {args.batch}, mixed (ImageNet-like)", "img/s", ours, peers)
     best_peer = max(peers.values()) if peers else float("nan")
     print(f"# sluice / best peer = {ours / best_peer:.2f}x (target >= 1.3x)", flush=True)

@@ -25,7 +25,9 @@ for step in "$@"; do
     tests-*) python3 -m pytest -q -m cuda -p no:cacheprovider -rfE "tests/${step#tests-}" 2>&1 | tail -40 ;;
     engine) python3 benchmarks/engine_overhead.py --iterations 3000 ;;
     decode) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
-            python3 benchmarks/decode_images.py /tmp/imagenet_like 2>&1 | grep -v '^INFO' ;;
+            python3 benchmarks/decode_images.py /tmp/imagenet_like 2>&1 | grep --line-buffered -v '^INFO' ;;
+    decode-diag) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
+            python3 benchmarks/decode_diag.py /tmp/imagenet_like 2>&1 | grep --line-buffered -v '^INFO' ;;
     train) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
            python3 benchmarks/train_pipeline.py /tmp/imagenet_like 2>&1 | grep -v '^INFO' ;;
     audio) python3 benchmarks/make_audio.py /tmp/audio_bench | tail -2; python3 benchmarks/audio_pipeline.py /tmp/audio_bench ;;

@@ -110,12 +110,18 @@ def test_gpu_failure_retries_on_cpu_and_names_the_file(fake_gpu):
         dec.decode([data[1], corrupt_jpeg(data[0])], sources=["ok.jpg", "bad.jpg"])
 
 
-def test_scheduler_adapts_to_cpu_speed(fake_gpu):
+def test_cpu_share_adapts_to_measured_speed(fake_gpu):
     dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.5, adaptive=True)
-    before = dec.scheduler.shares["cpu"]
+    before = dec.shares["cpu"]
     for _ in range(3):
         dec.decode(_jpegs(8))
-    assert dec.scheduler.shares["cpu"] != before  # measured, not the initial guess
+    assert dec.shares["cpu"] != before  # moved by the measured batch speed, not the initial guess
+    fixed = GpuImageDecoder(torch.device("cpu"), cpu_load=0.5, adaptive=False)
+    for _ in range(3):
+        fixed.decode(_jpegs(8))
+    assert fixed.shares["cpu"] == 0.5
+    with pytest.raises(ValueError, match="Invalid cpu_load"):
+        GpuImageDecoder(torch.device("cpu"), cpu_load=1.5)
 
 
 @pytest.mark.parametrize("orientation", [1, 2, 5, 6, 7, 8])

@@ -42,6 +42,11 @@ logger = logging.getLogger(__name__)
 
 Roi = tuple[int, int, int, int]
 
+#: Initial CPU share of the GPU-decodable JPEGs (SLUICE_IMAGE_CPU_LOAD overrides); the tuner moves it up to
+#: MAX_CPU_LOAD when whole batches get faster.
+DEFAULT_CPU_LOAD = 0.0
+MAX_CPU_LOAD = 0.3
+
 # torch.cuda, behind one name so that the scheduling and assembly logic can be exercised on the CPU in tests.
 _cuda = torch.cuda
 
@@ -119,44 +124,70 @@ class GpuImageDecoder:
         self._nv = nvimgcodec_module()
         self._hw = None
         self._cuda = None
+        self._raw_inputs = True  # nvImageCodec takes NumPy arrays as code streams (older versions: CodeStream)
         if self._nv is not None:
             nv = self._nv
             options = f":fancy_upsampling={int(bool(jpeg_fancy_upsampling))}"
             # nvImageCodec's own host threads (bitstream parsing): few, the pipeline's threads decode on the CPU.
             host_threads = max(2, num_cpu_threads // 4)
+            for kinds in ([nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=1.0), nv.Backend(nv.BackendKind.GPU_ONLY)],
+                          [nv.Backend(nv.BackendKind.HW_GPU_ONLY)]):
+                try:
+                    self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
+                                          options=options, backends=kinds)
+                    break
+                except Exception as exc:  # noqa: BLE001 - no hardware engine on this GPU
+                    logger.info("nvImageCodec hardware JPEG decoder unavailable (%s)", exc)
             try:
-                self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
-                                      options=options, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=1.0),
-                                                nv.Backend(nv.BackendKind.GPU_ONLY)])
-            except Exception as exc:  # noqa: BLE001 - no hardware engine on this GPU
-                logger.info("nvImageCodec hardware JPEG decoder unavailable (%s)", exc)
-            self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
-                                    options=options, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
+                self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
+                                        options=options, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
+            except Exception as exc:  # noqa: BLE001 - e.g. "Could not create decoder": torchvision takes over
+                logger.info("nvImageCodec CUDA JPEG decoder unavailable (%s); using torchvision's nvJPEG", exc)
         has_hw = self._hw is not None and self._hw_works()
         if not has_hw:
             self._hw = None
         if cpu_load is None:
-            cpu_load = min(0.35, 0.02 * num_cpu_threads)
+            cpu_load = float(os.environ.get("SLUICE_IMAGE_CPU_LOAD", DEFAULT_CPU_LOAD))
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ValueError(f"Invalid hw_decoder_load ({hw_decoder_load}). It must lie in [0, 1].")
+        if not 0.0 <= cpu_load <= 1.0:
+            raise ValueError(f"Invalid cpu_load ({cpu_load}). It must lie in [0, 1].")
         if adaptive is None:
             adaptive = os.environ.get("SLUICE_IMAGE_ADAPTIVE", "1") != "0"
-        # GPU vs CPU follows measured speed. Within the GPU, the hardware engines' share starts at hw_decoder_load
-        # and, when adaptive, is hill-climbed on the combined GPU speed (both paths finish on the pipeline's
-        # stream, so their separate times cannot be told apart by events).
-        self.scheduler = SplitScheduler({"gpu": 1.0 - cpu_load, "cpu": cpu_load}, adaptive=adaptive)
+        # The CPU's share of the JPEGs and the hardware engines' share of the GPU's are hill-climbed on the
+        # measured speed of whole batches (decode calls), one tuner at a time: CPU decoding competes with the GPU
+        # decoders' host threads for cores and the GIL, so finishing together is not the same as finishing soon.
+        self.cpu_tuner = ShareTuner(cpu_load, hi=max(cpu_load, MAX_CPU_LOAD)) if adaptive else None
         self.hw_tuner = ShareTuner(hw_decoder_load) if has_hw and adaptive else None
+        self._tuners = [t for t in (self.cpu_tuner, self.hw_tuner) if t is not None]
+        self._active_tuner = 0
+        self._cpu_share = cpu_load
         self._hw_share = hw_decoder_load if has_hw else 0.0
         self._gpu_threads = ThreadPoolExecutor(3, thread_name_prefix="sluice-gpu-decode")
         self.last_split: dict[str, int] = {}
         self.stats = {"gpu_batch_failures": 0, "cpu_retries": 0}
 
     @property
+    def shares(self) -> dict[str, float]:
+        """The shares of the next batch's GPU-decodable JPEGs: 'hw', 'cuda' (fractions of the GPU's part),
+        'gpu' and 'cpu' (fractions of all)."""
+        cpu_share = self.cpu_tuner.value if self.cpu_tuner is not None else self._cpu_share
+        hw = self.hw_tuner.value if self.hw_tuner is not None else self._hw_share
+        return {"gpu": 1.0 - cpu_share, "cpu": cpu_share, "hw": hw, "cuda": 1.0 - hw}
+
+    def _record_rate(self, rate: float) -> None:
+        if self._tuners and rate > 0:
+            tuner = self._tuners[self._active_tuner % len(self._tuners)]
+            if tuner.record(rate):
+                self._active_tuner += 1
+
+    @property
     def backend_name(self) -> str:
         """Which GPU library decodes: 'nvImageCodec (hardware + CUDA)', 'nvImageCodec (CUDA)' or 'torchvision'."""
+        cuda = "CUDA nvJPEG" if self._cuda is not None else "torchvision.io.decode_jpeg (nvJPEG)"
         if self._nv is None:
             return "torchvision.io.decode_jpeg (nvJPEG)"
-        return "nvImageCodec (hardware JPEG + CUDA nvJPEG)" if self._hw is not None else "nvImageCodec (CUDA nvJPEG)"
+        return f"nvImageCodec (hardware JPEG + {cuda})" if self._hw is not None else f"nvImageCodec ({cuda})"
 
     def _hw_works(self) -> bool:
         """Whether the hardware JPEG engines decode (a decoder limited to them returns an image)."""
@@ -200,42 +231,52 @@ class GpuImageDecoder:
         nv = self._nv
         params = nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.RGB,
                                  allow_any_depth=False, apply_exif_orientation=False)
-        srcs = [self._source(buf, roi) for buf, roi in zip(bufs, rois)]
-        images = decoder.decode(srcs, params=params, cuda_stream=stream.cuda_stream)
+        images = None
+        if self._raw_inputs and all(r is None for r in rois):
+            try:  # NumPy views of the encoded bytes: no per-sample CodeStream objects built in Python
+                images = decoder.decode([np.frombuffer(b, np.uint8) for b in bufs], params=params,
+                                        cuda_stream=stream.cuda_stream)
+            except TypeError:
+                self._raw_inputs = False
+        if images is None:
+            srcs = [self._source(buf, roi) for buf, roi in zip(bufs, rois)]
+            images = decoder.decode(srcs, params=params, cuda_stream=stream.cuda_stream)
         out = []
-        with _cuda.stream(stream):
-            for img in images:
-                if img is None:
-                    out.append(None)
-                    continue
-                t = torch.from_dlpack(img)
-                out.append(t if t.dim() == 3 else t[:, :, None])
+        for img in images:
+            if img is None:
+                out.append(None)
+                continue
+            t = torch.from_dlpack(img)
+            out.append(t if t.dim() == 3 else t[:, :, None])
         return out
 
     def _decode_torchvision(self, bufs: list[memoryview], rois: list[Roi | None], gray: bool,
                             stream: torch.cuda.Stream) -> list[torch.Tensor | None]:
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        arrays = [np.asarray(b) for b in bufs]
-        data = [torch.from_numpy(a if a.flags.writeable else a.copy()) for a in arrays]
-        with _cuda.stream(stream):
-            chw = decode_jpeg(data, mode=ImageReadMode.GRAY if gray else ImageReadMode.RGB, device=self.device)
-            out = []
-            for t, roi in zip(chw, rois):
-                hwc = t.permute(1, 2, 0)
-                if roi is not None:
-                    y, x, h, w = roi
-                    hwc = hwc[y:y + h, x:x + w]
-                out.append(hwc)
+        data = []
+        for b in bufs:
+            a = np.frombuffer(b, np.uint8)
+            data.append(torch.from_numpy(a if a.flags.writeable else a.copy()))
+        chw = decode_jpeg(data, mode=ImageReadMode.GRAY if gray else ImageReadMode.RGB, device=self.device)
+        out = []
+        for t, roi in zip(chw, rois):
+            hwc = t.permute(1, 2, 0)
+            if roi is not None:
+                y, x, h, w = roi
+                hwc = hwc[y:y + h, x:x + w]
+            out.append(hwc)
         return out
 
-    def _run_gpu_path(self, path: str, bufs, rois, gray: bool, stream: torch.cuda.Stream
-                      ) -> tuple[list, float]:
-        """Decode on one GPU path, ordered on ``stream`` (the pipeline's). nvImageCodec allocates and frees its
-        images in order on that stream too, so a freed image cannot be reused while the pipeline still reads it."""
-        with _cuda.device(self.device):
+    def _run_gpu_path(self, path: str, bufs, rois, gray: bool, stream: torch.cuda.Stream,
+                      finish) -> list[torch.Tensor | None]:
+        """Decode on one GPU path, ordered on ``stream`` (the pipeline's), and ``finish`` each image (orientation,
+        colour space, contiguous HWC) in this thread, so that the paths' per-sample work overlaps. nvImageCodec
+        allocates and frees its images in order on that stream too, so a freed image cannot be reused while the
+        pipeline still reads it. Returns when the GPU work is done (the caller times whole batches)."""
+        with _cuda.device(self.device), _cuda.stream(stream):
             try:
-                if self._nv is not None:
+                if self._nv is not None and (path == "hw" or self._cuda is not None):
                     decoder = self._hw if path == "hw" else self._cuda  # "cuda" and "j2k"
                     out = self._decode_nvimgcodec(decoder, bufs, rois, gray, stream)
                 else:
@@ -246,10 +287,11 @@ class GpuImageDecoder:
                 log("%s: the %s path failed on a batch of %d (%s: %s); decoding those on the CPU",
                     self.backend_name, path, len(bufs), type(exc).__name__, exc)
                 out = [None] * len(bufs)
+            out = finish(out)
             event = _cuda.Event()
             event.record(stream)
-            event.synchronize()  # for the scheduler's timing: the GPU work queued so far is done
-        return out, time.perf_counter()
+            event.synchronize()  # the batch's time includes the GPU work (this thread waits, without the GIL)
+        return out
 
     # --- the CPU paths ---------------------------------------------------------------------------------------
     @staticmethod
@@ -280,38 +322,45 @@ class GpuImageDecoder:
 
         eligible = [i for i in range(n) if gpu_eligible(infos[i], output_type, bufs[i])]
         # JPEG 2000 goes to nvJPEG2000 (through nvImageCodec's CUDA decoder) outside the JPEG split.
-        j2k = [i for i in range(n) if self._nv is not None and gpu_j2k_eligible(infos[i], output_type)]
+        j2k = [i for i in range(n) if self._cuda is not None and gpu_j2k_eligible(infos[i], output_type)]
         for i in eligible + j2k:
             check_pixel_limit(infos[i].height, infos[i].width, source=sources[i], decoder=self.backend_name)
         others = sorted(set(range(n)) - set(eligible) - set(j2k))
         weights = [_pixels(infos[i], rois[i]) for i in eligible]
+        shares = self.shares
+        split = {"hw": shares["gpu"] * shares["hw"], "cuda": shares["gpu"] * shares["cuda"], "cpu": shares["cpu"]}
+        split = {k: v for k, v in split.items() if v > 0} or {"cuda": 1.0}
         groups: dict[str, list[int]] = {"hw": [], "cuda": [], "cpu": [], "j2k": j2k}
-        on_gpu = []
-        for i, wgt, p in zip(eligible, weights, self.scheduler.assign(weights)):
-            if p == "cpu":
-                groups["cpu"].append(i)
-            else:
-                on_gpu.append((i, wgt))
-        hw = self.hw_tuner.value if self.hw_tuner is not None else self._hw_share
-        gpu_split = SplitScheduler({"hw": hw, "cuda": 1.0 - hw} if hw < 1.0 else {"hw": 1.0}, adaptive=False)
-        for (i, _), p in zip(on_gpu, gpu_split.assign([wgt for _, wgt in on_gpu])):
+        for i, p in zip(eligible, SplitScheduler(split, adaptive=False).assign(weights)):
             groups[p].append(i)
         self.last_split = {k: len(v) for k, v in groups.items()}
         gray = output_type == "GRAY"
 
-        # Stored-image regions and post-decode orientation for the GPU paths.
+        def finish(idx: list[int], tensors: list) -> list:
+            done = []
+            for i, t in zip(idx, tensors):
+                if t is not None:
+                    o = infos[i].orientation if adjust_orientation else 1
+                    t = apply_orientation(t, o) if o != 1 else t
+                    if output_type not in ("RGB", "GRAY"):
+                        t = to_output_type_gpu(t, output_type)
+                    t = t.contiguous()
+                done.append(t)
+            return done
+
         def gpu_job(path: str):
             idx = groups[path]
-            stored = []
+            stored = []  # stored-image regions: orientation is applied after decoding
             for i in idx:
                 info, roi = infos[i], rois[i]
                 o = info.orientation if adjust_orientation else 1
                 if roi is not None and o != 1:
                     roi = roi_in_stored(roi, o, info.height, info.width)
                 stored.append(roi)
-            return self._run_gpu_path(path, [bufs[i] for i in idx], stored, gray, stream)
+            return self._run_gpu_path(path, [bufs[i] for i in idx], stored, gray, stream,
+                                      lambda tensors: finish(idx, tensors))
 
-        gpu_start = time.perf_counter()
+        start = time.perf_counter()
         gpu_futures = {p: self._gpu_threads.submit(gpu_job, p) for p in ("hw", "cuda", "j2k") if groups[p]}
 
         # CPU share of the eligible JPEGs: decode into one pinned buffer, then one copy.
@@ -326,7 +375,6 @@ class GpuImageDecoder:
             total += h * w * channels
         staging = (torch.empty(total, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
                    if total else None)
-        cpu_start = time.perf_counter()
 
         def cpu_jpeg(k: int) -> None:
             i = cpu_idx[k]
@@ -343,10 +391,9 @@ class GpuImageDecoder:
         first_error: BaseException | None = None
         try:
             list(run(cpu_jpeg, range(len(cpu_idx))))
-            cpu_seconds = time.perf_counter() - cpu_start
             other_arrays = list(run(cpu_other, others))
         except BaseException as exc:  # noqa: BLE001 - wait for the GPU threads before re-raising
-            first_error, cpu_seconds, other_arrays = exc, 0.0, []
+            first_error, other_arrays = exc, []
 
         gpu_results = {}
         for p, fut in gpu_futures.items():
@@ -356,15 +403,6 @@ class GpuImageDecoder:
                 first_error = first_error or exc
         if first_error is not None:
             raise first_error
-        if cpu_idx:
-            self.scheduler.record("cpu", pixels=sum(h * w for h, w, _ in cpu_shapes), seconds=cpu_seconds)
-        jpeg_ends = [end for p, (_, end) in gpu_results.items() if p != "j2k"]
-        if jpeg_ends:
-            gpu_pixels = sum(_pixels(infos[i], rois[i]) for i, _ in on_gpu)
-            gpu_seconds = max(jpeg_ends) - gpu_start
-            self.scheduler.record("gpu", pixels=gpu_pixels, seconds=gpu_seconds)
-            if self.hw_tuner is not None and gpu_seconds > 0:
-                self.hw_tuner.record(gpu_pixels / gpu_seconds)
 
         with _cuda.device(self.device), _cuda.stream(stream):
             if staging is not None:
@@ -375,22 +413,19 @@ class GpuImageDecoder:
             for i, arr in zip(others, other_arrays):
                 out[i] = torch.from_numpy(arr).to(self.device, non_blocking=False)
             retry = []
-            for p, (tensors, _) in gpu_results.items():
-                idx = groups[p]
-                for i, t in zip(idx, tensors):
+            for p, tensors in gpu_results.items():
+                for i, t in zip(groups[p], tensors):
                     if t is None:
                         retry.append(i)
-                        continue
-                    o = infos[i].orientation if adjust_orientation else 1
-                    t = apply_orientation(t, o) if o != 1 else t
-                    if output_type not in ("RGB", "GRAY"):
-                        t = to_output_type_gpu(t, output_type)
-                    out[i] = t.contiguous()
+                    else:
+                        out[i] = t
             if retry:
                 self.stats["cpu_retries"] += len(retry)
                 logger.debug("the GPU returned nothing for %d samples; decoding them on the CPU", len(retry))
                 for i, arr in zip(retry, run(cpu_other, retry)):
                     out[i] = torch.from_numpy(arr).to(self.device)
+        if eligible:
+            self._record_rate(sum(weights) / max(time.perf_counter() - start, 1e-9))
         missing = [i for i in range(n) if out[i] is None]
         if missing:  # pragma: no cover - every branch above fills its samples
             raise ImageDecodeError("internal error: no output", source=sources[missing[0]], decoder=self.backend_name)

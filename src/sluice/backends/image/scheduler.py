@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["SplitScheduler"]
+__all__ = ["SplitScheduler", "ShareTuner"]
 
 
 class SplitScheduler:
@@ -113,11 +113,12 @@ class ShareTuner:
         self._kept_rate: float | None = None
         self._rates: list[float] = []
 
-    def record(self, rate: float) -> None:
-        """Report the rate measured with the current ``value``."""
+    def record(self, rate: float) -> bool:
+        """Report the rate measured with the current ``value``; True when this completed a window (and the value
+        may have moved)."""
         self._rates.append(rate)
         if len(self._rates) < self.window:
-            return
+            return False
         mean = sum(self._rates) / len(self._rates)
         self._rates.clear()
         if self._kept_rate is None or mean > self._kept_rate:
@@ -130,3 +131,4 @@ class ShareTuner:
             self._direction = -self._direction
             nxt = self._kept + self._direction * self.step
         self.value = min(self.hi, max(self.lo, nxt))
+        return True
