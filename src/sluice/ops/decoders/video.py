@@ -103,9 +103,12 @@ def decode_sample(data: torch.Tensor, name: str, args: dict[str, Any], backend) 
     request = {k: args.get(k) for k in _REQUEST}
     request["stride"] = request["stride"] or 1
     request["start_frame"] = request["start_frame"] or 0
-    return read_frames(data.contiguous().numpy(), backend=backend, pad_mode=args["pad_mode"],
-                       fill_value=args["fill_value"], name=name or None, index=_file_index(name, data.numel()),
-                       **request)
+    index = _file_index(name, data.numel())
+    # bytes read from a file (the reader's source info names it, same size and cached by mtime): decode from the
+    # file, whose container stays open between samples, instead of re-parsing the bytes
+    source = name if index is not None else data.contiguous().numpy()
+    return read_frames(source, backend=backend, pad_mode=args["pad_mode"], fill_value=args["fill_value"],
+                       name=name or None, index=index, **request)
 
 
 def _file_index(name: str, size: int):
