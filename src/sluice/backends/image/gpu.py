@@ -103,6 +103,19 @@ def to_output_type_gpu(image: torch.Tensor, output_type: str) -> torch.Tensor:
     raise ValueError(f"Invalid output_type ({output_type!r}). Supported values are RGB, BGR, GRAY, YCbCr, ANY_DATA.")
 
 
+def _batched_hwc(chw: list[torch.Tensor]) -> list[torch.Tensor]:
+    """CHW images -> contiguous HWC views of one buffer, in two batched copies (a concatenation along the pixels,
+    then one transpose) instead of a copy per image."""
+    c = chw[0].shape[0]
+    flat = torch.cat([t.reshape(c, -1) for t in chw], dim=1).t().contiguous()  # (all pixels, C)
+    out, pos = [], 0
+    for t in chw:
+        h, w = t.shape[1], t.shape[2]
+        out.append(flat[pos:pos + h * w].view(h, w, c))
+        pos += h * w
+    return out
+
+
 def _pixels(info: cpu.ImageInfo, roi: Roi | None) -> int:
     return roi[2] * roi[3] if roi is not None else info.height * info.width
 
@@ -259,6 +272,8 @@ class GpuImageDecoder:
             a = np.frombuffer(b, np.uint8)
             data.append(torch.from_numpy(a if a.flags.writeable else a.copy()))
         chw = decode_jpeg(data, mode=ImageReadMode.GRAY if gray else ImageReadMode.RGB, device=self.device)
+        if chw and all(r is None for r in rois):
+            return _batched_hwc(chw)
         out = []
         for t, roi in zip(chw, rois):
             hwc = t.permute(1, 2, 0)
