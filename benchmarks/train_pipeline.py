@@ -156,7 +156,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--threads", type=int, default=8, help="sluice CPU threads")
     p.add_argument("--workers", type=int, default=16, help="DataLoader worker processes (peer a)")
-    p.add_argument("--iters", type=int, default=30, help="measured batches per figure")
+    p.add_argument("--iters", type=int, default=28,
+                   help="measured batches per figure (with --warmup, below one epoch: 8192 files = 32 batches)")
     p.add_argument("--peer-iters", type=int, default=10, help="measured batches for the slower peers")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--memory-iters", type=int, default=10000, help="training iterations of the memory check")

@@ -16,8 +16,8 @@ import triton.language as tl
 
 NI = 16  # int64 columns of the per-sample table
 NF = 4   # float64 columns: y0, x0, y1, x1
-# ip columns
-SRC_OFF, IN_H, IN_W, OUT_H, OUT_W, ROW_LO, ROWS, TAPS_X, TAPS_Y, MIRROR, OUT_OFF, STRIDE_C, STRIDE_Y, STRIDE_X = range(14)
+# ip columns: SRC_OFF, IN_H, IN_W, OUT_H, OUT_W, ROW_LO, ROWS, TAPS_X, TAPS_Y, MIRROR, OUT_OFF, STRIDE_C, STRIDE_Y,
+# STRIDE_X (0..13)
 
 
 @triton.jit
@@ -41,8 +41,7 @@ def _filt(d, FID: tl.constexpr):
 
 
 @triton.jit
-def _weight(x, centre, fscale, shrink, FMIN: tl.constexpr, FMAG: tl.constexpr):
-    d = ((x.to(tl.float64) + 0.5 - centre) / fscale).to(tl.float32)
+def _weight(d, shrink, FMIN: tl.constexpr, FMAG: tl.constexpr):
     if FMIN == FMAG:
         w = _filt(d, FMIN)
     else:
@@ -63,9 +62,12 @@ def _axis(lo, hi, out_n, o, FMIN: tl.constexpr, FMAG: tl.constexpr, RMIN: tl.con
     else:
         fscale = ascale * 0.0 + 1.0
     radius = tl.where(shrink, RMIN, RMAG) * fscale
-    xmin = tl.floor(centre - radius + 0.5).to(tl.int64)
+    start = tl.floor(centre - radius + 0.5)
+    xmin = start.to(tl.int64)
     xmax = tl.floor(centre + radius + 0.5).to(tl.int64)
-    return centre, fscale, shrink, xmin, xmax
+    inv = (1.0 / fscale).to(tl.float32)
+    rel0 = ((start + 0.5 - centre) * inv).to(tl.float32)  # filter argument of the first tap; then + k * inv
+    return centre, inv, rel0, shrink, xmin, xmax
 
 
 @triton.jit
@@ -82,7 +84,8 @@ def _geometry(ip, fp, n):
     taps_x = tl.load(row + 7)
     taps_y = tl.load(row + 8)
     f = fp + n * 4
-    return src_off, H, W, OH, OW, row_lo, rows, taps_x, taps_y, tl.load(f), tl.load(f + 1), tl.load(f + 2), tl.load(f + 3)
+    y0, x0, y1, x1 = tl.load(f), tl.load(f + 1), tl.load(f + 2), tl.load(f + 3)
+    return src_off, H, W, OH, OW, row_lo, rows, taps_x, taps_y, y0, x0, y1, x1
 
 
 @triton.jit
@@ -99,13 +102,13 @@ def _hpass(src, tmp, ip, fp, RMAX, OWMAX, C: tl.constexpr, CP: tl.constexpr,
     cmask = c < C
     y = tl.minimum(row_lo + r, H - 1)
     base = src + src_off + y * W * C
-    centre, fscale, shrink, xmin, xmax = _axis(x0, x1, OW, ox, FMIN, FMAG, RMIN, RMAG, AA)
+    centre, inv, rel0, shrink, xmin, xmax = _axis(x0, x1, OW, ox, FMIN, FMAG, RMIN, RMAG, AA)
     acc = tl.zeros((BLOCK, CP), dtype=tl.float32)
     wsum = tl.zeros((BLOCK,), dtype=tl.float32)
     for k in range(0, taps):
         x = xmin + k
         valid = mask & (x >= 0) & (x < W) & (x < xmax)
-        w = tl.where(valid, _weight(x, centre, fscale, shrink, FMIN, FMAG), 0.0)
+        w = tl.where(valid, _weight(rel0 + k * inv, shrink, FMIN, FMAG), 0.0)
         wsum += w
         v = tl.load(base + x[:, None] * C + c[None, :], mask=valid[:, None] & cmask[None, :], other=0)
         acc += w[:, None] * v.to(tl.float32)
@@ -136,7 +139,7 @@ def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.co
     sx = tl.load(row + 13)
     mask = (ox < OW) & (ox * 0 + oy < OH)
     cmask = c < C
-    centre, fscale, shrink, ymin, ymax = _axis(y0, y1, OH, oy, FMIN, FMAG, RMIN, RMAG, AA)
+    centre, inv, rel0, shrink, ymin, ymax = _axis(y0, y1, OH, oy, FMIN, FMAG, RMIN, RMAG, AA)
     acc = tl.zeros((BLOCK, CP), dtype=tl.float32)
     wsum = (y0 * 0.0).to(tl.float32)
     base = tmp + (n * RMAX) * OWMAX * C + ox[:, None] * C + c[None, :]
@@ -144,7 +147,7 @@ def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.co
     for k in range(0, taps):
         y = ymin + k
         valid = (y >= 0) & (y < H) & (y < ymax) & (y >= row_lo) & (y < row_lo + rows)
-        w = tl.where(valid, _weight(y, centre, fscale, shrink, FMIN, FMAG), 0.0)
+        w = tl.where(valid, _weight(rel0 + k * inv, shrink, FMIN, FMAG), 0.0)
         wsum += w
         vvec = (ox * 0 + valid.to(tl.int32)) > 0
         v = tl.load(base + (y - row_lo) * OWMAX * C, mask=lmask & vvec[:, None], other=0.0)
@@ -172,7 +175,8 @@ def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.co
     tl.store(dst, v.to(out.dtype.element_ty), mask=mask[:, None] & (c < COUT)[None, :])
 
 
-def launch(flat_src, tmp, out, ip, fp, nrm, *, normalize: bool, n: int, rmax: int, owmax: int, ohmax: int, c: int, cout: int,
+def launch(flat_src, tmp, out, ip, fp, nrm, *, normalize: bool, n: int, rmax: int, owmax: int, ohmax: int, c: int,
+           cout: int,
            fmin: int, fmag: int, rmin: float, rmag: float, antialias: bool, is_int: bool, lo: float, hi: float,
            mid: tuple[float, float] | None = None, block: int = 128) -> None:
     """Run both passes on the current CUDA stream. ``antialias`` must already be False for a nearest min filter."""

@@ -95,7 +95,8 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
     rois = np.asarray(rois, dtype=np.float64).reshape(n, 4)
     mirror_a = np.zeros(n, dtype=bool) if mirror is None else np.asarray(mirror, dtype=bool).reshape(n)
     if dense and n and not (out_sizes == out_sizes[0]).all():
-        raise ValueError(f"a dense output needs one output size for the batch, got {sorted(set(map(tuple, out_sizes.tolist())))}")
+        sizes = sorted(set(map(tuple, out_sizes.tolist())))
+        raise ValueError(f"a dense output needs one output size for the batch, got {sizes}")
     if n == 0:
         return torch.empty(0) if dense else []
     device = images[0].device

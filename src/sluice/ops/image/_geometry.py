@@ -14,10 +14,13 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from sluice.pipeline.batch import Batch
 
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params",
            "spatial_dims", "as_list", "flip_image", "out_dtype", "warp_affine_images", "per_sample", "fill_channels",
@@ -323,7 +326,7 @@ def fill_channels(t: torch.Tensor, fill: Sequence[float], cd: int | None, name: 
     return t
 
 
-def per_sample(ctx, images, args, one) -> "Batch":
+def per_sample(ctx, images, args, one) -> Batch:
     """Run ``one(sample, layout, sample_args)`` over a batch on its device (for operators whose outputs differ in
     size per sample, where a single launch does not pay)."""
     from sluice.pipeline.batch import Batch

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from sluice import types
-from sluice.ops.image._geometry import apply_crop, as_list, crop_window, out_dtype, per_sample, spatial_dims
 from sluice.kernels.resample import cast_round
+from sluice.ops.image._geometry import apply_crop, as_list, crop_window, out_dtype, per_sample, spatial_dims
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
