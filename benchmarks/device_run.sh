@@ -30,8 +30,12 @@ for step in "$@"; do
             python3 benchmarks/decode_diag.py /tmp/imagenet_like 2>&1 | grep --line-buffered -v '^INFO' ;;
     train) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
            python3 benchmarks/train_pipeline.py /tmp/imagenet_like 2>&1 | grep -v '^INFO' ;;
-    audio) python3 benchmarks/make_audio.py /tmp/audio_bench | tail -2; python3 benchmarks/audio_pipeline.py /tmp/audio_bench ;;
-    video) python3 benchmarks/make_videos.py /tmp/video_bench | tail -2; python3 benchmarks/video_clips.py /tmp/video_bench ;;
+    audio) python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
+           python3 benchmarks/audio_pipeline.py --root /tmp/audio_bench --threads 16 --batch 64 ;;
+    whisper) python3 examples/whisper_logmel.py --n-mels 80 --batch 32 --threads 16 ;;
+    video) python3 benchmarks/make_videos.py --out /tmp/video_bench | tail -4
+           python3 benchmarks/video_clips.py --videos /tmp/video_bench --sessions 7 ;;
+    torch) python3 examples/proxy_video_clips.py --device mixed --workers 4 ;;
     demo) python3 -m sluice.cli demo --output "$OUT/demo.png" 2>&1 | tr '\r' '\n' | grep -v 'batch/s' ;;
     *) echo "unknown step $step" ;;
   esac
