@@ -181,6 +181,23 @@ def main() -> None:
     # sluice: decode only, then the whole training pipeline (pipe.run and through the PyTorch iterator)
     dpipe = decode_pipe(files, decoder, **common)
     decode_ips = rate(pipe_runs(dpipe), a.warmup, a.iters, lambda out: len(out[0]))
+    if gpu:  # the fused kernel alone, on one decoded batch: resize 224 -> mirror -> normalise -> fp16 NCHW
+        from sluice.kernels.batched import resample_batch, triton_available
+
+        decoded = [s.contiguous() for s in dpipe.run()[0].samples]
+        hw = np.array([s.shape[:2] for s in decoded], dtype=np.float64)
+        rois = np.concatenate([np.zeros_like(hw), hw], axis=1)
+        norm = np.broadcast_to(np.array([[m, 1 / sd, 0.0] for m, sd in zip(MEAN, STD)], np.float32), (bs, 3, 3))
+        mirror = np.arange(bs) % 2 == 0
+
+        def kernel_only(_=None):
+            resample_batch(decoded, rois, np.full((bs, 2), a.size), "linear", "linear", dtype=torch.float16,
+                           mirror=mirror, norm=norm, output_layout="CHW", dense=True)
+            return bs
+
+        kernel_ips = rate(iter(kernel_only, None), a.warmup, a.iters, lambda x: x)
+        report(f"fused resize-mirror-normalize kernel alone (Triton: {triton_available(device)}, {where})",
+               "images/s", kernel_ips, {})
     dpipe.close()
     tpipe = train_pipe(files, decoder, dev, a.size, **common)
     train_run_ips = rate(pipe_runs(tpipe), a.warmup, a.iters, lambda out: len(out[0]))
