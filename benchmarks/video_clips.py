@@ -17,7 +17,6 @@ import argparse
 import glob
 import os
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np

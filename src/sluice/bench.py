@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
 
 import numpy as np
 import torch

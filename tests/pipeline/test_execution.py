@@ -1,6 +1,5 @@
 """The executor: determinism, prefetching, errors that reach the caller, and the GPU checks at build."""
 
-import os
 
 import numpy as np
 import pytest

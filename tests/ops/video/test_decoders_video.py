@@ -10,7 +10,7 @@ from sluice import fn, pipeline_def
 from sluice.backends.video.barcode import read_barcode
 from sluice.testing import run_op
 
-from video_fixtures import NUM_FRAMES, VFR_PTS
+from video_fixtures import VFR_PTS
 
 
 def encoded(path) -> np.ndarray:

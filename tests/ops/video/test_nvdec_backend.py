@@ -184,7 +184,7 @@ def test_open_gop_leading_pictures_exact(tmp_path, fake_nvdec, monkeypatch, code
     """Leading pictures of an open GOP decode from the previous keyframe; runs that start at an open-GOP
     keyframe (non-IDR, parameter sets prepended) never keep their broken leading pictures. Both backends are
     compared pixel for pixel with PyAV's sequential decode."""
-    av = pytest.importorskip("av")
+    pytest.importorskip("av")
     from sluice.backends.video import nvdec
     from sluice.backends.video.barcode import write_barcode_video
     from video_fixtures import reference_frames

@@ -9,7 +9,7 @@ import torch
 from sluice import fn, pipeline_def, types
 from sluice.backends.video.barcode import read_barcode, write_barcode_video
 
-from video_fixtures import NUM_FRAMES, VFR_PTS
+from video_fixtures import VFR_PTS
 
 
 def codes(sample) -> list[int]:
