@@ -92,7 +92,7 @@ def _geometry(ip, fp, n):
 def _hpass(src, tmp, ip, fp, RMAX, OWMAX, C: tl.constexpr, CP: tl.constexpr,
            FMIN: tl.constexpr, FMAG: tl.constexpr, RMIN: tl.constexpr, RMAG: tl.constexpr, AA: tl.constexpr,
            BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)  # int64 offsets: scratch and outputs can pass 2**31 elements
     n = pid // RMAX
     r = pid - n * RMAX
     ox = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -125,7 +125,7 @@ def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.co
            FMIN: tl.constexpr, FMAG: tl.constexpr, RMIN: tl.constexpr, RMAG: tl.constexpr, AA: tl.constexpr,
            NORM: tl.constexpr, IS_INT: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, MID_INT: tl.constexpr,
            MID_LO: tl.constexpr, MID_HI: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)  # int64 offsets: scratch and outputs can pass 2**31 elements
     n = pid // OHMAX
     oy = pid - n * OHMAX
     ox = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
