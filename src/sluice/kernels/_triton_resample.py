@@ -178,9 +178,11 @@ def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.co
 def launch(flat_src, tmp, out, ip, fp, nrm, *, normalize: bool, n: int, rmax: int, owmax: int, ohmax: int, c: int,
            cout: int,
            fmin: int, fmag: int, rmin: float, rmag: float, antialias: bool, is_int: bool, lo: float, hi: float,
-           mid: tuple[float, float] | None = None, block: int = 128) -> None:
+           mid: tuple[float, float] | None = None, block: int | None = None) -> None:
     """Run both passes on the current CUDA stream. ``antialias`` must already be False for a nearest min filter."""
     cp = triton.next_power_of_2(max(c, cout))
+    if block is None:  # one program per output row up to 256 wide (224 -> 256: 88 % of lanes busy)
+        block = max(32, min(256, triton.next_power_of_2(owmax)))
     grid1 = (n * rmax, triton.cdiv(owmax, block))
     _hpass[grid1](flat_src, tmp, ip, fp, rmax, owmax, C=c, CP=cp, FMIN=fmin, FMAG=fmag, RMIN=rmin, RMAG=rmag,
                   AA=antialias, BLOCK=block)
