@@ -1,8 +1,9 @@
 """``fn.rotate``: rotate images by ``angle`` degrees counter-clockwise about their centre.
 
 The output is the bounding box of the rotated image (``ceil(|w cos| + |h sin|)`` by ``ceil(|w sin| + |h cos|)``)
-unless ``keep_size`` or ``size`` say otherwise; outside the source, ``fill_value`` (default: 0 as in DALI's
-examples; ``None`` repeats the border). Implemented as :mod:`sluice.ops.image.warp_affine`'s batched warp.
+unless ``keep_size`` or ``size`` say otherwise; outside the source, ``fill_value`` (not given: the source
+coordinates are clamped and the border pixel repeats, as in DALI). Implemented as
+:mod:`sluice.ops.image.warp_affine`'s batched warp.
 """
 
 from __future__ import annotations
