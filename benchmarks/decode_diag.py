@@ -141,7 +141,7 @@ def main():
             except Exception as exc:  # noqa: BLE001
                 print(f"DIAG nvImageCodec {name}: cannot create ({exc})", flush=True)
             print(f"DIAG   creating {name}: {time.perf_counter() - t0:.2f} s", flush=True)
-        params = nv.DecodeParams(color_spec=nv.ColorSpec.RGB, allow_any_depth=False, apply_exif_orientation=False)
+        params = nv.DecodeParams(color_spec=nv.ColorSpec.SRGB, allow_any_depth=False, apply_exif_orientation=False)
         for name, d in decs.items():
             def f(d=d):
                 for x in bb:

@@ -113,7 +113,7 @@ def test_gpu_failure_retries_on_cpu_and_names_the_file(fake_gpu):
 def test_cpu_share_adapts_to_measured_speed(fake_gpu):
     dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.5, adaptive=True)
     before = dec.shares["cpu"]
-    for _ in range(3):
+    for _ in range(4):  # the first call starts the clock; three more fill the tuner's window
         dec.decode(_jpegs(8))
     assert dec.shares["cpu"] != before  # moved by the measured batch speed, not the initial guess
     fixed = GpuImageDecoder(torch.device("cpu"), cpu_load=0.5, adaptive=False)
@@ -217,6 +217,7 @@ class _FakeNvimgcodec:
             return _FakeNvimgcodec.CodeStream(self.data, region)
 
     calls: list = []
+    fail_hw = False
 
     class Decoder:
         def __init__(self, device_id, backends, max_num_cpu_threads=0, options=""):
@@ -224,6 +225,8 @@ class _FakeNvimgcodec:
 
         def decode(self, srcs, params=None, cuda_stream=0):
             _FakeNvimgcodec.calls.append((self.kinds[0].name, len(srcs), cuda_stream))
+            if _FakeNvimgcodec.fail_hw and self.kinds[0].name == "HW_GPU_ONLY" and len(srcs) > 1:
+                raise RuntimeError("hardware decoder: out of resources")
             out = []
             for cs in (srcs if isinstance(srcs, list) else [srcs]):
                 data = cs if isinstance(cs, bytes) else cs.data
@@ -240,6 +243,7 @@ class _FakeNvimgcodec:
 @pytest.fixture
 def fake_nvimgcodec(monkeypatch):
     _FakeNvimgcodec.calls = []
+    _FakeNvimgcodec.fail_hw = False
     monkeypatch.setattr(gpu, "_cuda", _FakeCuda)
     monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: _FakeNvimgcodec)
     return _FakeNvimgcodec
@@ -260,4 +264,17 @@ def test_nvimgcodec_paths_regions_and_jpeg2000(fake_nvimgcodec, output_type):
         ref = decode(d, output_type=output_type, roi=roi)
         assert t.shape == ref.shape and t.is_contiguous()
         assert np.abs(t.numpy().astype(int) - ref.astype(int)).max() <= 1
+    dec.close()
+
+
+def test_failing_hardware_path_falls_back_to_the_cuda_decoder(fake_nvimgcodec):
+    data = _jpegs(8)
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, hw_decoder_load=0.5, adaptive=False)
+    fake_nvimgcodec.fail_hw = True
+    for k in range(4):
+        out = dec.decode(data)
+        for d, t in zip(data, out):
+            np.testing.assert_array_equal(t.numpy(), decode(d))
+        assert dec.stats["cpu_retries"] == 0  # the CUDA decoder took the hardware engines' share
+        assert (dec.last_split["hw"] > 0) == (k < 3)  # after three failed batches the engines are left out
     dec.close()

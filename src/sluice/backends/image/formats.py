@@ -98,6 +98,50 @@ def _subsampling(factors: list[tuple[int, int]]) -> str:
     return {(1, 1): "444", (2, 1): "422", (2, 2): "420", (1, 2): "440", (4, 1): "411"}.get((h0, v0), "other")
 
 
+_HEAD = 2048
+
+
+def _walk_to_sof(buf: bytes) -> JpegHeader | None:
+    """The frame header found by walking the marker segments of ``buf``, or None when ``buf`` ends first."""
+    n = len(buf)
+    if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
+        raise ValueError("not a JPEG stream (no SOI marker)")
+    pos = 2
+    has_exif = False
+    adobe = None
+    while pos + 4 <= n:
+        if buf[pos] != 0xFF:
+            raise ValueError(f"corrupt JPEG header: expected a marker at byte {pos}")
+        marker = buf[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            pos += 2
+            continue
+        length = (buf[pos + 2] << 8) | buf[pos + 3]
+        if length < 2 or pos + 2 + length > n:
+            return None
+        seg = pos + 4
+        if marker == 0xE1 and buf[seg:seg + 6] == b"Exif\x00\x00":
+            has_exif = True
+        elif marker == 0xEE and buf[seg:seg + 5] == b"Adobe" and length >= 14:
+            adobe = buf[seg + 11]
+        elif marker in _SOF_MARKERS:
+            if length < 8:
+                return None
+            _, height, width, ncomp = _SOF.unpack_from(buf, seg)
+            if length < 8 + 3 * ncomp:
+                return None
+            factors = [(buf[seg + 7 + 3 * c] >> 4, buf[seg + 7 + 3 * c] & 15) for c in range(ncomp)]
+            return JpegHeader(height, width, ncomp, _subsampling(factors), progressive=marker not in (0xC0, 0xC1),
+                              baseline=marker == 0xC0, has_exif=has_exif, adobe_transform=adobe)
+        elif marker == 0xDA or marker == 0xD9:
+            raise ValueError("truncated or corrupt JPEG header: no frame header (SOF) found")
+        pos += 2 + length
+    return None
+
+
 def jpeg_header(data) -> JpegHeader:
     """Walk the JPEG marker segments up to the frame header; raises ValueError when the header is cut or broken.
 
@@ -106,40 +150,13 @@ def jpeg_header(data) -> JpegHeader:
         hdr = jpeg_header(jpeg_bytes)
         hdr.height, hdr.width, hdr.subsampling, hdr.progressive   # (300, 400, '420', False)
     """
-    buf = as_bytes(data)
-    n = len(buf)
-    if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
-        raise ValueError("not a JPEG stream (no SOI marker)")
-    pos = 2
-    has_exif = False
-    adobe = None
-    while pos + 4 <= n:
-        ff, marker, length = _MARKER.unpack_from(buf, pos)
-        if ff != 0xFF:
-            raise ValueError(f"corrupt JPEG header: expected a marker at byte {pos}")
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            pos += 2
-            continue
-        if length < 2 or pos + 2 + length > n:
-            break
-        seg = pos + 4
-        if marker == 0xE1 and buf[seg:seg + 6] == b"Exif\x00\x00":
-            has_exif = True
-        elif marker == 0xEE and buf[seg:seg + 5] == b"Adobe" and length >= 14:
-            adobe = buf[seg + 11]
-        elif marker in _SOF_MARKERS:
-            if length < 8:
-                break
-            _, height, width, ncomp = _SOF.unpack_from(buf, seg)
-            if length < 8 + 3 * ncomp:
-                break
-            factors = [(buf[seg + 7 + 3 * c] >> 4, buf[seg + 7 + 3 * c] & 15) for c in range(ncomp)]
-            return JpegHeader(height, width, ncomp, _subsampling(factors), progressive=marker not in (0xC0, 0xC1),
-                              baseline=marker == 0xC0, has_exif=has_exif, adobe_transform=adobe)
-        elif marker == 0xDA or marker == 0xD9:
-            break
-        pos += 2 + length
+    view = as_bytes(data)
+    # The frame header usually lies in the first few hundred bytes (after JFIF and the quantisation tables):
+    # walk a bytes copy of the head (indexing bytes is cheaper than a memoryview), the whole stream only when an
+    # Exif/ICC block pushes the frame header further.
+    hdr = _walk_to_sof(bytes(view[:_HEAD]))
+    if hdr is None and len(view) > _HEAD:
+        hdr = _walk_to_sof(bytes(view))
+    if hdr is not None:
+        return hdr
     raise ValueError("truncated or corrupt JPEG header: no frame header (SOF) found")

@@ -171,12 +171,14 @@ class GpuImageDecoder:
         # measured speed of whole batches (decode calls), one tuner at a time: CPU decoding competes with the GPU
         # decoders' host threads for cores and the GIL, so finishing together is not the same as finishing soon.
         self.cpu_tuner = ShareTuner(cpu_load, hi=max(cpu_load, MAX_CPU_LOAD)) if adaptive else None
-        self.hw_tuner = ShareTuner(hw_decoder_load) if has_hw and adaptive else None
+        self.hw_tuner = ShareTuner(hw_decoder_load, step=0.1) if has_hw and adaptive else None
         self._tuners = [t for t in (self.cpu_tuner, self.hw_tuner) if t is not None]
         self._active_tuner = 0
         self._cpu_share = cpu_load
         self._hw_share = hw_decoder_load if has_hw else 0.0
         self._gpu_threads = ThreadPoolExecutor(3, thread_name_prefix="sluice-gpu-decode")
+        self._last_end: float | None = None
+        self._hw_failures = 0
         self.last_split: dict[str, int] = {}
         self.stats = {"gpu_batch_failures": 0, "cpu_retries": 0}
 
@@ -242,7 +244,8 @@ class GpuImageDecoder:
     def _decode_nvimgcodec(self, decoder, bufs: list[memoryview], rois: list[Roi | None], gray: bool,
                            stream: torch.cuda.Stream) -> list[torch.Tensor | None]:
         nv = self._nv
-        params = nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else nv.ColorSpec.RGB,
+        rgb = getattr(nv.ColorSpec, "RGB", None) or nv.ColorSpec.SRGB  # SRGB since nvImageCodec 0.6
+        params = nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else rgb,
                                  allow_any_depth=False, apply_exif_orientation=False)
         images = None
         if self._raw_inputs and all(r is None for r in rois):
@@ -283,29 +286,41 @@ class GpuImageDecoder:
             out.append(hwc)
         return out
 
+    def _decode_on(self, path: str, bufs, rois, gray: bool, stream) -> list[torch.Tensor | None]:
+        if self._nv is not None and (path == "hw" or self._cuda is not None):
+            decoder = self._hw if path == "hw" else self._cuda  # "cuda" and "j2k"
+            return self._decode_nvimgcodec(decoder, bufs, rois, gray, stream)
+        return self._decode_torchvision(bufs, rois, gray, stream)
+
     def _run_gpu_path(self, path: str, bufs, rois, gray: bool, stream: torch.cuda.Stream,
                       finish) -> list[torch.Tensor | None]:
         """Decode on one GPU path, ordered on ``stream`` (the pipeline's), and ``finish`` each image (orientation,
         colour space, contiguous HWC) in this thread, so that the paths' per-sample work overlaps. nvImageCodec
         allocates and frees its images in order on that stream too, so a freed image cannot be reused while the
-        pipeline still reads it. Returns when the GPU work is done (the caller times whole batches)."""
+        pipeline still reads it. Returns once the work is queued: the GPU finishes it while the next batch is
+        parsed (waiting here would serialise the two)."""
         with _cuda.device(self.device), _cuda.stream(stream):
             try:
-                if self._nv is not None and (path == "hw" or self._cuda is not None):
-                    decoder = self._hw if path == "hw" else self._cuda  # "cuda" and "j2k"
-                    out = self._decode_nvimgcodec(decoder, bufs, rois, gray, stream)
-                else:
-                    out = self._decode_torchvision(bufs, rois, gray, stream)
+                out = self._decode_on(path, bufs, rois, gray, stream)
             except Exception as exc:  # noqa: BLE001 - the CPU retries each sample and names the bad file
                 self.stats["gpu_batch_failures"] += 1
                 log = logger.warning if self.stats["gpu_batch_failures"] == 1 else logger.debug
-                log("%s: the %s path failed on a batch of %d (%s: %s); decoding those on the CPU",
-                    self.backend_name, path, len(bufs), type(exc).__name__, exc)
+                log("%s: the %s path failed on a batch of %d (%s: %s); decoding those on the %s",
+                    self.backend_name, path, len(bufs), type(exc).__name__, exc,
+                    "CUDA decoder" if path == "hw" else "CPU")
                 out = [None] * len(bufs)
+                if path == "hw":
+                    self._hw_failures += 1
+                    if self._hw_failures >= 3:  # give the engines' share to the CUDA decoder from now on
+                        logger.warning("%s: the hardware JPEG path failed %d times; not using it any more",
+                                       self.backend_name, self._hw_failures)
+                        self._hw_share, self.hw_tuner = 0.0, None
+                        self._tuners = [self.cpu_tuner] if self.cpu_tuner is not None else []
+                    try:
+                        out = self._decode_on("cuda", bufs, rois, gray, stream)
+                    except Exception:  # noqa: BLE001 - the CPU retries
+                        pass
             out = finish(out)
-            event = _cuda.Event()
-            event.record(stream)
-            event.synchronize()  # the batch's time includes the GPU work (this thread waits, without the GIL)
         return out
 
     # --- the CPU paths ---------------------------------------------------------------------------------------
@@ -375,7 +390,6 @@ class GpuImageDecoder:
             return self._run_gpu_path(path, [bufs[i] for i in idx], stored, gray, stream,
                                       lambda tensors: finish(idx, tensors))
 
-        start = time.perf_counter()
         gpu_futures = {p: self._gpu_threads.submit(gpu_job, p) for p in ("hw", "cuda", "j2k") if groups[p]}
 
         # CPU share of the eligible JPEGs: decode into one pinned buffer, then one copy.
@@ -439,8 +453,12 @@ class GpuImageDecoder:
                 logger.debug("the GPU returned nothing for %d samples; decoding them on the CPU", len(retry))
                 for i, arr in zip(retry, run(cpu_other, retry)):
                     out[i] = torch.from_numpy(arr).to(self.device)
-        if eligible:
-            self._record_rate(sum(weights) / max(time.perf_counter() - start, 1e-9))
+        # Steady-state speed: pixels over the time since the previous batch was handed out. GPU work is not
+        # waited for here, so a GPU that falls behind shows up as later calls blocking in the decoders.
+        now = time.perf_counter()
+        if eligible and self._last_end is not None and now - self._last_end < 10.0:
+            self._record_rate(sum(weights) / max(now - self._last_end, 1e-9))
+        self._last_end = now
         missing = [i for i in range(n) if out[i] is None]
         if missing:  # pragma: no cover - every branch above fills its samples
             raise ImageDecodeError("internal error: no output", source=sources[missing[0]], decoder=self.backend_name)
