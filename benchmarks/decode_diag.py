@@ -204,6 +204,33 @@ def main():
             row(f"concurrent hw {f_hw:.2f} + {cd} cuda {f_cuda:.2f} + cpu {1 - f_hw - f_cuda:.2f} "
                 f"{'one stream' if same else 'own streams'}", combo(f_hw, f_cuda, cd, same))
 
+    reader_rows(a.folder, row)
+
+
+def reader_rows(folder, row):
+    """What the pipeline costs around the decoder: fn.readers.file alone, batch 256, 16 threads."""
+    from sluice import fn, pipeline_def
+
+    @pipeline_def(batch_size=256, num_threads=16, device_id=0, seed=0)
+    def pipe():
+        files, labels = fn.readers.file(file_root=str(folder))
+        return files, labels
+
+    p = pipe()
+    p.build()
+
+    def run():
+        for _ in range(16):
+            p.run()
+    n0 = 16 * 256
+    s = time.perf_counter()
+    run()
+    print(f"DIAG fn.readers.file alone (batch 256, first pass) {n0 / (time.perf_counter() - s):10.0f} files/s",
+          flush=True)
+    s = time.perf_counter()
+    run()
+    print(f"DIAG fn.readers.file alone (batch 256)             {n0 / (time.perf_counter() - s):10.0f} files/s",
+          flush=True)
 
 
 def sluice_rows(tb, pool, row):
@@ -217,16 +244,16 @@ def sluice_rows(tb, pool, row):
     print(f"DIAG sluice decoder: {d.backend_name}, created in {time.perf_counter() - t0:.2f} s", flush=True)
     for kw in [dict(cpu_load=0.0, adaptive=False, hw_decoder_load=0.0),
                dict(cpu_load=0.0, adaptive=False, hw_decoder_load=1.0),
-               dict(cpu_load=0.0, adaptive=False, hw_decoder_load=0.7),
-               dict(cpu_load=0.0, adaptive=False, hw_decoder_load=0.55),
-               dict(cpu_load=0.0, adaptive=False, hw_decoder_load=0.4),
-               dict(cpu_load=0.1, adaptive=False, hw_decoder_load=0.6),
-               dict(cpu_load=0.2, adaptive=False, hw_decoder_load=0.6),
+               dict(cpu_load=0.0, adaptive=False, hw_decoder_load=0.8),
+               dict(cpu_load=0.0, adaptive=False, hw_decoder_load=0.6),
+               dict(cpu_load=0.0, adaptive=False, hw_decoder_load=0.45),
+               dict(cpu_load=0.0, adaptive=False, hw_decoder_load=0.3),
+               dict(cpu_load=0.1, adaptive=False, hw_decoder_load=0.5),
                dict(cpu_load=0.1, adaptive=False, hw_decoder_load=0.0),
-               dict(), dict(hw_decoder_load=0.6)]:
+               dict(), dict(hw_decoder_load=0.5)]:
         # One decoder (creating nvImageCodec decoders takes time); each setting set on it.
         d.cpu_tuner = ShareTuner(kw.get("cpu_load", 0.0), hi=0.3) if kw.get("adaptive", True) else None
-        d.hw_tuner = ShareTuner(kw.get("hw_decoder_load", 0.9)) if kw.get("adaptive", True) and d._hw else None
+        d.hw_tuner = ShareTuner(kw.get("hw_decoder_load", 0.9), step=0.1) if kw.get("adaptive", True) and d._hw else None
         d._tuners = [t for t in (d.cpu_tuner, d.hw_tuner) if t is not None]
         d._cpu_share = kw.get("cpu_load", 0.0)
         d._hw_share = kw.get("hw_decoder_load", 0.9) if d._hw is not None else 0.0
