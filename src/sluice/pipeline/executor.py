@@ -94,7 +94,7 @@ class Executor:
         self.pipeline = pipeline
         self.outputs = outputs
         self.nodes = topological_order(outputs, list(extra_nodes))
-        self.nodes = self._fuse(self.nodes)
+        self.nodes = self._fuse(self.nodes, outputs)
         self.batch_size = pipeline.max_batch_size
         self.device_id = pipeline.device_id
         self.uses_gpu = any(n.device in ("gpu", "mixed") for n in self.nodes)
@@ -152,12 +152,12 @@ class Executor:
         return any(x.op.id in ids for x in list(node.inputs) + list(node.arg_inputs.values()))
 
     @staticmethod
-    def _fuse(nodes: list[OpNode]) -> list[OpNode]:
-        try:
-            from sluice.kernels.fusion import fuse
-        except ImportError:
-            return nodes
-        return fuse(nodes)
+    def _fuse(nodes: list[OpNode], outputs: list[DataNode]) -> list[OpNode]:
+        """Replace chains that one fused kernel does better (crop -> resize -> crop_mirror_normalize on the GPU);
+        a node whose output the pipeline returns is never fused away."""
+        from sluice.kernels.fusion import fuse
+
+        return fuse(nodes, outputs=outputs)
 
     def operator(self, name: str) -> Operator:
         for node in self.nodes:
