@@ -253,7 +253,7 @@ def sluice_rows(tb, pool, row):
                dict(), dict(hw_decoder_load=0.5)]:
         # One decoder (creating nvImageCodec decoders takes time); each setting set on it.
         d.cpu_tuner = ShareTuner(kw.get("cpu_load", 0.0), hi=0.3) if kw.get("adaptive", True) else None
-        d.hw_tuner = ShareTuner(kw.get("hw_decoder_load", 0.9), step=0.1) if kw.get("adaptive", True) and d._hw else None
+        d.hw_tuner = ShareTuner(kw.get("hw_decoder_load", 0.9), step=0.2, min_step=0.05) if kw.get("adaptive", True) and d._hw else None
         d._tuners = [t for t in (d.cpu_tuner, d.hw_tuner) if t is not None]
         d._cpu_share = kw.get("cpu_load", 0.0)
         d._hw_share = kw.get("hw_decoder_load", 0.9) if d._hw is not None else 0.0

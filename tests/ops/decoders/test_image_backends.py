@@ -242,6 +242,10 @@ def test_share_tuner_climbs_to_the_best_share():
     for _ in range(40):
         t.record(rate(t.value))
     assert abs(t.value - 0.6) <= 0.1
+    fast = ShareTuner(0.9, step=0.2, min_step=0.05, window=1)  # big steps first, halved on each turn
+    for _ in range(12):
+        fast.record(rate(fast.value))
+    assert abs(fast.value - 0.6) <= 0.1 and fast.step == 0.05
     pinned = ShareTuner(1.0)
     for _ in range(6):
         pinned.record(rate(pinned.value))

@@ -171,7 +171,7 @@ class GpuImageDecoder:
         # measured speed of whole batches (decode calls), one tuner at a time: CPU decoding competes with the GPU
         # decoders' host threads for cores and the GIL, so finishing together is not the same as finishing soon.
         self.cpu_tuner = ShareTuner(cpu_load, hi=max(cpu_load, MAX_CPU_LOAD)) if adaptive else None
-        self.hw_tuner = ShareTuner(hw_decoder_load, step=0.1) if has_hw and adaptive else None
+        self.hw_tuner = ShareTuner(hw_decoder_load, step=0.2, min_step=0.05) if has_hw and adaptive else None
         self._tuners = [t for t in (self.cpu_tuner, self.hw_tuner) if t is not None]
         self._active_tuner = 0
         self._cpu_share = cpu_load

@@ -96,7 +96,8 @@ class ShareTuner:
 
     Used for the hardware-engine share of the GPU's JPEGs: the hardware engines and CUDA nvJPEG finish on one
     stream, so only their combined speed can be timed; the tuner moves the share by ``step`` while the combined
-    rate improves and turns back when it does not. The best rate decays slowly so that it keeps exploring.
+    rate improves and turns back when it does not (halving the step down to ``min_step`` on each turn, so a far
+    start converges in a few windows). The best rate decays slowly so that it keeps exploring.
 
     Example::
 
@@ -105,9 +106,10 @@ class ShareTuner:
     """
 
     def __init__(self, value: float, *, step: float = 0.05, lo: float = 0.0, hi: float = 1.0, window: int = 3,
-                 decay: float = 0.99):
+                 decay: float = 0.99, min_step: float | None = None):
         self.value = min(hi, max(lo, float(value)))
         self.step, self.lo, self.hi, self.window, self.decay = step, lo, hi, window, decay
+        self.min_step = step if min_step is None else min(min_step, step)  # the step halves on each turn
         self._direction = -1.0 if self.value >= hi else 1.0
         self._kept = self.value      # best share so far
         self._kept_rate: float | None = None
@@ -124,8 +126,9 @@ class ShareTuner:
         if self._kept_rate is None or mean > self._kept_rate:
             self._kept, self._kept_rate = self.value, mean
         else:
-            self._direction = -self._direction  # worse: go back and try the other way next
+            self._direction = -self._direction  # worse: go back and try the other way next, in smaller steps
             self._kept_rate *= self.decay
+            self.step = max(self.min_step, self.step / 2)
         nxt = self._kept + self._direction * self.step
         if not self.lo <= nxt <= self.hi:
             self._direction = -self._direction
