@@ -45,6 +45,27 @@ def gpu_videos(video_dir):
 
 
 @pytest.fixture(scope="session")
+def nvdec_videos(gpu_videos):
+    """The gpu_videos whose codec this GPU's NVDEC reports it decodes (an H200's caps query reports no AV1, for
+    one); H.264 and HEVC must be among them."""
+    nvc = pytest.importorskip("PyNvVideoCodec")
+    from sluice.backends.video.index import VideoError, get_index
+    from sluice.backends.video.nvdec import check_caps, nvdec_codec
+
+    out = {}
+    for name, path in gpu_videos.items():
+        idx = get_index(str(path))
+        try:
+            check_caps(nvc, nvdec_codec(idx.codec, idx.name), 0, idx.width, idx.height)
+        except VideoError as e:
+            print(f"NVDEC on this GPU skips {name}: {e}")
+            continue
+        out[name] = path
+    assert "h264-mp4" in out and "hevc-mkv" in out, sorted(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def vfr_videos(video_dir):
     """Variable-frame-rate H.264 in mp4 and mkv (irregular pts, ms clock), mkv with a lossless audio track."""
     out = {}

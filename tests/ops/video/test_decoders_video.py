@@ -90,10 +90,9 @@ def test_errors_name_the_problem(videos):
 
 
 @pytest.mark.cuda
-def test_mixed_nvdec(gpu_videos):
-    pytest.importorskip("PyNvVideoCodec")
-    names = [n for n in ("h264-mp4", "hevc-mkv", "vp9-webm", "av1-mkv", "mpeg4-avi") if n in gpu_videos]
-    frames, nums = run_op("decoders.video", [encoded(gpu_videos[n]) for n in names], device="mixed",
+def test_mixed_nvdec(nvdec_videos):
+    names = [n for n in ("h264-mp4", "hevc-mkv", "vp9-webm", "av1-mkv", "mpeg4-avi") if n in nvdec_videos]
+    frames, nums = run_op("decoders.video", [encoded(nvdec_videos[n]) for n in names], device="mixed",
                           frames=[5, 39, 0, 5], enable_frame_num=True)
     for i in range(len(names)):
         assert frames[i].is_cuda and codes(frames[i]) == [5, 39, 0, 5], names[i]

@@ -109,11 +109,10 @@ def test_too_small_for_nvdec(videos, fake_nvdec):
 
 
 @pytest.mark.cuda
-def test_real_nvdec_barcodes(gpu_videos):
-    pytest.importorskip("PyNvVideoCodec")
+def test_real_nvdec_barcodes(nvdec_videos):
     backend = NvdecBackend(device_id=0)
     rng = np.random.default_rng(5)
-    for name, path in gpu_videos.items():
+    for name, path in nvdec_videos.items():
         req = rng.integers(0, NUM_FRAMES, 10).tolist()
         clip = read_frames(path, frames=req, backend=backend)
         assert clip.frames.is_cuda and clip.frames.shape == (10, 144, 160, 3)
