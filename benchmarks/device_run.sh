@@ -29,7 +29,7 @@ for step in "$@"; do
     decode-diag) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
             python3 benchmarks/decode_diag.py /tmp/imagenet_like 2>&1 | grep --line-buffered -v '^INFO' ;;
     train) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
-           python3 benchmarks/train_pipeline.py /tmp/imagenet_like 2>&1 | grep -v '^INFO' ;;
+           python3 benchmarks/train_pipeline.py /tmp/imagenet_like --memory-seconds ${MEMORY_SECONDS:-120} 2>&1 | grep -v "^INFO" ;;
     audio) python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
            python3 benchmarks/audio_pipeline.py --root /tmp/audio_bench --threads 16 --batch 64 ;;
     whisper) python3 examples/whisper_logmel.py --n-mels 80 --batch 32 --threads 16 ;;
