@@ -25,6 +25,7 @@ import io
 import logging
 import math
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ import numpy as np
 __all__ = [
     "decode_audio", "open_audio", "plan_window", "read_into", "WindowPlan", "audio_info", "resample_soxr",
     "soxr_quality", "resample_length", "SUPPORTED_FORMATS", "OUT_OF_BOUNDS_POLICIES", "AudioDecodeError",
+    "WavPayload", "parse_wav", "PCM_FORMATS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -287,6 +289,77 @@ def _downmix(frames: np.ndarray, dtype: type) -> np.ndarray:
     if np.issubdtype(dtype, np.integer):
         return np.rint(mean).astype(dtype)
     return mean.astype(dtype)
+
+
+#: Sample formats of the WAV payloads :func:`parse_wav` accepts: name -> bytes per sample.
+PCM_FORMATS = {"u8": 1, "s16": 2, "s24": 3, "s32": 4, "f32": 4, "f64": 8}
+_WAV_CODES = {(1, 8): "u8", (1, 16): "s16", (1, 24): "s24", (1, 32): "s32", (3, 32): "f32", (3, 64): "f64"}
+_EXTENSIBLE = 0xFFFE
+_KSDATAFORMAT_TAIL = bytes.fromhex("000000001000800000aa00389b71")  # the GUID after its 2-byte format code
+
+
+@dataclass(frozen=True)
+class WavPayload:
+    """Where the samples of a PCM or IEEE-float WAV lie in its bytes (see :func:`parse_wav`).
+
+    Attribute names follow ``soundfile.SoundFile`` (``samplerate``, ``channels``, ``frames``), so that
+    :func:`plan_window` plans windows over it exactly as over an opened file."""
+
+    samplerate: int
+    channels: int
+    frames: int
+    sample_format: str     # a key of PCM_FORMATS
+    data_offset: int       # byte offset of frame 0
+    block_align: int       # bytes per frame (channels * bytes per sample)
+
+
+def parse_wav(data: Any) -> WavPayload | None:
+    """Parse the RIFF/WAVE header of a well-formed PCM (8/16/24/32-bit) or IEEE-float (32/64-bit) WAV, including
+    WAVE_FORMAT_EXTENSIBLE, without decoding anything; the samples are then the bytes
+    ``[data_offset, data_offset + frames * block_align)``, little-endian, interleaved.
+
+    Returns ``None`` for anything else (other containers and codecs, RIFX/RF64, a data chunk announcing more bytes
+    than the file holds or an unknown length, an odd block alignment): the caller then decodes with libsndfile
+    (:func:`decode_audio`), which accepts or rejects the file with its usual errors. For the files it accepts, the
+    frame count is libsndfile's (``data size // block_align``).
+
+    Example::
+
+        info = parse_wav(open("speech.wav", "rb").read())
+        pcm = memoryview(data)[info.data_offset: info.data_offset + info.frames * info.block_align]
+    """
+    buf = _as_buffer(data)
+    size = len(buf)
+    if size < 44:
+        return None
+    head = bytes(buf[:12])
+    if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    pos, fmt = 12, None
+    while pos + 8 <= size:
+        cid, clen = struct.unpack_from("<4sI", buf, pos)
+        body = pos + 8
+        if cid == b"fmt ":
+            if clen < 16 or body + clen > size:
+                return None
+            code, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", buf, body)
+            if code == _EXTENSIBLE:
+                if clen < 40:
+                    return None
+                valid, _, guid = struct.unpack_from("<HI16s", buf, body + 18)
+                if guid[2:] != _KSDATAFORMAT_TAIL or valid not in (0, bits):
+                    return None
+                code = struct.unpack_from("<H", guid)[0]
+            fmt = (_WAV_CODES.get((code, bits)), channels, rate, align)
+        elif cid == b"data":
+            if fmt is None or fmt[0] is None:
+                return None
+            name, channels, rate, align = fmt
+            if channels < 1 or rate < 1 or align != channels * PCM_FORMATS[name] or not 0 < clen <= size - body:
+                return None
+            return WavPayload(rate, channels, clen // align, name, body, align)
+        pos = body + clen + (clen & 1)   # chunks are padded to an even size
+    return None
 
 
 def soxr_quality(quality: float) -> str:

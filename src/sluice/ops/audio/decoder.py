@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import wait
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from sluice import types
-from sluice.backends.audio import OUT_OF_BOUNDS_POLICIES, decode_audio, open_audio, plan_window, read_into, resample_soxr
+from sluice.backends.audio import (OUT_OF_BOUNDS_POLICIES, decode_audio, open_audio, parse_wav, plan_window,
+                                   read_into, resample_soxr)
+from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, Operator, OpSpec
 
-__all__ = ["SCHEMA"]
+__all__ = ["SCHEMA", "decode_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +26,7 @@ _DTYPES = {types.INT16: "int16", types.INT32: "int32", types.FLOAT: "float32"}
 
 SCHEMA = OpSchema(
     "decoders.audio",
-    doc="""Decodes audio files (WAV 8/16/24/32-bit integer and float, FLAC, OGG/Vorbis, OGG/Opus, MP3) on the CPU.
+    doc="""Decodes audio files (WAV 8/16/24/32-bit integer and float, FLAC, OGG/Vorbis, OGG/Opus, MP3).
 
     Outputs the decoded samples and the sample rate (float32, Hz). Multi-channel audio comes out as
     ``(time, channels)`` (layout ``"tc"``) unless ``downmix`` averages the channels into a 1-D signal (layout
@@ -44,10 +47,25 @@ SCHEMA = OpSchema(
 
         encoded, _ = fn.readers.file(file_root=root)
         audio, rate = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=16000)
+
+    **device="mixed"** (a sluice extension: DALI's audio decoder runs on the CPU only) outputs both the audio
+    and the rates on the GPU. PCM and IEEE-float WAVs (8/16/24/32-bit integer, 32/64-bit float, also
+    WAVE_FORMAT_EXTENSIBLE) are not decoded on the CPU: only their headers are parsed; the bytes of each window
+    go from the reader's buffer into one page-locked staging buffer, the batch crosses to the GPU in ONE copy,
+    and the sample conversion and downmix run there as one batched operation per sample format, with
+    libsndfile's arithmetic: the values equal the CPU decoder's exactly (tests/ops/audio/test_mixed_decoder*.py).
+    The time window arguments behave as on the CPU. Other formats (FLAC, OGG, MP3, Opus, compressed WAV codecs)
+    and resampling (``sample_rate``) are decoded per file on the CPU inside the operator, then copied with the
+    rest; a WAV whose header is odd (truncated data chunk, unknown length) takes that path too, so it is accepted
+    or rejected with the CPU decoder's errors. The rate output keeps a host copy: pass it as an argument input
+    with ``rate.cpu()``, which costs no GPU synchronisation::
+
+        audio, rate = fn.decoders.audio(encoded, device="mixed", downmix=True)
+        audio = fn.audio_resample(audio, in_rate=rate.cpu(), out_rate=16000.0)
     """,
     inputs=1,
     outputs=2,
-    devices=("cpu",),
+    devices=("cpu", "mixed"),
     output_layout=lambda args, _: ["t" if args["downmix"] else "tc", ""],
     args=[
         Arg("dtype", types.DALIDataType, types.FLOAT, "Output type: types.INT16, types.INT32 or types.FLOAT.",
@@ -95,6 +113,22 @@ def _rate(rate: float) -> torch.Tensor:
     return torch.tensor(float(rate), dtype=torch.float32)
 
 
+def _each(pool, fn, items: list, sources: list[str]) -> list:
+    """``fn(i)`` for every item, in the pool's threads when there is one; all finish before the first error
+    propagates (no file is closed while a thread reads it), raised as a :class:`SampleError` naming the file."""
+    def call(i):
+        try:
+            return fn(i)
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the sample and its file
+            raise SampleError(i, sources[i], exc) from exc
+
+    if pool is None or len(items) < 2:
+        return [call(i) for i in items]
+    futures = [pool.submit(call, i) for i in items]
+    wait(futures)
+    return [f.result() for f in futures]
+
+
 @SCHEMA.operator_class("cpu")
 class AudioDecoder(Operator):
     """Decodes a batch in the pipeline's threads.
@@ -113,27 +147,11 @@ class AudioDecoder(Operator):
         n = len(data)
         sources = ctx.source_info or [""] * n
         pool = ctx.thread_pool
-
-        def each(fn, items):
-            if pool is None or len(items) < 2:
-                return [fn(i) for i in items]
-            futures = [pool.submit(fn, i) for i in items]
-            wait(futures)  # all finish before any error propagates: no file is closed while a thread reads it
-            return [f.result() for f in futures]
-
-        def guarded(fn):
-            def call(i):
-                try:
-                    return fn(i)
-                except Exception as exc:  # noqa: BLE001 - re-raised naming the sample and its file
-                    raise SampleError(i, sources[i], exc) from exc
-            return call
-
         per = [args.sample(i) for i in range(n)]
         if n == 0:
             return Batch([]), Batch([])
         if any(float(a["sample_rate"] or 0.0) > 0 for a in per):
-            results = each(guarded(lambda i: decode_sample(data[i], sources[i], **per[i])), list(range(n)))
+            results = _each(pool, lambda i: decode_sample(data[i], sources[i], **per[i]), list(range(n)), sources)
             return Batch([r[0] for r in results]), Batch([r[1] for r in results])
 
         handles: list = [None] * n       # every file opened so far, closed whatever happens
@@ -145,22 +163,159 @@ class AudioDecoder(Operator):
                                   out_of_bounds_policy=a["out_of_bounds_policy"], source=sources[i])
 
         try:
-            opened = each(guarded(open_one), list(range(n)))
+            opened = _each(pool, open_one, list(range(n)), sources)
             downmix, dtype = per[0]["downmix"], _DTYPES[per[0]["dtype"]]
             shapes = [plan.shape(downmix) for _, plan in opened]
             if all(s == shapes[0] for s in shapes):
                 buf = torch.empty((n,) + shapes[0], dtype=getattr(torch, dtype), pin_memory=self._pin)
                 rows = buf.numpy()
-                each(guarded(lambda i: read_into(opened[i][0], opened[i][1], rows[i], sources[i])), list(range(n)))
+                _each(pool, lambda i: read_into(opened[i][0], opened[i][1], rows[i], sources[i]), list(range(n)),
+                      sources)
                 audio = Batch.from_dense(buf)
             else:
                 def one(i):
                     out = np.empty(shapes[i], dtype)
                     read_into(opened[i][0], opened[i][1], out, sources[i])
                     return torch.from_numpy(out)
-                audio = Batch(each(guarded(one), list(range(n))))
+                audio = Batch(_each(pool, one, list(range(n)), sources))
         finally:
             for f in handles:
                 if f is not None:
                     f.close()
         return audio, Batch.from_dense(torch.tensor([float(p.rate) for _, p in opened], dtype=torch.float32))
+
+
+# ------------------------------------------------------------------------------------------------ mixed
+@dataclass
+class _Item:
+    """One sample of a mixed batch: a WAV payload window to copy (``wav``), or samples decoded on the CPU."""
+
+    rate: float
+    n_out: int                      # output frames
+    channels: int                   # channels of the rows in staging (1 for decoded, downmixed samples)
+    fmt: str                        # a key of SAMPLE_BYTES, or "native" for samples decoded on the CPU
+    first: int = 0                  # WAV: byte offset of the window in the file
+    nbytes: int = 0                 # bytes to copy (the rest of the row is silence)
+    decoded: torch.Tensor | None = None
+
+
+def _plan_item(data: torch.Tensor, source: str, a: dict) -> _Item | None:
+    """The WAV payload window of one sample, or None when it needs the CPU decoder (not a plain PCM/float WAV,
+    resampling asked for, or a header libsndfile should judge)."""
+    if float(a["sample_rate"] or 0.0) > 0:
+        return None
+    info = parse_wav(_bytes(data))
+    if info is None:
+        return None
+    plan = plan_window(info, start_time=float(a["start_time"]), duration=float(a["duration"]) or None,
+                       out_of_bounds_policy=a["out_of_bounds_policy"], source=source)
+    return _Item(float(info.samplerate), plan.n_out, info.channels, info.sample_format,
+                 info.data_offset + plan.start * info.block_align, plan.n_read * info.block_align)
+
+
+def _row_bytes(frames: int, channels: int, fmt: str, dtype: torch.dtype) -> int:
+    width = dtype.itemsize if fmt == "native" else SAMPLE_BYTES[fmt]
+    return max(8, -(-frames * channels * width // 8) * 8)     # 8-byte aligned rows: any sample type views them
+
+
+def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], *, device: torch.device,
+                 pool=None, pin: bool = False) -> tuple[Batch, Batch]:
+    """The mixed decoder's work for one batch, on any ``device`` (the operator runs it on the GPU; tests on the CPU).
+
+    WAV payloads are not decoded on the CPU: their headers are parsed (:func:`parse_wav`), each window's bytes are
+    copied from the reader's buffer straight into one staging buffer (page-locked when ``pin``; the copies run in
+    ``pool``, NumPy releasing the GIL), which goes to ``device`` in ONE copy, together with the sample rates; one
+    :func:`pcm_to_audio` per (format, channels) group then converts the whole group there. Other files are
+    decoded on the CPU (:func:`decode_sample`) and travel in the same staging buffer."""
+    n = len(data)
+    if n == 0:
+        return Batch([]), Batch([])
+    dtype_name = {a["dtype"] for a in per}
+    downmix = {bool(a["downmix"]) for a in per}
+    if len(dtype_name) != 1 or len(downmix) != 1:
+        raise ValueError("decoders.audio: dtype and downmix must be the same for every sample of a batch")
+    dtype, downmix = getattr(torch, _DTYPES[dtype_name.pop()]), downmix.pop()
+    items = _each(None, lambda i: _plan_item(data[i], sources[i], per[i]), list(range(n)), sources)
+    cpu = [i for i in range(n) if items[i] is None]
+
+    def decode_on_cpu(i):
+        x, rate = decode_sample(data[i], sources[i], **per[i])
+        return _Item(float(rate), x.shape[0], 1 if x.dim() == 1 else x.shape[1], "native", nbytes=x.nbytes,
+                     decoded=x)
+
+    for i, item in zip(cpu, _each(pool, decode_on_cpu, cpu, sources)):
+        items[i] = item
+
+    # Staging layout: the rates (float32), then one (rows, row_bytes) block per (format, channels) group.
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault((item.fmt, item.channels), []).append(i)
+    offset = -(-4 * n // 8) * 8
+    blocks = []
+    for (fmt, channels), idx in groups.items():
+        frames = max(items[i].n_out for i in idx)
+        row = _row_bytes(frames, channels, fmt, dtype)
+        blocks.append((fmt, channels, idx, frames, row, offset))
+        offset += row * len(idx)
+    staging = torch.empty(offset, dtype=torch.uint8, pin_memory=pin)
+    host = staging.numpy()
+    rates = host[: 4 * n].view(np.float32)
+    rates[:] = [item.rate for item in items]
+    rows = {}
+    for fmt, channels, idx, frames, row, start in blocks:
+        block = host[start: start + row * len(idx)].reshape(len(idx), row)
+        rows.update((i, (block[r], PAD_BYTE.get(fmt, 0))) for r, i in enumerate(idx))
+
+    def gather(i):
+        item, (dst, pad) = items[i], rows[i]
+        src = item.decoded.reshape(-1).view(torch.uint8).numpy() if item.decoded is not None else \
+            _bytes(data[i])[item.first: item.first + item.nbytes]
+        dst[: item.nbytes] = src
+        dst[item.nbytes:] = pad
+
+    _each(pool, gather, list(range(n)), sources)
+    moved = staging.to(device, non_blocking=True) if device.type != "cpu" else staging
+    outs = []
+    for fmt, channels, idx, frames, row, start in blocks:
+        raw = moved[start: start + row * len(idx)].view(len(idx), row)
+        outs.append(pcm_to_audio(raw, fmt, channels=channels, frames=frames, dtype=dtype, downmix=downmix))
+    rate_batch = _MirroredBatch.mirror(moved[: 4 * n].view(torch.float32),
+                                       torch.tensor([item.rate for item in items], dtype=torch.float32))
+    if len(blocks) == 1 and all(item.n_out == blocks[0][3] for item in items):
+        return Batch.from_dense(outs[0]), rate_batch
+    samples: list = [None] * n
+    for (_, _, idx, _, _, _), out in zip(blocks, outs):
+        for r, i in enumerate(idx):
+            samples[i] = out[r, : items[i].n_out]
+    return Batch(samples), rate_batch
+
+
+class _MirroredBatch(Batch):
+    """A device batch that keeps the host values it was copied from: ``as_cpu()`` (``rate.cpu()`` in a graph, an
+    argument input) returns them without waiting for the GPU."""
+
+    __slots__ = ("_host",)
+
+    @classmethod
+    def mirror(cls, device_values: torch.Tensor, host_values: torch.Tensor) -> Batch:
+        batch = cls.from_dense(device_values)
+        batch._host = Batch.from_dense(host_values)
+        return batch
+
+    def as_cpu(self) -> Batch:
+        return Batch.from_dense(self._host.dense, self.layout(), self.source_info)
+
+
+@SCHEMA.operator_class("mixed")
+class MixedAudioDecoder(Operator):
+    """``decoders.audio(device="mixed")``: CPU bytes in, GPU audio out (see :func:`decode_batch`)."""
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        self._pin = torch.cuda.is_available()
+
+    def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
+        n = len(data)
+        sources = ctx.source_info or [""] * n
+        return decode_batch(data, sources, [args.sample(i) for i in range(n)], device=ctx.device,
+                            pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda")

@@ -1,0 +1,193 @@
+"""The mixed audio decoder's batched WAV path (header parse, one staging buffer, one batched conversion) against
+soundfile's decode, exactly, run on CPU tensors (``decode_batch(device=cpu)``); then the real mixed operator on the
+GPU against the CPU operator (cuda-marked)."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from sluice import types
+from sluice.backends.audio import decode_audio, parse_wav
+from sluice.ops.audio.decoder import decode_batch
+from sluice.pipeline.batch import Batch
+
+from _audio_signals import encode, sweep
+
+RATE = 8000
+SUBTYPES = ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"]
+DTYPES = {"float32": types.FLOAT, "int16": types.INT16, "int32": types.INT32}
+
+
+def signal(n: int, channels: int, seed: int = 0) -> np.ndarray:
+    x = sweep(n, rate=RATE, amp=0.9, seed=seed)
+    x[::97] = 1.0            # full scale, both signs, and values that round at half steps
+    x[1::97] = -1.0
+    cols = [x, -0.6 * x, 0.3 * x + 0.1][:channels]
+    return np.stack(cols, axis=1) if channels > 1 else x
+
+
+def args(dtype="float32", downmix=False, start_time=0.0, duration=0.0, policy="error", sample_rate=0.0):
+    return {"dtype": DTYPES[dtype], "downmix": downmix, "sample_rate": sample_rate, "quality": 50.0,
+            "start_time": start_time, "duration": duration, "out_of_bounds_policy": policy}
+
+
+def as_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+
+
+def mixed_on_cpu(files: list[bytes], per: list[dict]):
+    audio, rate = decode_batch([as_tensor(f) for f in files], [f"f{i}.wav" for i in range(len(files))], per,
+                               device=torch.device("cpu"))
+    return audio, rate
+
+
+def reference(data: bytes, a: dict) -> np.ndarray:
+    return decode_audio(data, dtype={v: k for k, v in DTYPES.items()}[a["dtype"]], downmix=a["downmix"],
+                        start_time=a["start_time"], duration=a["duration"] or None,
+                        out_of_bounds_policy=a["out_of_bounds_policy"])[0]
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "WAVEX"])
+@pytest.mark.parametrize("subtype", SUBTYPES)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_every_subtype_equals_soundfile(fmt, subtype, dtype):
+    files = [encode(signal(700, ch, seed=ch), RATE, fmt, subtype) for ch in (1, 2, 3)]
+    for downmix in (False, True):
+        per = [args(dtype, downmix)] * 3
+        assert all(parse_wav(f) is not None for f in files)          # the batched path, not the CPU fallback
+        audio, rate = mixed_on_cpu(files, per)
+        assert rate.as_tensor().tolist() == [RATE] * 3
+        for i, f in enumerate(files):
+            ref, _ = soundfile.read(io.BytesIO(f), dtype=dtype, always_2d=True)
+            if downmix:
+                ref = reference(f, per[i])
+            assert audio[i].dtype == getattr(torch, dtype)
+            np.testing.assert_array_equal(audio[i].numpy(), ref)
+
+
+@pytest.mark.parametrize("subtype", ["PCM_U8", "PCM_16", "PCM_24", "FLOAT"])
+def test_windows_equal_cpu_decoder(subtype):
+    files = [encode(signal(RATE, 2, seed=s), RATE, "WAV", subtype) for s in range(4)]
+    cases = [
+        [args(start_time=0.25, duration=0.5)] * 4,                                        # dense, same window
+        [args(start_time=t, duration=d) for t, d in ((0.0, 0.1), (0.013, 0.2), (0.6071, 0.3), (0.999, 0.001))],
+        [args(start_time=t, duration=0.5, policy="pad") for t in (0.0, 0.7, 0.9, 1.2)],  # zero-filled tails
+        [args(start_time=t, duration=0.5, policy="trim_to_shape") for t in (0.0, 0.7, 0.9, 1.2)],
+        [args("int16", True, start_time=0.75)] * 4,                                         # to the end, downmix
+    ]
+    for per in cases:
+        audio, _ = mixed_on_cpu(files, per)
+        for i, f in enumerate(files):
+            np.testing.assert_array_equal(audio[i].numpy(), reference(f, per[i]))
+
+
+def test_same_windows_give_a_dense_batch_ragged_ones_do_not():
+    files = [encode(signal(RATE, 1, seed=s), RATE, "WAV", "PCM_16") for s in range(3)]
+    dense, _ = mixed_on_cpu(files, [args(start_time=0.1, duration=0.2)] * 3)
+    assert dense.dense is not None and dense.dense.shape == (3, 1600, 1)
+    ragged, _ = mixed_on_cpu(files, [args(start_time=0.1, duration=d) for d in (0.1, 0.2, 0.3)])
+    assert ragged.dense is None and ragged.shape() == [(800, 1), (1600, 1), (2400, 1)]
+
+
+def test_other_formats_and_resampling_fall_back_to_the_cpu_decoder():
+    flac = encode(signal(RATE, 2), RATE, "FLAC", "PCM_16")
+    wav = encode(signal(RATE, 2, seed=1), RATE, "WAV", "PCM_24")
+    assert parse_wav(flac) is None
+    per = [args(downmix=True), args(downmix=True)]
+    audio, rate = mixed_on_cpu([flac, wav], per)
+    for i, f in enumerate([flac, wav]):
+        np.testing.assert_array_equal(audio[i].numpy(), reference(f, per[i]))
+    resampled, rate = mixed_on_cpu([wav, wav], [args(sample_rate=4000.0)] * 2)
+    assert rate.as_tensor().tolist() == [4000.0, 4000.0] and resampled[0].shape == (4000, 2)
+
+
+def test_odd_headers_fall_back_and_keep_the_cpu_errors():
+    good = encode(signal(RATE, 1), RATE, "WAV", "PCM_16")
+    truncated = good[: len(good) // 2]
+    with pytest.raises(Exception, match=r"f1\.wav.*truncated") as info:
+        mixed_on_cpu([good, truncated], [args()] * 2)
+    assert getattr(info.value, "index", 1) == 1
+    with pytest.raises(Exception, match=r"f0\.wav.*empty"):
+        mixed_on_cpu([b"", good], [args()] * 2)
+    with pytest.raises(Exception, match=r"f1\.wav"):
+        mixed_on_cpu([good, b"RIFF\x00\x00\x00\x00WAVEjunkjunkjunk" + bytes(40)], [args()] * 2)
+    with pytest.raises(Exception, match=r"f0\.wav.*reaches past its end"):
+        mixed_on_cpu([good], [args(start_time=0.9, duration=0.5)])
+
+
+def test_parse_wav_walks_chunks_and_rejects_what_libsndfile_should_judge():
+    base = encode(signal(101, 2), RATE, "WAV", "PCM_16")                    # odd frame count
+    info = parse_wav(base)
+    assert (info.samplerate, info.channels, info.frames, info.sample_format, info.block_align) == \
+        (RATE, 2, 101, "s16", 4)
+    # a LIST chunk of odd length (padded) before the data chunk moves the payload
+    fmt_end = 12 + 8 + struct.unpack_from("<I", base, 16)[0]
+    extra = b"LIST" + struct.pack("<I", 5) + b"abcde\x00"
+    moved = base[:fmt_end] + extra + base[fmt_end:]
+    moved = moved[:4] + struct.pack("<I", len(moved) - 8) + moved[8:]
+    assert parse_wav(moved).data_offset == info.data_offset + len(extra)
+    audio, _ = mixed_on_cpu([moved], [args("int16")])
+    np.testing.assert_array_equal(audio[0].numpy(), soundfile.read(io.BytesIO(moved), dtype="int16")[0])
+    assert parse_wav(base[:-10]) is None                                      # data chunk cut short
+    assert parse_wav(encode(signal(100, 1), RATE, "WAV", "ULAW")) is None      # a compressed WAV codec
+    assert parse_wav(b"RIFX" + base[4:]) is None
+
+
+def test_empty_batch_and_empty_file():
+    audio, rate = mixed_on_cpu([], [])
+    assert len(audio) == 0 and len(rate) == 0
+    empty = encode(np.zeros((0, 2)), RATE, "WAV", "PCM_16")
+    audio, _ = mixed_on_cpu([empty], [args()])
+    assert audio[0].shape == (0, 2)
+
+
+# ---------------------------------------------------------------------------------------------------- on the GPU
+def _pipeline(files, device, **kw):
+    from sluice import fn, pipeline_def
+
+    @pipeline_def(batch_size=len(files), num_threads=2, device_id=0, seed=1)
+    def pipe():
+        data = fn.external_source(source=lambda: [np.frombuffer(f, np.uint8) for f in files])
+        audio, rate = fn.decoders.audio(data, device=device, **kw)
+        return audio, rate.cpu() if device == "mixed" else rate
+
+    return pipe()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("subtype", SUBTYPES)
+def test_mixed_operator_equals_cpu_operator_on_gpu(subtype):
+    files = [encode(signal(RATE, ch, seed=ch), RATE, "WAV", subtype) for ch in (1, 2, 2, 1)]
+    files[2] = encode(signal(RATE, 2, seed=9), RATE, "FLAC", "PCM_16")       # a CPU-decoded sample among them
+    for kw in ({"dtype": types.FLOAT}, {"dtype": types.INT16, "downmix": True},
+               {"dtype": types.INT32, "downmix": True, "start_time": 0.3, "duration": 0.9,
+                "out_of_bounds_policy": "pad"}):
+        gpu_audio, gpu_rate = _pipeline(files, "mixed", **kw).run()
+        cpu_audio, cpu_rate = _pipeline(files, "cpu", **kw).run()
+        assert gpu_audio.device == "gpu"
+        for i in range(len(files)):
+            torch.testing.assert_close(gpu_audio[i].cpu(), cpu_audio[i], rtol=0, atol=0)
+        assert gpu_rate.as_tensor().tolist() == cpu_rate.as_tensor().tolist()
+
+
+@pytest.mark.cuda
+def test_mixed_operator_uniform_batch_is_dense_and_feeds_resample():
+    from sluice import fn, pipeline_def
+
+    files = [encode(signal(RATE, 1, seed=s), RATE, "WAV", "PCM_16") for s in range(4)]
+
+    @pipeline_def(batch_size=4, num_threads=2, device_id=0, seed=1)
+    def pipe():
+        data = fn.external_source(source=lambda: [np.frombuffer(f, np.uint8) for f in files])
+        audio, rate = fn.decoders.audio(data, device="mixed", downmix=True)
+        return audio, fn.audio_resample(audio, in_rate=rate.cpu(), out_rate=4000.0)
+
+    audio, resampled = pipe().run()
+    assert audio.dense is not None and audio.dense.is_cuda and resampled.shape() == [(4000,)] * 4
+    assert isinstance(audio, Batch)
