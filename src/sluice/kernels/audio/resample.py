@@ -26,6 +26,8 @@ from fractions import Fraction
 import numpy as np
 import torch
 
+from sluice.kernels.audio.spectral import _on_device
+
 __all__ = ["quality_to_lobes", "resample_batch", "output_length"]
 
 _MAX_PHASE_MATRIX = 1 << 22      # elements of the (L, M + taps) matrix above which the direct schedule is used
@@ -72,7 +74,7 @@ def _phase_matrix(L: int, M: int, lobes: int) -> tuple[np.ndarray, int, int]:
 
 def _polyphase(x: torch.Tensor, n_out: int, L: int, M: int, lobes: int) -> torch.Tensor:
     w_np, half, width = _phase_matrix(L, M, lobes)
-    w = torch.tensor(w_np, device=x.device, dtype=x.dtype)
+    w = _on_device(w_np, x.dtype, str(x.device))                   # cached: no per-batch copy (and stream sync)
     q = -(-n_out // L)                                               # frames needed
     need = (q - 1) * M + width                                       # padded input length for q frames
     left = half - 1

@@ -98,7 +98,6 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     if window.numel() != window_length:
         raise ValueError(f"window_fn has {window.numel()} samples, window_length is {window_length}")
     lengths_cpu = lengths.cpu()
-    lengths = lengths.to(dev)
     frames = torch.tensor([num_windows(int(n), window_length, window_step, center_windows)
                            for n in lengths_cpu.tolist()], dtype=torch.int64)
     batch = x.shape[0]
@@ -124,12 +123,13 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     elif uniform:
         # Uniform batch (the common, dense case): one (T, W) index serves every row.
         n = x.shape[1]
-        src = _reflect(idx, torch.tensor(n, device=dev)) if reflect_padding else idx.clamp(0, n - 1)
+        src = _reflect(idx, torch.full((), n, dtype=torch.int64, device=dev)) if reflect_padding else \
+            idx.clamp(0, n - 1)
         windows = x[:, src]                                                              # (B, T, W)
         if not reflect_padding:
             windows = windows * ((idx >= 0) & (idx < n))
     else:
-        n = lengths.view(batch, 1, 1)
+        n = to_device(lengths_cpu, dev).view(batch, 1, 1)
         idx = idx.unsqueeze(0).expand(batch, -1, -1)                                    # (B, T, W)
         src = _reflect(idx, n) if reflect_padding else idx.clamp(0, x.shape[1] - 1)
         src = torch.minimum(src, (n - 1).clamp(min=0))  # empty signals: any index, masked below
@@ -144,8 +144,16 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
         out = out.sqrt()
     if uniform:
         return out, frames
-    valid = torch.arange(t_max, device=dev)[None, :] < frames.to(dev)[:, None]
+    valid = torch.arange(t_max, device=dev)[None, :] < to_device(frames, dev)[:, None]
     return out * valid.unsqueeze(-1), frames
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor on ``device`` without synchronising the stream (a plain ``.to("cuda")`` from pageable
+    memory waits for all the work queued on it): staged through page-locked memory, copied asynchronously."""
+    if device.type == "cpu" or x.device == device:
+        return x
+    return x.pin_memory().to(device, non_blocking=True)
 
 
 _DEVICE_COPIES: dict[tuple[int, torch.dtype, str], tuple[np.ndarray, torch.Tensor]] = {}
@@ -298,9 +306,12 @@ def to_decibels(x: torch.Tensor, *, multiplier: float = 10.0, reference: torch.T
         raise ValueError("multiplier must not be 0")
     xf = x if x.is_floating_point() else x.float()
     if reference is None:
-        reference = xf.amax() if xf.numel() else xf.new_tensor(1.0)
-    ref = torch.as_tensor(reference, dtype=xf.dtype, device=xf.device)
+        reference = xf.amax() if xf.numel() else xf.new_ones(())
     min_ratio = 10.0 ** (cutoff_db / multiplier)
+    if not isinstance(reference, torch.Tensor):     # a number: no host-to-device copy (it would sync the stream)
+        ratio = xf / float(reference) if reference > 0 else torch.zeros_like(xf)
+        return multiplier * torch.log10(torch.clamp(ratio, min=min_ratio))
+    ref = reference.to(dtype=xf.dtype, device=xf.device)
     safe_ref = torch.where(ref > 0, ref, torch.ones_like(ref))
     ratio = torch.where(ref > 0, xf / safe_ref, torch.zeros_like(xf))
     return multiplier * torch.log10(torch.clamp(ratio, min=min_ratio))
