@@ -1,4 +1,4 @@
-"""Log-mel front end over WAV files: sluice (CPU decode, GPU resample + spectra) beside torchaudio.
+"""Log-mel front end over WAV files: sluice (mixed WAV decode, GPU resample + spectra) beside torchaudio.
 
 Workload (issue 5): 1024 WAV files, 10 s, 44.1 kHz mono 16-bit (``make_audio.py``); per clip: decode ->
 resample to 16 kHz -> power spectrogram (nfft 512, window 400, step 160) -> 80 mel filters -> decibels; batches
@@ -16,6 +16,11 @@ Example::
 
     python benchmarks/make_audio.py --out /tmp/sluice_bench_audio
     python benchmarks/audio_pipeline.py --root /tmp/sluice_bench_audio
+
+sluice runs twice: with ``decoders.audio(device="mixed")`` (WAV headers parsed on the CPU, payloads gathered into
+one pinned buffer, one copy to the GPU, conversion there) and with the CPU decoder (libsndfile per file, then
+``.gpu()``). Stage rows show where the time goes: readers.file alone, readers.file + the mixed decoder (no GPU
+kernels after it), and the GPU kernels alone on a batch already on the GPU.
 
 Target: sluice >= 12x torchaudio-cpu-16proc in clips/s.
 """
@@ -100,15 +105,26 @@ def torchaudio_cpu_procs(paths: list[str], procs: int = 16) -> tuple[float, np.n
 
 
 # ------------------------------------------------------------------------------------------------------ sluice
-def sluice_pipeline(root: str, batch: int, threads: int, device: str):
+def sluice_pipeline(root: str, batch: int, threads: int, device: str, decoder: str = "mixed", stop: str = ""):
+    """The log-mel pipeline; ``decoder`` "mixed" or "cpu" (forced to "cpu" when ``device`` is "cpu"); ``stop``
+    "reader" or "decoder" ends it after that stage (stage timings)."""
     from sluice import fn, pipeline_def, types
+
+    decoder = decoder if device == "gpu" else "cpu"
 
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=0 if device == "gpu" else None, seed=1,
                   prefetch_queue_depth=2)
     def logmel():
         data, _ = fn.readers.file(file_root=root, name="Reader")
-        audio, rate = fn.decoders.audio(data, dtype=types.INT16, downmix=True)
-        audio = audio.gpu() if device == "gpu" else audio
+        if stop == "reader":
+            return data
+        audio, rate = fn.decoders.audio(data, dtype=types.INT16, downmix=True, device=decoder)
+        if stop == "decoder":
+            return audio
+        if decoder == "mixed":
+            rate = rate.cpu()               # the host copy the mixed decoder keeps: no GPU synchronisation
+        else:
+            audio = audio.gpu() if device == "gpu" else audio
         audio = fn.audio_resample(audio, in_rate=rate, out_rate=float(OUT_RATE), dtype=types.FLOAT, device=device)
         spec = fn.spectrogram(audio, nfft=NFFT, window_length=WIN, window_step=STEP, power=2, device=device)
         mel = fn.mel_filter_bank(spec, sample_rate=float(OUT_RATE), nfilter=NMEL, device=device)
@@ -165,6 +181,20 @@ def run_sluice(pipe, iterations: int):
     return out
 
 
+def time_sluice(root: str, n: int, args, device: str, decoder: str = "mixed", stop: str = "",
+                epochs: int | None = None) -> tuple[float, object]:
+    """clips/s of one sluice pipeline over ``epochs`` epochs (after a two-batch warm-up) and its first batch."""
+    pipe = sluice_pipeline(root, args.batch, args.threads, device, decoder, stop)
+    first = run_sluice(pipe, 1)                                       # warm-up: CUDA context, cuFFT plans
+    first = first.as_tensor().clone() if stop == "" else None
+    run_sluice(pipe, 1)
+    iterations = max(1, (args.epochs if epochs is None else epochs) * n // args.batch)
+    with timed(sync_cuda=device == "gpu") as t:
+        run_sluice(pipe, iterations)
+    pipe.close()                                                      # its threads stop prefetching
+    return iterations * args.batch / t["seconds"], first
+
+
 # ----------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -176,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default=None, help="sluice device: gpu (default with CUDA) or cpu")
     ap.add_argument("--peers", nargs="*", default=["torchaudio-gpu", "torchaudio-cpu-16proc"])
     ap.add_argument("--sluice-cpu", action="store_true", help="also time sluice on the CPU only (one epoch)")
+    ap.add_argument("--no-stages", dest="stages", action="store_false",
+                    help="skip the per-stage rows (readers.file alone, + decoder)")
     args = ap.parse_args(argv)
     import torch
 
@@ -204,24 +236,28 @@ def main(argv: list[str] | None = None) -> None:
         print(f"torchaudio-cpu-16proc: {n / seconds:,.1f} clips/s", flush=True)
 
     # sluice is built after the peers ran, so that its prefetching cannot work ahead during their runs.
-    pipe = sluice_pipeline(args.root, args.batch, args.threads, device)
-    first = run_sluice(pipe, 1).as_tensor().clone()                   # warm-up: CUDA context, cuFFT plans
-    run_sluice(pipe, 1)
-    iterations = max(1, args.epochs * n // args.batch)
-    with timed() as t:
-        run_sluice(pipe, iterations)
-    report(workload + f", sluice {device}", "clips/s", iterations * args.batch / t["seconds"], peers)
+    decoders = ["mixed", "cpu"] if device == "gpu" else ["cpu"]
+    first = None
+    for decoder in decoders:
+        rate, out = time_sluice(args.root, n, args, device, decoder)
+        first = out if first is None else first
+        how = "mixed WAV decoder" if decoder == "mixed" else "CPU decoder (libsndfile) + .gpu()"
+        report(workload + f", sluice {device}, {how}", "clips/s", rate, peers)
+    if device == "gpu" and args.stages:
+        # Where the time goes: each stage alone (one epoch each). The pipeline runs its CPU stage (readers.file)
+        # and its device stage (mixed decoder + GPU kernels) concurrently, so it approaches the slower of them.
+        stages = {"readers.file alone": ("mixed", "reader"),
+                  "readers.file + mixed decoder (no GPU kernels after it)": ("mixed", "decoder"),
+                  "readers.file + CPU decoder (no .gpu())": ("cpu", "decoder")}
+        for label, (decoder, stop) in stages.items():
+            rate, _ = time_sluice(args.root, n, args, device, decoder, stop, epochs=1)
+            report(workload + f", stage: {label}", "clips/s", rate, {})
     if device == "gpu":
         report(workload + ", sluice GPU kernels only (decoded batch already on the GPU)", "clips/s",
                gpu_front_end_only(paths, args.batch), {})
     if args.sluice_cpu and device == "gpu":
-        cpu_pipe = sluice_pipeline(args.root, args.batch, args.threads, "cpu")
-        run_sluice(cpu_pipe, 1)
-        cpu_iterations = max(1, n // args.batch)
-        with timed(sync_cuda=False) as t:
-            run_sluice(cpu_pipe, cpu_iterations)
-        report(workload + ", sluice cpu (soxr + torch, pipeline threads)", "clips/s",
-               cpu_iterations * args.batch / t["seconds"], peers)
+        rate, _ = time_sluice(args.root, n, args, "cpu", "cpu", epochs=1)
+        report(workload + ", sluice cpu (soxr + torch, pipeline threads)", "clips/s", rate, peers)
 
     if torch.cuda.is_available() and "torchaudio-gpu" in args.peers:
         # The reader's first batch holds the first files in sorted order: compare with torchaudio on them. The

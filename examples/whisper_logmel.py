@@ -1,5 +1,8 @@
 """Whisper-style log-mel features with sluice: decode, resample to 16 kHz, pad/trim to 30 s, 80 or 128 mel bands.
 
+On a GPU the files are decoded with ``decoders.audio(device="mixed")``: WAV samples go to the GPU as they are in
+the file and are converted there.
+
 The pipeline reproduces ``whisper.audio.log_mel_spectrogram``: a 400-point STFT (Hann window, hop 160, centred,
 reflect padding) of exactly 30 s of 16 kHz audio, the last frame dropped (3000 frames), Slaney mel filters,
 ``log10(max(mel, 1e-10))``; then Whisper's normalisation ``(max(x, max(x) - 8) + 4) / 4`` per clip, done on the
@@ -50,9 +53,14 @@ def make_clips(root: str, count: int = 256, rate: int = 44100) -> None:
 @pipeline_def
 def whisper_features(root: str, n_mels: int, norm: str, device: str):
     data, _ = fn.readers.file(file_root=root, name="Reader")
-    audio, rate = fn.decoders.audio(data, dtype=types.INT16, downmix=True)
     if device == "gpu":
-        audio = audio.gpu()
+        # The mixed decoder parses WAV headers on the CPU and converts the samples on the GPU (one copy per
+        # batch); other formats are decoded on the CPU inside it. Its rate output keeps a host copy, so rate.cpu()
+        # costs no GPU synchronisation.
+        audio, rate = fn.decoders.audio(data, dtype=types.INT16, downmix=True, device="mixed")
+        rate = rate.cpu()
+    else:
+        audio, rate = fn.decoders.audio(data, dtype=types.INT16, downmix=True)
     audio = fn.audio_resample(audio, in_rate=rate, out_rate=float(SAMPLE_RATE), dtype=types.FLOAT, device=device)
     audio = fn.slice(audio, start=[0], shape=[N_SAMPLES], axes=[0], out_of_bounds_policy="pad")   # 30 s
     spec = fn.spectrogram(audio, nfft=N_FFT, window_length=N_FFT, window_step=HOP, power=2, device=device)

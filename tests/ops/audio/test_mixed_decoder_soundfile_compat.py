@@ -191,3 +191,28 @@ def test_mixed_operator_uniform_batch_is_dense_and_feeds_resample():
     audio, resampled = pipe().run()
     assert audio.dense is not None and audio.dense.is_cuda and resampled.shape() == [(4000,)] * 4
     assert isinstance(audio, Batch)
+
+
+def test_mixed_operator_class_on_cpu_tensors_and_rate_host_copy():
+    """The registered mixed operator, run as the executor runs it but on CPU tensors; ``rate.cpu()``'s transfer
+    kernel returns the rates' host copy."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sluice.ops.audio.decoder import SCHEMA
+    from sluice.schema import BatchArgs, BatchContext, OpSpec, _finish_outputs, get_schema
+
+    files = [encode(signal(RATE, 2, seed=s), RATE, "WAV", "PCM_16") for s in range(3)]
+    const = {name: a.default for name, a in SCHEMA.args.items()}
+    const.update(downmix=True, dtype=types.INT16)
+    spec = OpSpec(SCHEMA, "mixed", const, "dec", 3, 2, None, 0)
+    op = SCHEMA.kernel_for("mixed")(spec)
+    data = Batch([as_tensor(f) for f in files], "", [f"f{i}.wav" for i in range(3)])
+    with ThreadPoolExecutor(2) as pool:
+        ctx = BatchContext("decoders.audio", 3, data.source_info, [""], torch.device("cpu"), pool)
+        audio, rate = _finish_outputs(SCHEMA, spec, op.run(ctx, data, args=BatchArgs(const, {}, 3)), [data])
+    assert audio.layout() == "t" and audio.dense is not None
+    for i, f in enumerate(files):
+        np.testing.assert_array_equal(audio[i].numpy(), decode_audio(f, dtype="int16", downmix=True)[0])
+    transfer = get_schema("_transfer").kernels["cpu"].kernel
+    host = transfer(ctx, rate, args=BatchArgs({"to": "cpu"}, {}, 3))
+    assert host.as_tensor().tolist() == [RATE] * 3 and host.device == "cpu"
