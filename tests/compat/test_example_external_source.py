@@ -8,7 +8,7 @@ out = brightness * (contrast_center + contrast * (in - contrast_center)) compute
 level, for rounding).
 """
 
-import sluice.compat; sluice.compat.install()
+import sluice.compat; sluice.compat.install()  # the one line a DALI program adds
 
 import numpy as np
 import pytest

@@ -7,7 +7,7 @@ libjpeg-turbo); NumPy's rot90 is the reference rotation. nvJPEG may differ from 
 tolerance 8 on the GPU.
 """
 
-import sluice.compat; sluice.compat.install()
+import sluice.compat; sluice.compat.install()  # the one line a DALI program adds
 
 import numpy as np
 import pytest
