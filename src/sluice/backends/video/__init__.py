@@ -21,8 +21,9 @@ import torch
 from .index import PAD_MODES, Source, VideoError, VideoIndex, build_index, describe, get_index
 from .pyav import PyAVBackend, read_audio_window
 
-__all__ = ["PAD_MODES", "PyAVBackend", "Clip", "VideoError", "VideoIndex", "build_index", "describe", "get_index",
-           "read_audio_window", "read_frames", "requested_frames"]
+__all__ = ["PAD_MODES", "PyAVBackend", "Clip", "ClipRequest", "VideoError", "VideoIndex", "build_index", "describe",
+           "finish_clip", "get_index", "prepare_clip", "read_audio_window", "read_clips", "read_frames",
+           "requested_frames"]
 
 
 @dataclass
@@ -74,6 +75,8 @@ def _assemble(idx: VideoIndex, real: np.ndarray, decoded: dict, fill_value, devi
         raise VideoError(f"{idx.name}: the requested frames differ in size ({sorted(shapes)}); a clip needs frames "
                          f"of one size (the resolution changes inside the video)")
     shape = shapes.pop() if shapes else (idx.height, idx.width, 3)
+    if device != "cpu" and decoded:  # where the backend put the frames (the hybrid backend without CUDA: the CPU)
+        device = str(next(iter(decoded.values())).device)
     fill = _fill_frame(idx, fill_value, device)[: shape[0], : shape[1]] if (real < 0).any() else None
     if device == "cpu":  # numpy copies are cheaper than torch.stack for many small frames
         out = np.empty((len(real), *shape), np.uint8)
@@ -85,18 +88,75 @@ def _assemble(idx: VideoIndex, real: np.ndarray, decoded: dict, fill_value, devi
     return torch.stack([decoded[f] if f >= 0 else fill for f in real.tolist()])
 
 
+@dataclass
+class ClipRequest:
+    """A resolved request: the source, its index, the real frames in request order (-1: constant fill)."""
+
+    source: Source
+    index: VideoIndex
+    real: np.ndarray
+    fill_value: object = 0
+
+    @property
+    def distinct(self) -> np.ndarray:
+        return np.unique(self.real[self.real >= 0])
+
+
+def prepare_clip(source: Source, *, frames: Sequence[int] | None = None, timestamps: Sequence[float] | None = None,
+                 start_frame: int = 0, end_frame: int | None = None, stride: int = 1,
+                 sequence_length: int | None = None, pad_mode: str = "none", fill_value=0,
+                 index: VideoIndex | None = None, name: str | None = None) -> ClipRequest:
+    """Resolve a request (see :func:`requested_frames`; padding applied) without decoding anything."""
+    idx = index or get_index(source, name=name)
+    wanted = requested_frames(idx, frames=frames, start_frame=start_frame, end_frame=end_frame, stride=stride,
+                              sequence_length=sequence_length, timestamps=timestamps, pad_mode=pad_mode)
+    return ClipRequest(source, idx, idx.resolve_padding(wanted, pad_mode), fill_value)
+
+
+def finish_clip(req: ClipRequest, decoded: dict, backend) -> Clip:
+    """The clip of a resolved request from the frames a backend decoded for it."""
+    idx, real = req.index, req.real
+    device = "cuda" if backend.device != "cpu" else "cpu"
+    clip = _assemble(idx, real, decoded, req.fill_value, device)
+    times = np.where(real >= 0, idx.times[np.maximum(real, 0)] if idx.num_frames else -1.0, -1.0)
+    return Clip(clip, times.astype(np.float64), real.astype(np.int64))
+
+
 def read_frames(source: Source, *, frames: Sequence[int] | None = None, timestamps: Sequence[float] | None = None,
                 start_frame: int = 0, end_frame: int | None = None, stride: int = 1,
                 sequence_length: int | None = None, pad_mode: str = "none", fill_value=0, backend=None,
                 index: VideoIndex | None = None, name: str | None = None) -> Clip:
     """Decode a clip of ``source`` (path or encoded bytes); see :func:`requested_frames` for the request."""
     backend = backend or _CPU
-    idx = index or get_index(source, name=name)
-    wanted = requested_frames(idx, frames=frames, start_frame=start_frame, end_frame=end_frame, stride=stride,
-                              sequence_length=sequence_length, timestamps=timestamps, pad_mode=pad_mode)
-    real = idx.resolve_padding(wanted, pad_mode)
-    decoded = backend.decode(source, idx, np.unique(real[real >= 0]))
-    device = "cuda" if backend.device != "cpu" else "cpu"
-    clip = _assemble(idx, real, decoded, fill_value, device)
-    times = np.where(real >= 0, idx.times[np.maximum(real, 0)] if idx.num_frames else -1.0, -1.0)
-    return Clip(clip, times.astype(np.float64), real.astype(np.int64))
+    req = prepare_clip(source, frames=frames, timestamps=timestamps, start_frame=start_frame, end_frame=end_frame,
+                       stride=stride, sequence_length=sequence_length, pad_mode=pad_mode, fill_value=fill_value,
+                       index=index, name=name)
+    return finish_clip(req, backend.decode(source, req.index, req.distinct), backend)
+
+
+def read_clips(requests: Sequence[ClipRequest], backend=None) -> list[Clip]:
+    """Decode several resolved requests (:func:`prepare_clip`) at once: with a backend that has
+    ``decode_batch`` (the hybrid NVDEC + CPU one), all their groups of pictures are shared out together.
+    An exception carries ``request_index``, the request it concerns. Example::
+
+        clips = read_clips([prepare_clip("a.mp4", frames=[0, 60]), prepare_clip("b.mp4", frames=[3])], backend)
+    """
+    backend = backend or _CPU
+    if hasattr(backend, "decode_batch"):
+        decoded = backend.decode_batch([(r.source, r.index, r.distinct) for r in requests])
+    else:
+        decoded = []
+        for k, r in enumerate(requests):
+            try:
+                decoded.append(backend.decode(r.source, r.index, r.distinct))
+            except Exception as e:  # noqa: BLE001 - re-raised naming the request
+                e.request_index = k
+                raise
+    out = []
+    for k, (r, d) in enumerate(zip(requests, decoded)):
+        try:
+            out.append(finish_clip(r, d, backend))
+        except Exception as e:  # noqa: BLE001
+            e.request_index = k
+            raise
+    return out

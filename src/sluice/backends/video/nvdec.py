@@ -36,12 +36,16 @@ REORDER_SLACK = 64  # frames a decoder may need past the last wanted one before 
 SPLIT_FRAMES, SPLIT_GROUPS = 48, 3  # requests of >= 48 frames split into runs of >= 3 groups of pictures
 
 
+class NvdecUnsupported(VideoError):
+    """NVDEC cannot decode this codec or frame size at all (not a problem of one file's data)."""
+
+
 def nvdec_codec(codec: str, name: str = "") -> str:
     """The PyNvVideoCodec codec name for an FFmpeg codec name, or a clear error listing what NVDEC decodes."""
     try:
         return NVDEC_CODECS[codec]
     except KeyError:
-        raise VideoError(f"{name + ': ' if name else ''}codec {codec!r} is not supported by the GPU (NVDEC) video "
+        raise NvdecUnsupported(f"{name + ': ' if name else ''}codec {codec!r} is not supported by the GPU (NVDEC) video "
                          f"decoder; supported codecs are {', '.join(sorted(NVDEC_CODECS))} (use device='cpu' for "
                          f"others)") from None
 
@@ -160,7 +164,7 @@ class NvdecBackend:
             except Exception as e:
                 with self._lock:
                     self._created[key] -= 1
-                raise VideoError(f"{name}: cannot create an NVDEC decoder for {codec} {width}x{height}: {e}") from e
+                raise NvdecUnsupported(f"{name}: cannot create an NVDEC decoder for {codec} {width}x{height}: {e}") from e
         try:
             return key, pool.get(timeout=SESSION_WAIT_S)
         except queue.Empty:

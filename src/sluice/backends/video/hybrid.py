@@ -1,0 +1,298 @@
+"""Hybrid video decoding: NVDEC sessions and PyAV (CPU) threads decode one batch of clips together.
+
+NVDEC and the CPU are different hardware, and either alone leaves the other idle. A batch of clip requests is cut
+into *GOP jobs* (one group of pictures of one file: decode from its keyframe up to the last wanted frame in it);
+the jobs, heaviest first, go into one queue that NVDEC workers (one per decoder session) and CPU workers (one
+PyAV decoder thread each) both pull from. Each path therefore takes work in proportion to its speed at every
+moment, with no estimate to get wrong; the only decision taken from measured speeds is at the end of a batch: a CPU
+worker leaves the last jobs to NVDEC when NVDEC alone would finish everything left before the CPU finished one more
+job (a CPU job takes about twice as long as an NVDEC one, so a late CPU job would otherwise be the batch's tail).
+NVDEC workers take jobs from the heavy end of the queue, CPU workers from the light end.
+
+A static split in proportion to measured speeds (``backends.image.scheduler.SplitScheduler``, as the JPEG decoder
+uses, whose hardware decoder takes one call per batch) is not used here: video jobs are independent and coarse, so
+pulling from one queue balances exactly where a static split leaves one path's leftovers as the tail.
+
+CPU-decoded frames are copied to the GPU from pinned memory, one copy per job, in the CPU worker that decoded them
+(on its own CUDA stream, so copies overlap decoding). With ``share_gops`` a group of pictures wanted by several
+clips of the batch is decoded once for all of them. Example::
+
+    backend = HybridBackend(device_id=0)
+    frames = backend.decode_batch([("a.mp4", get_index("a.mp4"), [0, 60, 120]),
+                                   ("b.mp4", get_index("b.mp4"), [5, 6])])   # [{frame: (H, W, 3) CUDA tensor}]
+    backend.last_stats["cpu"]["jobs"], backend.last_stats["nvdec"]["jobs"]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .index import Source, VideoError, VideoIndex
+from .nvdec import NVDEC_CODECS, NvdecBackend, NvdecUnsupported
+from .pyav import PyAVBackend
+
+logger = logging.getLogger(__name__)
+
+PATHS = ("nvdec", "cpu")
+SMOOTHING = 0.2  # weight of a new job's time in a path's seconds-per-frame estimate
+
+
+@dataclass
+class _Job:
+    """One group of pictures of one file: decode from ``key`` up to the last of ``frames``."""
+
+    source: Source
+    idx: VideoIndex
+    key: int
+    frames: set = field(default_factory=set)
+    requests: list = field(default_factory=list)  # indexes of the requests that use it
+    nvdec_ok: bool = True
+    result: dict | None = None
+
+    @property
+    def weight(self) -> int:
+        """Frames decoded (presentation order, from the keyframe to the last wanted frame)."""
+        return max(self.frames) - self.key + 1
+
+
+def default_cpu_workers() -> int:
+    """CPU decoder threads of the hybrid backend: ``$SLUICE_VIDEO_CPU_WORKERS``, else one per core."""
+    return int(os.environ.get("SLUICE_VIDEO_CPU_WORKERS", "0")) or (os.cpu_count() or 1)
+
+
+class HybridBackend:
+    """Decodes frames on NVDEC and on the CPU at once; outputs are on GPU ``device_id`` (on the CPU without CUDA).
+
+    ``sessions``: NVDEC decoder sessions (= NVDEC workers; 0 decodes on the CPU only); ``cpu_workers``: PyAV
+    decoder threads (0: the CPU decodes only what NVDEC cannot); ``share_gops``: decode a group of pictures wanted
+    by several requests of a batch once. ``nvdec`` / ``cpu`` replace the backends used (tests).
+    """
+
+    device = "cuda"
+
+    def __init__(self, device_id: int = 0, sessions: int = 7, cpu_workers: int | None = None, *,
+                 share_gops: bool = True, nvdec: NvdecBackend | None = None, cpu: PyAVBackend | None = None) -> None:
+        self.device_id = int(device_id)
+        self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions))
+        self.nvdec_workers = self.nvdec.sessions if sessions else 0
+        self.cpu = cpu if cpu is not None else PyAVBackend(threads=1)
+        self.cpu_workers = default_cpu_workers() if cpu_workers is None else max(0, int(cpu_workers))
+        self.share_gops = share_gops
+        self.last_stats: dict[str, dict[str, float]] = {}
+        self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
+        self._nvdec_broken: str | None = None
+        self._cpu_formats: set[tuple] = set()  # (codec, width, height) NVDEC cannot decode
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    @property
+    def out_device(self) -> torch.device:
+        return torch.device("cuda", self.device_id) if torch.cuda.is_available() else torch.device("cpu")
+
+    # ------------------------------------------------------------------------------------------------ API
+    def decode(self, source: Source, idx: VideoIndex, frames: Sequence[int]) -> dict[int, torch.Tensor]:
+        """Decode the distinct ``frames`` of ``source`` (its groups of pictures spread over both paths)."""
+        return self.decode_batch([(source, idx, frames)])[0]
+
+    def decode_batch(self, requests: Sequence[tuple[Source, VideoIndex, Sequence[int]]]
+                     ) -> list[dict[int, torch.Tensor]]:
+        """Decode several requests ``(source, index, frames)`` at once; one ``{frame: HWC uint8 tensor}`` each.
+
+        An exception raised for a job carries ``request_index``: the first request that needed it.
+        """
+        jobs, per_request = self._jobs(requests)
+        self._run(jobs)
+        out = []
+        for r, (_, _, frames) in enumerate(requests):
+            wanted = {int(f) for f in frames}
+            got: dict[int, torch.Tensor] = {}
+            for job in per_request[r]:
+                got.update((f, t) for f, t in job.result.items() if f in wanted)
+            out.append(got)
+        return out
+
+    # ------------------------------------------------------------------------------------------ planning
+    def _jobs(self, requests) -> tuple[list[_Job], list[list[_Job]]]:
+        jobs: dict[tuple, _Job] = {}
+        per_request: list[list[_Job]] = []
+        for r, (source, idx, frames) in enumerate(requests):
+            mine = []
+            try:
+                plan = idx.plan(frames)
+            except Exception as e:  # noqa: BLE001 - re-raised naming the request
+                e.request_index = r
+                raise
+            for key, group in plan:
+                ident = os.fspath(source) if isinstance(source, (str, os.PathLike)) else id(source)
+                jk = (ident, id(idx), key) if self.share_gops else (r, key)
+                job = jobs.get(jk)
+                if job is None:
+                    nvdec_ok = idx.codec in NVDEC_CODECS and _format(idx) not in self._cpu_formats
+                    job = jobs[jk] = _Job(source, idx, key, nvdec_ok=nvdec_ok)
+                job.frames.update(group)
+                job.requests.append(r)
+                mine.append(job)
+            per_request.append(mine)
+        return list(jobs.values()), per_request
+
+    # --------------------------------------------------------------------------------------------- running
+    def _run(self, jobs: list[_Job]) -> None:
+        use_nvdec = self.nvdec_workers > 0 and self._nvdec_broken is None
+        shared = deque(sorted((j for j in jobs if j.nvdec_ok and use_nvdec), key=lambda j: -j.weight))
+        cpu_only = deque(j for j in jobs if not (j.nvdec_ok and use_nvdec))
+        state = _BatchState(shared, cpu_only)
+        n_gpu = self.nvdec_workers if use_nvdec and shared else 0
+        n_cpu = min(self.cpu_workers, len(jobs)) if self.cpu_workers else min(1, len(cpu_only))
+        workers = [("nvdec", n_gpu)] * n_gpu + [("cpu", n_gpu)] * n_cpu
+        if workers:
+            with self._lock:
+                if self._pool is None or self._pool_size < len(workers):
+                    self._pool_size = len(workers)
+                    self._pool = ThreadPoolExecutor(len(workers), thread_name_prefix="sluice-video")
+                pool = self._pool
+            futures = [pool.submit(self._worker, kind, state, gpus) for kind, gpus in workers]
+            for f in futures:
+                f.result()
+        # jobs left over (NVDEC failed after the CPU workers stopped, or no worker ran): decode them here
+        while state.error is None and (state.cpu_only or state.shared):
+            job = (state.cpu_only or state.shared).popleft()
+            self._do(job, "cpu", state)
+        if state.error is not None:
+            raise state.error
+        self.last_stats = state.stats
+
+    def _worker(self, kind: str, state: "_BatchState", gpus: int) -> None:
+        while True:
+            if kind == "nvdec" and self._nvdec_broken is not None:
+                return
+            job = state.take(kind, self._spf if kind == "cpu" and gpus else None, gpus)
+            if job is None:
+                return
+            self._do(job, kind, state)
+            if state.error is not None:
+                return
+
+    def _do(self, job: _Job, kind: str, state: "_BatchState") -> None:
+        if kind == "nvdec" and _format(job.idx) in self._cpu_formats:
+            state.give_back(job)
+            return
+        start = time.perf_counter()
+        try:
+            job.result = self._decode_nvdec(job) if kind == "nvdec" else self._decode_cpu(job)
+        except Exception as e:  # noqa: BLE001
+            if kind == "nvdec":  # hand the job to the CPU, which decodes it or names what is wrong with the file
+                if isinstance(e, NvdecUnsupported):  # this codec / size: straight to the CPU from now on
+                    if _format(job.idx) not in self._cpu_formats:
+                        self._cpu_formats.add(_format(job.idx))
+                        logger.info("%s: decoding %s %dx%d on the CPU: %s", job.idx.name, *_format(job.idx), e)
+                else:
+                    if not isinstance(e, VideoError):  # no PyNvVideoCodec, no GPU: stop using NVDEC
+                        self._nvdec_broken = str(e)
+                    logger.warning("%s: NVDEC could not decode the group of pictures at keyframe %d (%s); "
+                                   "decoding it on the CPU", job.idx.name, job.key, e)
+                state.give_back(job)
+                return
+            e.request_index = job.requests[0]
+            state.fail(e)
+            return
+        seconds = time.perf_counter() - start
+        with state.lock:
+            spf = seconds / job.weight
+            old = self._spf.get(kind)
+            self._spf[kind] = spf if old is None else (1 - SMOOTHING) * old + SMOOTHING * spf
+            s = state.stats[kind]
+            s["jobs"] += 1
+            s["frames"] += job.weight
+            s["seconds"] += seconds
+
+    def _decode_nvdec(self, job: _Job) -> dict[int, torch.Tensor]:
+        return self.nvdec.decode(job.source, job.idx, sorted(job.frames))
+
+    def _decode_cpu(self, job: _Job) -> dict[int, torch.Tensor]:
+        frames = self.cpu.decode(job.source, job.idx, sorted(job.frames))
+        if not frames:
+            return {}
+        numbers = list(frames)
+        shapes = {frames[f].shape for f in numbers}
+        if len(shapes) > 1 or self.out_device.type == "cpu":
+            return {f: torch.from_numpy(a) for f, a in frames.items()}
+        # one pinned staging buffer and one host-to-device copy for the job, on this worker's own stream
+        host = torch.empty((len(numbers), *shapes.pop()), dtype=torch.uint8, pin_memory=True)
+        staged = host.numpy()
+        for k, f in enumerate(numbers):
+            staged[k] = frames[f]
+        device = self.out_device
+        with torch.cuda.device(device):
+            stream = getattr(self._local, "stream", None)
+            if stream is None:
+                stream = self._local.stream = torch.cuda.Stream(device)
+            out = torch.empty(host.shape, dtype=torch.uint8, device=device)  # allocated on the default stream
+            with torch.cuda.stream(stream):
+                out.copy_(host, non_blocking=True)
+            stream.synchronize()
+        return {f: out[k] for k, f in enumerate(numbers)}
+
+
+def _format(idx: VideoIndex) -> tuple:
+    return idx.codec, idx.width, idx.height
+
+
+class _BatchState:
+    """The queues of one batch, shared by its workers; per-path statistics; the first error."""
+
+    def __init__(self, shared: deque, cpu_only: deque) -> None:
+        self.shared, self.cpu_only = shared, cpu_only
+        self.remaining = sum(j.weight for j in shared)  # frames still queued for either path
+        self.lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.stats = {p: {"jobs": 0, "frames": 0, "seconds": 0.0} for p in PATHS}
+
+    def take(self, kind: str, spf: dict | None, gpus: int) -> _Job | None:
+        """The next job for a worker of ``kind``; None when it should stop. ``spf`` (CPU workers beside NVDEC
+        workers): measured seconds per frame of each path, to leave the batch's last jobs to NVDEC."""
+        with self.lock:
+            if self.error is not None:
+                return None
+            if kind == "cpu" and self.cpu_only:
+                return self.cpu_only.popleft()
+            if not self.shared:
+                return None
+            if kind == "nvdec":
+                job = self.shared.popleft()
+            else:
+                job = self.shared[-1]
+                if spf and "cpu" in spf and "nvdec" in spf:
+                    nvdec_drain = self.remaining * spf["nvdec"] / max(gpus, 1)
+                    if job.weight * spf["cpu"] > nvdec_drain:
+                        return None  # NVDEC alone finishes what is left before this job would be done here
+                self.shared.pop()
+            self.remaining -= job.weight
+            return job
+
+    def give_back(self, job: _Job) -> None:
+        with self.lock:
+            job.nvdec_ok = False
+            self.cpu_only.append(job)
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+
+
+def path_shares(stats: dict) -> dict[str, float]:
+    """Share of the decoded frames each path took in a batch (from ``HybridBackend.last_stats``)."""
+    total = sum(s["frames"] for s in stats.values()) or 1
+    return {p: float(np.round(s["frames"] / total, 3)) for p, s in stats.items()}

@@ -1,0 +1,182 @@
+"""The hybrid backend (NVDEC + CPU on one batch): exact frames (barcodes) and work really shared, on the CPU through
+the PyAV stand-in for PyNvVideoCodec; the real thing on a GPU."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from sluice.backends.video import VideoError, get_index, prepare_clip, read_clips, read_frames
+from sluice.backends.video.barcode import read_barcode, read_barcodes
+from sluice.backends.video.hybrid import HybridBackend, path_shares
+from sluice.backends.video.nvdec import NvdecBackend
+
+import fake_nvc
+from video_fixtures import NUM_FRAMES
+
+
+@pytest.fixture
+def fake_nvdec(monkeypatch):
+    created: list = []
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake_nvc.make_module(created))
+    return created
+
+
+def _requests(path, n: int, seed: int, length: int = 4, stride: int = 7) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, NUM_FRAMES - (length - 1) * stride, n)
+    return [[int(s) + stride * k for k in range(length)] for s in starts]
+
+
+def _clips(backend, path, reqs):
+    idx = get_index(path)
+    return read_clips([prepare_clip(path, frames=r, index=idx) for r in reqs], backend)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_hybrid_exact_and_shared(gpu_videos, fake_nvdec, share):
+    backend = HybridBackend(sessions=2, cpu_workers=2, share_gops=share)
+    videos = gpu_videos
+    for name in ("h264-mp4", "hevc-mkv", "h264-ts"):
+        if name not in videos:
+            continue
+        reqs = _requests(videos[name], 16, seed=len(name))
+        clips = _clips(backend, videos[name], reqs)
+        for r, c in zip(reqs, clips):
+            assert read_barcodes(c.frames) == r, name
+            assert c.frames.shape == (len(r), 144, 160, 3)
+        stats = backend.last_stats
+        # both paths decoded groups of pictures of this batch, and every group was decoded by exactly one
+        assert stats["nvdec"]["jobs"] > 0 and stats["cpu"]["jobs"] > 0, (name, stats)
+        groups = {(i, int(k)) for i, r in enumerate(reqs) for k in get_index(videos[name]).start_keyframe(r)}
+        expected = len({k for _, k in groups}) if share else len(groups)
+        assert stats["nvdec"]["jobs"] + stats["cpu"]["jobs"] == expected, (name, stats)
+        assert abs(sum(path_shares(stats).values()) - 1) < 1e-6
+
+
+def test_hybrid_matches_cpu_pixels(videos, fake_nvdec):
+    """CPU-decoded frames of the hybrid are PyAV's frames, unchanged."""
+    path = videos["h264-mp4"]
+    reqs = _requests(path, 8, seed=5)
+    cpu_clips = [read_frames(path, frames=r) for r in reqs]
+    hybrid = _clips(HybridBackend(sessions=1, cpu_workers=2), path, reqs)
+    for a, b in zip(cpu_clips, hybrid):
+        assert torch.equal(a.frames, b.frames.cpu())
+
+
+def test_shared_gops_decode_less(videos, fake_nvdec):
+    path = videos["h264-mp4"]
+    reqs = [[13, 14, 20], [15, 22], [12, 13]]  # all in the group of pictures of keyframe 12
+    backend = HybridBackend(sessions=1, cpu_workers=0, share_gops=True)
+    clips = _clips(backend, path, reqs)
+    assert [read_barcodes(c.frames) for c in clips] == reqs
+    assert backend.last_stats["nvdec"]["jobs"] == 1
+    assert fake_nvdec[0].packets <= 12 + 4
+
+
+def test_cpu_only_and_nvdec_only(videos, fake_nvdec):
+    path = videos["h264-mov"]
+    reqs = _requests(path, 6, seed=2)
+    for sessions, cpu_workers, busy in ((0, 2, "cpu"), (2, 0, "nvdec")):
+        backend = HybridBackend(sessions=sessions, cpu_workers=cpu_workers)
+        clips = _clips(backend, path, reqs)
+        assert [read_barcodes(c.frames) for c in clips] == reqs
+        idle = "nvdec" if busy == "cpu" else "cpu"
+        assert backend.last_stats[idle]["jobs"] == 0 and backend.last_stats[busy]["jobs"] > 0
+
+
+def test_codec_nvdec_lacks_goes_to_cpu(videos, fake_nvdec, monkeypatch):
+    from sluice.backends.video import hybrid
+
+    monkeypatch.setattr(hybrid, "NVDEC_CODECS", {})  # as if NVDEC decoded no codec at all
+    backend = HybridBackend(sessions=2, cpu_workers=1)
+    reqs = _requests(videos["h264-mp4"], 4, seed=1)
+    clips = _clips(backend, videos["h264-mp4"], reqs)
+    assert [read_barcodes(c.frames) for c in clips] == reqs
+    assert backend.last_stats["nvdec"]["jobs"] == 0 and not fake_nvdec
+
+
+def test_size_nvdec_lacks_goes_to_cpu_quietly(videos, fake_nvdec, caplog):
+    backend = HybridBackend(sessions=2, cpu_workers=1)
+    path = videos["hevc-mkv"]  # 64x48: below NVDEC's smallest HEVC picture
+    for seed in (1, 2):
+        reqs = _requests(path, 6, seed=seed)
+        clips = _clips(backend, path, reqs)
+        assert [read_barcodes(c.frames) for c in clips] == reqs
+    assert backend.last_stats["nvdec"]["jobs"] == 0
+    assert "NVDEC could not decode" not in caplog.text
+
+
+def test_nvdec_failure_falls_back_to_cpu(videos, fake_nvdec, monkeypatch, caplog):
+    def broken(self, packet):
+        raise RuntimeError("decoder exploded")
+
+    monkeypatch.setattr(fake_nvc._Decoder, "Decode", broken)
+    backend = HybridBackend(sessions=2, cpu_workers=0)  # the CPU only takes what NVDEC gives back
+    reqs = _requests(videos["h264-mp4"], 3, seed=4)
+    clips = _clips(backend, videos["h264-mp4"], reqs)
+    assert [read_barcodes(c.frames) for c in clips] == reqs
+    assert backend.last_stats["cpu"]["jobs"] > 0 and backend.last_stats["nvdec"]["jobs"] == 0
+    assert "decoding it on the CPU" in caplog.text
+
+
+def test_missing_gpu_library_uses_cpu(videos, monkeypatch):
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", None)  # import fails
+    backend = HybridBackend(sessions=2, cpu_workers=1)
+    clip = read_frames(videos["h264-mp4"], frames=[3, 30, 31], backend=backend)
+    assert read_barcodes(clip.frames) == [3, 30, 31]
+    assert backend.last_stats["cpu"]["jobs"] == 2
+
+
+def test_error_names_request(videos, tmp_path, fake_nvdec):
+    good = videos["h264-mp4"]
+    bad = tmp_path / "cut.mp4"
+    data = good.read_bytes()
+    bad.write_bytes(data)
+    idx = get_index(str(bad))
+    reqs = [prepare_clip(good, frames=[1, 2]), prepare_clip(str(bad), frames=[5], index=idx)]
+    bad.write_bytes(data[: len(data) // 3])  # truncated after indexing: its later frames cannot be decoded
+    reqs[1] = prepare_clip(str(bad), frames=[NUM_FRAMES - 1], index=idx)
+    with pytest.raises(VideoError) as e:
+        read_clips(reqs, HybridBackend(sessions=1, cpu_workers=1))
+    assert e.value.request_index == 1
+
+
+def test_padding_and_repeats(videos, fake_nvdec):
+    path = videos["h264-mp4"]
+    req = prepare_clip(path, frames=[38, 39, 40, 41, 38], pad_mode="constant", fill_value=[7])
+    clip = read_clips([req], HybridBackend(sessions=1, cpu_workers=1))[0]
+    assert [read_barcode(f) for f in clip.frames[[0, 1, 4]]] == [38, 39, 38]
+    assert int(clip.frames[2].min()) == int(clip.frames[3].max()) == 7
+
+
+def test_tail_left_to_nvdec_when_cpu_is_slower(videos, fake_nvdec):
+    """With measured speeds saying a CPU job would outlast NVDEC's whole queue, the CPU takes no job."""
+    backend = HybridBackend(sessions=2, cpu_workers=2)
+    backend._spf = {"cpu": 10.0, "nvdec": 1e-6}
+    path = videos["h264-mp4"]
+    reqs = _requests(path, 6, seed=8)
+    clips = _clips(backend, path, reqs)
+    assert [read_barcodes(c.frames) for c in clips] == reqs
+    assert backend.last_stats["cpu"]["jobs"] == 0
+
+
+@pytest.mark.cuda
+def test_real_hybrid_barcodes(nvdec_videos):
+    backend = HybridBackend(device_id=0, sessions=3, cpu_workers=3, share_gops=False)
+    for name, path in nvdec_videos.items():
+        reqs = _requests(path, 24, seed=9)
+        clips = _clips(backend, path, reqs)
+        for r, c in zip(reqs, clips):
+            assert c.frames.is_cuda
+            assert read_barcodes(c.frames) == r, name
+        stats = backend.last_stats
+        assert stats["nvdec"]["jobs"] > 0 and stats["cpu"]["jobs"] > 0, (name, stats)
+    # a clip's NVDEC and CPU frames agree within decoder rounding (NVDEC's RGB conversion is its own)
+    path = nvdec_videos["h264-mp4"]
+    cpu = read_frames(path, frames=list(range(0, NUM_FRAMES, 3))).frames.int()
+    gpu = read_frames(path, frames=list(range(0, NUM_FRAMES, 3)), backend=NvdecBackend()).frames.cpu().int()
+    assert (cpu - gpu).abs().float().mean() < 3.0
