@@ -252,6 +252,24 @@ def test_share_tuner_climbs_to_the_best_share():
     assert pinned.value < 1.0  # it explores downwards from the upper bound
 
 
+def test_jpeg_scan_plausibility_check():
+    import simplejpeg
+
+    from sluice.backends.image.formats import jpeg_scan_is_plausible
+
+    good = [simplejpeg.encode_jpeg(IMG, quality=90, colorsubsampling=s) for s in ("444", "422", "420")]
+    good.append(cv2.imencode(".jpg", IMG, [cv2.IMWRITE_JPEG_RST_INTERVAL, 4])[1].tobytes())  # restart markers
+    buf = io.BytesIO()
+    Image.fromarray(IMG).convert("L").save(buf, "JPEG", quality=80)
+    good.append(buf.getvalue())
+    for data in good:
+        assert jpeg_scan_is_plausible(data)
+        if b"\xff\xdd" not in data[:2000]:  # without a restart interval, restart markers in the scan are damage
+            assert not jpeg_scan_is_plausible(corrupt_jpeg(data))
+    assert not jpeg_scan_is_plausible(corrupt_jpeg(good[0]))
+    assert not jpeg_scan_is_plausible(good[0][:200])  # cut inside the headers
+
+
 def test_ycck_jpeg():
     import simplejpeg
 

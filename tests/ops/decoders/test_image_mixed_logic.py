@@ -45,7 +45,7 @@ class _FakeCuda:
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    calls = {"batches": [], "fail": False}
+    calls = {"batches": [], "fail": False, "tolerant": False}
 
     class ImageReadMode(enum.Enum):
         RGB = "RGB"
@@ -58,7 +58,8 @@ def fake_gpu(monkeypatch):
             raise RuntimeError("nvjpeg: bitstream not supported")
         out = []
         for t in data:
-            arr = simplejpeg.decode_jpeg(t.numpy(), colorspace="GRAY" if mode is ImageReadMode.GRAY else "RGB")
+            arr = simplejpeg.decode_jpeg(t.numpy(), colorspace="GRAY" if mode is ImageReadMode.GRAY else "RGB",
+                                         strict=not calls["tolerant"])  # tolerant: like nvJPEG on some damage
             out.append(torch.from_numpy(arr).permute(2, 0, 1).contiguous())
         return out
 
@@ -108,6 +109,19 @@ def test_gpu_failure_retries_on_cpu_and_names_the_file(fake_gpu):
         np.testing.assert_array_equal(t.numpy(), decode(d))
     with pytest.raises(ValueError, match="'bad.jpg' with simplejpeg"):
         dec.decode([data[1], corrupt_jpeg(data[0])], sources=["ok.jpg", "bad.jpg"])
+
+
+def test_damaged_stream_the_gpu_tolerates_still_raises(fake_gpu):
+    data = _jpegs(3)
+    fake_gpu["tolerant"] = True  # the stand-in decodes the damaged stream without an error, as nvJPEG may
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, adaptive=False)
+    with pytest.raises(ValueError, match="'bad.jpg' with simplejpeg"):
+        dec.decode([data[0], corrupt_jpeg(data[1]), data[2]], sources=["a.jpg", "bad.jpg", "c.jpg"])
+    assert fake_gpu["batches"] == [3]  # it went to the GPU, then the scan check sent it to libjpeg-turbo
+    out = dec.decode(data)  # intact streams are not re-decoded
+    assert dec.stats["cpu_retries"] == 1
+    for d, t in zip(data, out):
+        np.testing.assert_array_equal(t.numpy(), decode(d))
 
 
 def test_cpu_share_adapts_to_measured_speed(fake_gpu):

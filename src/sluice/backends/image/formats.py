@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["FORMATS", "sniff_format", "JpegHeader", "jpeg_header", "as_bytes"]
+__all__ = ["FORMATS", "sniff_format", "JpegHeader", "jpeg_header", "jpeg_scan_is_plausible", "as_bytes"]
 
 #: Every format the decoders accept, in the order they are tried.
 FORMATS = ("jpeg", "png", "bmp", "tiff", "pnm", "webp", "jpeg2000", "gif")
@@ -160,3 +160,56 @@ def jpeg_header(data) -> JpegHeader:
     if hdr is not None:
         return hdr
     raise ValueError("truncated or corrupt JPEG header: no frame header (SOF) found")
+
+
+def _scan_start(buf: bytes) -> tuple[int, bool] | None:
+    """(offset of the first entropy-coded byte, whether a restart interval is defined), or None when no SOS
+    segment lies in ``buf``."""
+    n, pos, has_dri = len(buf), 2, False
+    while pos + 4 <= n:
+        if buf[pos] != 0xFF:
+            return None
+        marker = buf[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        length = (buf[pos + 2] << 8) | buf[pos + 3]
+        if marker == 0xDD:
+            has_dri = length >= 4 and n >= pos + 6 and (buf[pos + 4] | buf[pos + 5]) != 0
+        if marker == 0xDA:
+            return pos + 2 + length, has_dri
+        pos += 2 + length
+    return None
+
+
+def jpeg_scan_is_plausible(data) -> bool:
+    """Whether the entropy-coded data of a baseline JPEG holds only markers that may appear there: stuffed bytes
+    (FF 00), fill bytes, restart markers when a restart interval is defined, EOI, and the table/scan markers of
+    further scans. nvJPEG (CUDA and the hardware engines) decodes some broken streams without an error; a stream
+    failing this check goes to libjpeg-turbo, whose strict mode names the damage. Runs mostly without the GIL
+    (NumPy). Example::
+
+        jpeg_scan_is_plausible(good_jpeg)                           # True
+        jpeg_scan_is_plausible(jpeg_with_stray_restart_markers)    # False
+    """
+    import numpy as np
+
+    view = as_bytes(data)
+    found = _scan_start(bytes(view[:_HEAD * 4]))
+    if found is None:
+        found = _scan_start(bytes(view))
+        if found is None:
+            return False
+    start, has_dri = found
+    a = np.frombuffer(view, np.uint8)[start:]
+    if a.size < 2:
+        return False
+    follower = a[1:][a[:-1] == 0xFF]
+    if follower.size == 0:
+        return True
+    # 0x01-0xBF are reserved or SOF-family codes, except the DHT table marker C4 (allowed between scans)
+    bad = (follower >= 0x01) & (follower <= 0xBF)
+    bad |= follower == 0xD8  # a second SOI
+    if not has_dri:
+        bad |= (follower >= 0xD0) & (follower <= 0xD7)
+    return not bool(bad.any())

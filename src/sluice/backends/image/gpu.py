@@ -33,7 +33,7 @@ import torch
 
 from . import cpu
 from .common import YCBCR_FROM_RGB, ImageDecodeError, apply_orientation, check_pixel_limit, roi_in_stored
-from .formats import as_bytes
+from .formats import as_bytes, jpeg_scan_is_plausible
 from .scheduler import ShareTuner, SplitScheduler
 
 __all__ = ["GpuImageDecoder", "to_output_type_gpu", "nvimgcodec_module", "gpu_eligible", "gpu_j2k_eligible"]
@@ -124,9 +124,12 @@ class GpuImageDecoder:
     """Decodes batches of encoded images into CUDA uint8 HWC tensors, sharing JPEGs between the hardware engines,
     the CUDA decoder and the CPU (see the module docstring).
 
-    ``hw_decoder_load`` is the initial fraction of GPU-eligible JPEGs given to the hardware engines (DALI's
-    meaning); with ``adaptive`` (default, or SLUICE_IMAGE_ADAPTIVE=0 to turn off) the shares then follow the
-    measured speed of each path. ``cpu_load`` is the initial CPU share (None: a guess from the thread count).
+    ``hw_decoder_load`` is the fraction of the GPU's JPEGs given to the hardware engines (DALI's meaning);
+    ``cpu_load`` the fraction of all GPU-decodable JPEGs decoded by the CPU threads instead (default 0:
+    on the H200 every CPU share measured made whole batches slower, the CPU threads taking cores and the GIL
+    from the GPU decoders' host work). With ``adaptive=True`` (or SLUICE_IMAGE_ADAPTIVE=1) both are hill-climbed
+    on the measured batch speed; off by default, as the measured cadence of asynchronous GPU work is noisy and
+    the exploration cost more than it found (see benchmarks/RESULTS.md).
     """
 
     def __init__(self, device_id: int | torch.device = 0, *, hw_decoder_load: float = 0.9,
@@ -166,7 +169,7 @@ class GpuImageDecoder:
         if not 0.0 <= cpu_load <= 1.0:
             raise ValueError(f"Invalid cpu_load ({cpu_load}). It must lie in [0, 1].")
         if adaptive is None:
-            adaptive = os.environ.get("SLUICE_IMAGE_ADAPTIVE", "1") != "0"
+            adaptive = os.environ.get("SLUICE_IMAGE_ADAPTIVE", "0") == "1"
         # The CPU's share of the JPEGs and the hardware engines' share of the GPU's are hill-climbed on the
         # measured speed of whole batches (decode calls), one tuner at a time: CPU decoding competes with the GPU
         # decoders' host threads for cores and the GIL, so finishing together is not the same as finishing soon.
@@ -176,6 +179,9 @@ class GpuImageDecoder:
         self._active_tuner = 0
         self._cpu_share = cpu_load
         self._hw_share = hw_decoder_load if has_hw else 0.0
+        #: Check the entropy-coded data of the JPEGs sent to nvJPEG (see formats.jpeg_scan_is_plausible);
+        #: SLUICE_IMAGE_VALIDATE=0 turns it off.
+        self.validate_scans = os.environ.get("SLUICE_IMAGE_VALIDATE", "1") != "0"
         self._gpu_threads = ThreadPoolExecutor(3, thread_name_prefix="sluice-gpu-decode")
         self._last_end: float | None = None
         self._hw_failures = 0
@@ -416,11 +422,20 @@ class GpuImageDecoder:
             return cpu.decode(bufs[i], output_type=output_type, adjust_orientation=adjust_orientation,
                               use_fast_idct=self.use_fast_idct, roi=rois[i], info=infos[i], source=sources[i])
 
+        def plausible(i: int) -> bool:
+            return jpeg_scan_is_plausible(bufs[i])
+
         run = thread_pool.map if thread_pool is not None else map
         first_error: BaseException | None = None
+        on_gpu = groups["hw"] + groups["cuda"]
+        suspect: list[int] = []
         try:
             list(run(cpu_jpeg, range(len(cpu_idx))))
             other_arrays = list(run(cpu_other, others))
+            # While the GPU decodes: nvJPEG decodes some damaged streams without an error, so those whose
+            # entropy-coded data holds markers that cannot be there are decoded again by libjpeg-turbo (strict).
+            if self.validate_scans:
+                suspect = [i for i, ok in zip(on_gpu, run(plausible, on_gpu)) if not ok]
         except BaseException as exc:  # noqa: BLE001 - wait for the GPU threads before re-raising
             first_error, other_arrays = exc, []
 
@@ -441,12 +456,12 @@ class GpuImageDecoder:
                     out[i] = dev[offsets[k]:offsets[k] + h * w * c].view(h, w, c)
             for i, arr in zip(others, other_arrays):
                 out[i] = torch.from_numpy(arr).to(self.device, non_blocking=False)
-            retry = []
+            retry = list(suspect)
             for p, tensors in gpu_results.items():
                 for i, t in zip(groups[p], tensors):
                     if t is None:
                         retry.append(i)
-                    else:
+                    elif out[i] is None and i not in suspect:
                         out[i] = t
             if retry:
                 self.stats["cpu_retries"] += len(retry)

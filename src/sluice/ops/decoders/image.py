@@ -42,8 +42,9 @@ _DECODER_ARGS = [
         choices=(types.UINT8, types.UINT16, types.FLOAT)),
     Arg("adjust_orientation", bool, True, "Apply the EXIF orientation (rotate/mirror to upright)."),
     Arg("hw_decoder_load", float, 0.9,
-        "mixed: initial share of the GPU-decodable JPEGs given to the hardware JPEG engines; the split scheduler "
-        "then follows the measured speed of each path."),
+        "mixed: share of the GPU-decodable JPEGs given to the hardware JPEG engines (nvImageCodec); the rest "
+        "goes to CUDA nvJPEG. SLUICE_IMAGE_CPU_LOAD gives a share to the CPU threads, SLUICE_IMAGE_ADAPTIVE=1 "
+        "tunes both shares on the measured batch speed."),
     Arg("use_fast_idct", bool, False, "Use libjpeg-turbo's fast integer IDCT (less exact)."),
     Arg("jpeg_fancy_upsampling", bool, False,
         "mixed: upsample chroma like libjpeg-turbo ('fancy' upsampling) so GPU and CPU outputs agree closer."),
