@@ -108,12 +108,9 @@ def _batched_hwc(chw: list[torch.Tensor]) -> list[torch.Tensor]:
     then one transpose) instead of a copy per image."""
     c = chw[0].shape[0]
     flat = torch.cat([t.reshape(c, -1) for t in chw], dim=1).t().contiguous()  # (all pixels, C)
-    out, pos = [], 0
-    for t in chw:
-        h, w = t.shape[1], t.shape[2]
-        out.append(flat[pos:pos + h * w].view(h, w, c))
-        pos += h * w
-    return out
+    shapes = [t.shape for t in chw]
+    parts = flat.split([s[1] * s[2] for s in shapes])  # views, made in one call
+    return [p.view(s[1], s[2], c) for p, s in zip(parts, shapes)]
 
 
 def _pixels(info: cpu.ImageInfo, roi: Roi | None) -> int:
@@ -367,12 +364,18 @@ class GpuImageDecoder:
         split = {"hw": shares["gpu"] * shares["hw"], "cuda": shares["gpu"] * shares["cuda"], "cpu": shares["cpu"]}
         split = {k: v for k, v in split.items() if v > 0} or {"cuda": 1.0}
         groups: dict[str, list[int]] = {"hw": [], "cuda": [], "cpu": [], "j2k": j2k}
-        for i, p in zip(eligible, SplitScheduler(split, adaptive=False).assign(weights)):
-            groups[p].append(i)
+        if len(split) == 1:  # one path takes all: no dealing
+            groups[next(iter(split))].extend(eligible)
+        else:
+            for i, p in zip(eligible, SplitScheduler(split, adaptive=False).assign(weights)):
+                groups[p].append(i)
         self.last_split = {k: len(v) for k, v in groups.items()}
         gray = output_type == "GRAY"
 
         def finish(idx: list[int], tensors: list) -> list:
+            if output_type in ("RGB", "GRAY") and not (adjust_orientation and any(infos[i].orientation != 1
+                                                                                  for i in idx)):
+                return [t if t is None or t.is_contiguous() else t.contiguous() for t in tensors]
             done = []
             for i, t in zip(idx, tensors):
                 if t is not None:
