@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from sluice.kernels.audio.batching import as_signal
-from sluice.kernels.audio.spectral import pad_batch, stft_power
+from sluice.kernels.audio.spectral import pad_batch, stft_power, to_device
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
 
@@ -44,14 +44,18 @@ SCHEMA = OpSchema(
 )
 
 
-def _run(signals: list[torch.Tensor], nfft, window_length, window_step, window_fn, power, center_windows,
+def _run(signals: list[torch.Tensor] | torch.Tensor, nfft, window_length, window_step, window_fn, power, center_windows,
          reflect_padding, layout) -> tuple[torch.Tensor, torch.Tensor]:
     if window_length <= 0 or window_step <= 0:
         raise ValueError(f"spectrogram: window_length and window_step must be > 0, got {window_length} and "
                          f"{window_step}")
     nfft = nfft or window_length
-    padded, lengths = pad_batch([s.float() if not s.is_floating_point() else s for s in signals])
-    window = torch.tensor(window_fn, dtype=padded.dtype, device=padded.device) if window_fn else None
+    if isinstance(signals, torch.Tensor):           # a dense (B, N) batch: no per-sample views, no stacking copy
+        padded = signals if signals.is_floating_point() else signals.float()
+        lengths = torch.full((signals.shape[0],), signals.shape[1], dtype=torch.int64)
+    else:
+        padded, lengths = pad_batch([s.float() if not s.is_floating_point() else s for s in signals])
+    window = to_device(torch.tensor(window_fn, dtype=padded.dtype), padded.device) if window_fn else None
     spec, frames = stft_power(padded, lengths, nfft=nfft, window_length=window_length, window_step=window_step,
                               window=window, power=power, center_windows=center_windows,
                               reflect_padding=reflect_padding)
@@ -70,7 +74,10 @@ def spectrogram_cpu(ctx: SampleContext, audio: torch.Tensor, **args) -> torch.Te
 def spectrogram_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> Batch:
     own = {k: args.const(k) for k in _ARGS}
     layout = own["layout"]
-    spec, frames = _run([as_signal(s, "spectrogram") for s in audio], **own)
+    dense = audio.dense
+    one_channel = dense is not None and (dense.dim() == 2 or dense.dim() == 3 and dense.shape[2] == 1)
+    signals = dense.reshape(dense.shape[0], -1) if one_channel else [as_signal(s, "spectrogram") for s in audio]
+    spec, frames = _run(signals, **own)
     if len(audio) and bool((frames == frames.max()).all()):
         return Batch.from_dense(spec.contiguous(), layout)
     axis = 2 if layout == "ft" else 1
