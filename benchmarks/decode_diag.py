@@ -9,7 +9,6 @@ Usage (on the GPU machine, after benchmarks/make_imagenet_like.py)::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_images import batches, load  # noqa: E402
+from decode_images import batches, load
 
 
 class GilMeter:

@@ -321,8 +321,8 @@ class GpuImageDecoder:
                         self._tuners = [self.cpu_tuner] if self.cpu_tuner is not None else []
                     try:
                         out = self._decode_on("cuda", bufs, rois, gray, stream)
-                    except Exception:  # noqa: BLE001 - the CPU retries
-                        pass
+                    except Exception as exc2:  # noqa: BLE001 - the CPU retries
+                        logger.debug("the CUDA decoder failed on that batch too (%s); the CPU retries it", exc2)
             out = finish(out)
         return out
 
