@@ -1,0 +1,93 @@
+# ruff: noqa: I001, PLR0402
+"""DALI's "Audio spectrogram" tutorial (spectrogram, decibels, mel spectrogram, MFCC of a signal handed in as a
+constant) written afresh on a generated sine sweep, plus the legacy class form fed by ``feed_input``. The DALI
+code is unchanged but for the first import line.
+
+Reference: librosa, as in DALI's tutorial. Tolerances: power spectra and mel spectra within 1e-3 of librosa's
+largest value (float32 against float64); decibels within 0.05 dB; MFCCs within 0.1 (their scale is ~100s).
+"""
+
+import sluice.compat; sluice.compat.install()  # the one line a DALI program adds
+
+import numpy as np
+import pytest
+from nvidia.dali import pipeline_def, Pipeline
+import nvidia.dali.fn as fn
+import nvidia.dali.ops as ops
+import nvidia.dali.types as types
+
+librosa = pytest.importorskip("librosa")
+
+SR = 16000
+NFFT, WINDOW_LENGTH, WINDOW_STEP = 512, 400, 160
+
+
+def sweep(n, f0=100.0, f1=6000.0):
+    t = np.arange(n) / SR
+    return (0.5 * np.sin(2 * np.pi * (f0 * t + (f1 - f0) * t * t / (2 * n / SR)))).astype(np.float32)
+
+
+def rel_err(actual, expected):
+    return float(np.abs(np.asarray(actual, np.float64) - expected).max() / np.abs(expected).max())
+
+
+def librosa_reference(y):
+    power = np.abs(librosa.stft(y.astype(np.float64), n_fft=NFFT, hop_length=WINDOW_STEP, win_length=WINDOW_LENGTH,
+                                window="hann", center=True, pad_mode="reflect")) ** 2
+    power_db = librosa.power_to_db(power, ref=np.max, top_db=80)
+    mel = librosa.feature.melspectrogram(S=power, sr=SR, n_mels=128, fmax=8000)
+    mel_db = librosa.power_to_db(mel, ref=np.max, top_db=80)
+    mfcc = librosa.feature.mfcc(S=mel_db, n_mfcc=40)
+    return power, power_db, mel, mfcc
+
+
+@pipeline_def
+def spectrogram_pipe(y, device):
+    audio = types.Constant(device=device, value=y)
+    spectrogram = fn.spectrogram(audio, device=device, nfft=NFFT, window_length=WINDOW_LENGTH,
+                                 window_step=WINDOW_STEP)
+    spectrogram_db = fn.to_decibels(spectrogram, multiplier=10.0, cutoff_db=-80)
+    mel = fn.mel_filter_bank(spectrogram, sample_rate=SR, nfilter=128, freq_high=8000)
+    mel_db = fn.to_decibels(mel, multiplier=10.0, cutoff_db=-80)
+    mfcc = fn.mfcc(mel_db, axis=0, dct_type=2, n_mfcc=40, normalize=True)
+    return spectrogram, spectrogram_db, mel, mfcc
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.cuda)])
+def test_spectrogram_tutorial(device):
+    y = sweep(SR // 2)
+    pipe = spectrogram_pipe(y, device, batch_size=1, num_threads=1, device_id=0 if device == "gpu" else None)
+    pipe.build()
+    spectrogram, spectrogram_db, mel, mfcc = (out.as_cpu().at(0) for out in pipe.run())
+    power, power_db, mel_ref, mfcc_ref = librosa_reference(y)
+    assert spectrogram.shape == power.shape  # frequency x time, as DALI's default layout "ft"
+    assert rel_err(spectrogram, power) <= 1e-3
+    assert np.abs(spectrogram_db - power_db).max() <= 0.05
+    assert rel_err(mel, mel_ref) <= 1e-3
+    assert np.abs(mfcc - mfcc_ref).max() <= 0.1
+
+
+class LegacySpectrogramPipeline(Pipeline):
+    def __init__(self, batch_size, num_threads, device_id):
+        super().__init__(batch_size, num_threads, device_id, seed=12)
+        self.input = ops.ExternalSource()
+        self.spectrogram = ops.Spectrogram(device="cpu", nfft=NFFT, window_length=WINDOW_LENGTH,
+                                           window_step=WINDOW_STEP)
+        self.to_db = ops.ToDecibels(device="cpu", multiplier=10.0, cutoff_db=-80)
+
+    def define_graph(self):
+        self.audio = self.input()
+        return self.to_db(self.spectrogram(self.audio))
+
+    def iter_setup(self):
+        self.feed_input(self.audio, [sweep(SR // 4), sweep(SR // 2, f0=300.0)])
+
+
+def test_legacy_spectrogram_with_feed_input():
+    pipe = LegacySpectrogramPipeline(2, 1, None)
+    pipe.build()
+    (spectrogram_db,) = pipe.run()
+    for j, y in enumerate([sweep(SR // 4), sweep(SR // 2, f0=300.0)]):
+        _, power_db, _, _ = librosa_reference(y)
+        assert spectrogram_db.at(j).shape == power_db.shape
+        assert np.abs(spectrogram_db.at(j) - power_db).max() <= 0.05
