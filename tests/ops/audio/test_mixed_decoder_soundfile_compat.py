@@ -211,7 +211,7 @@ def test_mixed_resampling_on_gpu_equals_the_same_computation_on_cpu_tensors():
     on_gpu, rate = decode_batch([as_tensor(f) for f in files], ["a", "b", "c"], per, device=torch.device("cuda", 0),
                                 pin=True)
     assert on_gpu.dense is not None and on_gpu.dense.is_cuda and rate.as_cpu().as_tensor().tolist() == [16000.0] * 3
-    torch.testing.assert_close(on_gpu.dense.cpu(), on_cpu.as_tensor(), rtol=0, atol=1e-5)
+    torch.testing.assert_close(on_gpu.dense.cpu(), on_cpu.as_tensor(), rtol=0, atol=1e-4)  # float32 sums
 
 
 @pytest.mark.cuda
