@@ -6,7 +6,12 @@ uint8 HWC tensors that are ready in order on the caller's stream:
 
 * baseline YCbCr/gray JPEGs are split by :class:`SplitScheduler` between the hardware engines (nvImageCodec
   ``HW_GPU_ONLY``), the CUDA decoder (nvImageCodec ``GPU_ONLY`` or ``torchvision.io.decode_jpeg(list)``) and the
-  CPU (simplejpeg into one pinned staging buffer, then a single host-to-device copy); the three run concurrently;
+  CPU (simplejpeg into one pinned staging buffer, then a single host-to-device copy); the three run concurrently,
+  each GPU path in one batched call; the CPU share is 0 unless asked for (it slowed every batch measured on the
+  H200, see benchmarks/RESULTS.md);
+* while the GPU decodes, the thread pool checks the entropy-coded data of the JPEGs sent to nvJPEG
+  (:func:`~sluice.backends.image.formats.jpeg_scan_is_plausible`): nvJPEG decodes some damaged streams without an
+  error, and those go to libjpeg-turbo in strict mode, which raises naming the file;
 * 8-bit JPEG 2000 goes to nvJPEG2000 through nvImageCodec's CUDA decoder;
 * anything a GPU path does not take (progressive, CMYK/YCCK, truncated JPEGs, PNG, TIFF, WebP, ...) is decoded on
   the CPU threads per sample; a sample the GPU returns nothing for is retried on the CPU.
