@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 import soundfile
 import torch
+from _audio_signals import encode, sweep, tones
 
 from sluice import types
 from sluice.backends.audio import decode_audio, parse_wav, resample_soxr
 from sluice.ops.audio.decoder import decode_batch, decode_sample
 from sluice.pipeline.batch import Batch
-
-from _audio_signals import encode, sweep, tones
 
 RATE = 8000
 SUBTYPES = ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"]

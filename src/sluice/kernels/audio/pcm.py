@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["pcm_to_audio", "PAD_BYTE", "SAMPLE_BYTES"]
+__all__ = ["PAD_BYTE", "SAMPLE_BYTES", "pcm_to_audio"]
 
 #: Bytes per sample of each format.
 SAMPLE_BYTES = {"u8": 1, "s16": 2, "s24": 3, "s32": 4, "f32": 4, "f64": 8}

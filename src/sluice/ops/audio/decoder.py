@@ -11,14 +11,21 @@ import numpy as np
 import torch
 
 from sluice import types
-from sluice.backends.audio import (OUT_OF_BOUNDS_POLICIES, decode_audio, open_audio, parse_wav, plan_window,
-                                   read_into, resample_soxr)
+from sluice.backends.audio import (
+    OUT_OF_BOUNDS_POLICIES,
+    decode_audio,
+    open_audio,
+    parse_wav,
+    plan_window,
+    read_into,
+    resample_soxr,
+)
+from sluice.errors import SampleError
 from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.kernels.audio.resample import resample_batch
-from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
-from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, Operator, OpSpec
+from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 __all__ = ["SCHEMA", "decode_batch"]
 
@@ -123,7 +130,7 @@ def _each(pool, fn, items: list, sources: list[str]) -> list:
     def call(i):
         try:
             return fn(i)
-        except Exception as exc:  # noqa: BLE001 - re-raised naming the sample and its file
+        except Exception as exc:
             raise SampleError(i, sources[i], exc) from exc
 
     if pool is None or len(items) < 2:
