@@ -160,6 +160,14 @@ def test_parse_wav_walks_chunks_and_rejects_what_libsndfile_should_judge():
     assert parse_wav(moved).data_offset == info.data_offset + len(extra)
     audio, _ = mixed_on_cpu([moved], [args("int16")])
     np.testing.assert_array_equal(audio[0].numpy(), soundfile.read(io.BytesIO(moved), dtype="int16")[0])
+    # a data chunk that ends inside a frame (libsndfile drops the partial frame), and a chunk after the data
+    size_at = info.data_offset - 4
+    partial = base[:size_at] + struct.pack("<I", struct.unpack_from("<I", base, size_at)[0] - 2) + base[size_at + 4:]
+    trailing = base + b"LIST" + struct.pack("<I", 4) + b"abcd"
+    for f in (partial, trailing):
+        audio, _ = mixed_on_cpu([f], [args("int32")])
+        np.testing.assert_array_equal(audio[0].numpy(), soundfile.read(io.BytesIO(f), dtype="int32", always_2d=True)[0])
+    assert parse_wav(partial).frames == 100
     assert parse_wav(base[:-10]) is None                                      # data chunk cut short
     assert parse_wav(encode(signal(100, 1), RATE, "WAV", "ULAW")) is None      # a compressed WAV codec
     assert parse_wav(b"RIFX" + base[4:]) is None
