@@ -1,0 +1,216 @@
+"""The legacy names and arguments of DALI on sluice: every alias warns naming its replacement and builds that
+operator; old arguments are translated; anything unsupported raises NotImplementedError naming it."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import sluice
+from sluice.compat import NotSupportedError
+from sluice.compat._legacy import FN_ALIASES, OPS_ALIASES, class_path
+from sluice.compat.dali import Pipeline, fn, math, ops, pipeline_def, tensors, types
+from sluice.compat.dali.plugin import pytorch as dali_torch
+from sluice.errors import ArgumentError, PipelineError
+from sluice.pipeline.batch import Batch
+
+
+def _walk(root, dotted):
+    for part in dotted.split("."):
+        root = getattr(root, part)
+    return root
+
+
+def _inputs_and_args(target):
+    """Enough inputs and arguments to build a node of ``target`` (nothing runs)."""
+    if target.startswith("readers."):
+        if "video" in target:
+            return [], {"filenames": ["clip.mp4"], "sequence_length": 2}
+        return [], {"file_root": "/nonexistent", **({"sequence_length": 2} if "sequence" in target else {})}
+    if target.startswith("random."):
+        return [], {}
+    args = {"scale": 0.5} if target == "audio_resample" else {}
+    count = 3 if target == "decoders.image_slice" else 1  # data, anchor, shape
+    return [fn.external_source(name=f"data{i}") for i in range(count)], args
+
+
+def _target_of(outputs):
+    node = outputs[0] if isinstance(outputs, list) else outputs
+    return node.op
+
+
+@pytest.mark.parametrize("alias", sorted(FN_ALIASES))
+def test_fn_aliases_warn_and_build_their_replacement(alias):
+    target, device = FN_ALIASES[alias]
+    inputs, args = _inputs_and_args(target)
+    with pytest.warns(DeprecationWarning, match=f"fn.{alias} is deprecated; use fn.{target}"):
+        op = _target_of(_walk(fn, alias)(*inputs, **args))
+    assert op.schema.name == target
+    assert op.device == (device or op.schema.default_device)
+
+
+@pytest.mark.parametrize("alias", sorted(OPS_ALIASES))
+def test_ops_aliases_warn_and_build_their_replacement(alias):
+    target, device = OPS_ALIASES[alias]
+    inputs, args = _inputs_and_args(target)
+    with pytest.warns(DeprecationWarning, match=f"ops.{alias} is deprecated; use ops.{class_path(target)}"):
+        instance = _walk(ops, alias)(**args)
+    assert isinstance(instance, _walk(sluice.ops, class_path(target)))
+    op = _target_of(instance(*inputs))
+    assert op.schema.name == target
+    assert op.device == (device or op.schema.default_device)
+
+
+def test_current_names_do_not_warn_and_keep_signatures():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fn.resize(fn.external_source(name="x"), resize_x=4)
+        ops.decoders.Image(device="cpu")(fn.external_source(name="y"))
+    assert inspect.signature(fn.resize) == inspect.signature(sluice.fn.resize)
+    assert fn.readers.file.__doc__ == sluice.fn.readers.file.__doc__
+
+
+def test_crop_mirror_normalize_legacy_arguments():
+    images = fn.external_source(name="images", layout="HWC")
+    with pytest.warns(DeprecationWarning) as record:
+        out = fn.crop_mirror_normalize(images, output_dtype=types.FLOAT16, output_layout=types.NCHW,
+                                       image_type=types.RGB, crop=(4, 4), crop_d=0)
+    assert {str(w.message) for w in record} == {
+        "fn.crop_mirror_normalize: argument 'output_dtype' is deprecated; use 'dtype'",
+        "fn.crop_mirror_normalize: argument 'image_type' is deprecated and ignored (it has no effect)"}
+    assert out.op.const_args["dtype"] is types.FLOAT16 and out.op.const_args["output_layout"] == "CHW"
+    assert out.op.const_args["image_type"] is None
+    with pytest.raises(ArgumentError, match="not both"):
+        fn.crop_mirror_normalize(images, output_dtype=types.FLOAT, dtype=types.FLOAT)
+    with pytest.raises(NotImplementedError, match="crop_d=16"):
+        fn.crop_mirror_normalize(images, crop_d=16)
+
+
+def test_legacy_cmn_runs_like_the_new_one():
+    data = [np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)]
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def pipe(legacy):
+        images = fn.external_source(source=[data], layout="HWC", cycle=True)
+        if legacy:
+            cmn = ops.CropMirrorNormalize(output_dtype=types.FLOAT, output_layout=types.NCHW, crop=(4, 4),
+                                          mean=[10.0], std=[2.0], image_type=types.RGB)
+            return cmn(images)
+        return fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", crop=(4, 4), mean=[10.0],
+                                        std=[2.0])
+
+    with pytest.warns(DeprecationWarning):
+        legacy = pipe(True).run()[0].as_tensor()
+    current = pipe(False).run()[0].as_tensor()
+    torch.testing.assert_close(legacy, current, rtol=0, atol=0)
+    expected = (torch.tensor(data[0][1:5, 2:6], dtype=torch.float32).permute(2, 0, 1) - 10) / 2
+    torch.testing.assert_close(legacy[0], expected)
+
+
+def test_decoder_tuning_arguments():
+    jpegs = fn.external_source(name="jpegs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # performance-only: accepted silently
+        fn.decoders.image(jpegs, cache_size=100, cache_type="threshold", memory_stats=True, seed=3)
+    with pytest.warns(DeprecationWarning, match="'split_stages' is deprecated and ignored"):
+        fn.decoders.image(jpegs, split_stages=True)
+
+
+def test_unsupported_arguments_name_operator_and_argument():
+    with pytest.raises(NotImplementedError, match=r"fn.resize: argument 'resize_depth' is not supported"):
+        fn.resize(fn.external_source(name="a"), resize_depth=3)
+    with pytest.raises(NotSupportedError, match=r"ops.Resize: argument 'bogus'"):
+        ops.Resize(bogus=1)
+    with pytest.raises(NotImplementedError, match="resize_z=2"):
+        fn.resize(fn.external_source(name="b"), resize_z=2)
+
+
+@pytest.mark.parametrize("where, name", [(fn, "box_encoder"), (fn.readers, "tfrecord"), (ops, "PythonFunction"),
+                                         (ops.readers, "COCO"), (types, "DALITensorLayout"), (math, "clamp"),
+                                         (dali_torch, "feed_gpu_tensor")])
+def test_missing_names_raise_not_implemented(where, name):
+    with pytest.raises(NotImplementedError, match=f"nvidia.dali.*{name} is not provided by sluice"):
+        getattr(where, name)
+    assert not hasattr(where, name)  # also an AttributeError, so capability probes keep working
+
+
+def test_known_missing_callables_raise_when_used():
+    with pytest.raises(NotImplementedError, match="TorchPythonFunction"):
+        dali_torch.TorchPythonFunction(function=abs)
+    with pytest.raises(NotImplementedError, match="ragged_outputs"):
+        dali_torch.DALIRaggedIterator([], ["x"])
+
+
+def test_pipeline_constructor_follows_dali():
+    pipe = Pipeline(2, 1, None, 5, True, 2, True, 0, False, -1, 0, exec_dynamic=True)
+    assert (pipe.batch_size, pipe.num_threads, pipe.device_id, pipe.seed) == (2, 1, None, 5)
+    with pytest.raises(NotImplementedError, match="py_callback_pickler"):
+        Pipeline(batch_size=2, py_callback_pickler=object())
+    with pytest.raises(NotImplementedError, match="serialize"):
+        pipe.serialize()
+    with pytest.raises(NotImplementedError, match="enable_conditionals"):
+        pipeline_def(enable_conditionals=True)
+    with pytest.raises(NotImplementedError, match="debug"):
+        pipeline_def(debug=True)
+
+
+def test_pipeline_output_checks_and_legacy_methods():
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None, output_dtype=[types.FLOAT, types.INT32])
+    def checked():
+        return fn.random.uniform(range=(0, 1)), fn.cast(fn.random.coin_flip(), dtype=types.FLOAT)
+
+    with pytest.raises(PipelineError, match="output 1 has dtype torch.float32"):
+        checked().run()
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None, output_ndim=1)
+    def fine():
+        return fn.random.uniform(range=(0, 1), shape=[3])
+
+    pipe = fine()
+    pipe.build()
+    pipe.schedule_run()
+    (out,) = pipe.share_outputs()
+    pipe.release_outputs()
+    assert out.shape() == [(3,), (3,)]
+
+
+def test_tensor_list_checks_and_constructors():
+    cpu = Batch([torch.zeros(2, 3), torch.ones(4, 3)])
+    assert isinstance(cpu, tensors.TensorListCPU) and not isinstance(cpu, tensors.TensorListGPU)
+    assert isinstance(torch.zeros(3), tensors.TensorCPU) and not isinstance(torch.zeros(3), tensors.TensorGPU)
+    assert not isinstance(np.zeros(3), tensors.TensorListCPU)
+    built = tensors.TensorListCPU(np.arange(6).reshape(2, 3), "X")
+    assert isinstance(built, Batch) and built.layout() == "X" and built.shape() == [(3,), (3,)]
+    assert built.at(1).tolist() == [3, 4, 5]
+    ragged = tensors.TensorListCPU([np.zeros(2), np.zeros(5)])
+    assert ragged.shape() == [(2,), (5,)] and not ragged.is_dense_tensor()
+
+
+def test_types_constant_and_math():
+    assert isinstance(types.Constant(3, types.UINT8), types.ScalarConstant)
+    signal = np.array([-2.0, 0.5, 3.0], dtype=np.float32)
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def pipe():
+        x = types.Constant(signal, device="cpu")
+        return math.abs(x), math.pow(x, 2), x * types.Constant(2, types.FLOAT)
+
+    absolute, squared, doubled = pipe().run()
+    np.testing.assert_array_equal(absolute.at(1), np.abs(signal))
+    np.testing.assert_allclose(squared.at(0), signal ** 2)
+    np.testing.assert_array_equal(doubled.at(0), signal * 2)
+    assert dali_torch.to_torch_type[types.FLOAT16] is torch.float16
+
+
+def test_video_readers_yield_labels_as_dali_does():
+    with pytest.warns(DeprecationWarning):
+        alone = ops.VideoReader(device="cpu", filenames=["clip.mp4"], sequence_length=2)()
+    assert not isinstance(alone, list)  # filenames without labels: only the frames
+    labelled = ops.readers.Video(filenames=["clip.mp4"], labels=[4], sequence_length=2)()
+    assert isinstance(labelled, list) and len(labelled) == 2
+    with_frame_num = fn.readers.video(filenames=["clip.mp4"], sequence_length=2, enable_frame_num=True)
+    assert len(with_frame_num) == 2  # frames, frame numbers
