@@ -166,6 +166,32 @@ def gpu_front_end_only(paths: list[str], batch: int, iterations: int = 20) -> fl
     return iterations * batch / t["seconds"]
 
 
+def _read_once(path: str):
+    """One copy from the page cache into a buffer the tensor owns (what readers.file's read_file could do instead of
+    ``bytearray(f.read())``, whose second copy holds the GIL)."""
+    import torch
+
+    with open(path, "rb", buffering=0) as f:
+        out = torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8)
+        got = f.readinto(out.numpy()) if out.numel() else 0
+    return out[:got]
+
+
+def file_reading(paths: list[str], batch: int, threads: int) -> dict[str, float]:
+    """clips/s of reading the files in batches in ``threads`` threads: readers.file's read_file, and one copy."""
+    from sluice.ops.readers.file import read_file
+
+    out = {}
+    with ThreadPoolExecutor(threads) as pool:
+        for label, fn in (("read_file (f.read + bytearray copy)", read_file), ("one-copy readinto", _read_once)):
+            list(pool.map(fn, paths[:batch]))
+            with timed(sync_cuda=False) as t:
+                for s in range(0, len(paths), batch):
+                    list(pool.map(fn, paths[s: s + batch]))
+            out[label] = len(paths) / t["seconds"]
+    return out
+
+
 def run_sluice(pipe, iterations: int):
     out = None
     for _ in range(iterations):
@@ -252,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         for label, (decoder, stop) in stages.items():
             rate, _ = time_sluice(args.root, n, args, device, decoder, stop, epochs=1)
             report(workload + f", stage: {label}", "clips/s", rate, {})
+        for label, rate in file_reading(paths, args.batch, args.threads).items():
+            report(workload + f", file reading alone ({args.threads} threads): {label}", "clips/s", rate, {})
     if device == "gpu":
         report(workload + ", sluice GPU kernels only (decoded batch already on the GPU)", "clips/s",
                gpu_front_end_only(paths, args.batch), {})
