@@ -141,8 +141,24 @@ def test_missing_names_raise_not_implemented(where, name):
 def test_known_missing_callables_raise_when_used():
     with pytest.raises(NotImplementedError, match="TorchPythonFunction"):
         dali_torch.TorchPythonFunction(function=abs)
-    with pytest.raises(NotImplementedError, match="ragged_outputs"):
-        dali_torch.DALIRaggedIterator([], ["x"])
+    with pytest.raises(NotImplementedError, match="SPARSE_COO_TAG"):
+        dali_torch.DALIRaggedIterator([], ["x"], output_types=[dali_torch.DALIRaggedIterator.SPARSE_COO_TAG])
+
+
+def test_ragged_iterator_lists_and_dense_outputs():
+    lengths = [2, 5, 3]
+
+    @pipeline_def(batch_size=3, num_threads=1, device_id=None)
+    def pipe():
+        ragged = fn.external_source(source=lambda: [np.arange(n, dtype=np.int32) for n in lengths])
+        dense = fn.external_source(source=lambda: [np.full(2, n, dtype=np.int32) for n in lengths])
+        return ragged, dense
+
+    tags = dali_torch.DALIRaggedIterator
+    loader = tags(pipe(), ["ragged", "dense"], size=3, output_types=[tags.SPARSE_LIST_TAG, tags.DENSE_TAG])
+    (batch,) = next(iter(loader))
+    assert [t.tolist() for t in batch["ragged"]] == [list(range(n)) for n in lengths]
+    assert batch["dense"].shape == (3, 2)
 
 
 def test_pipeline_constructor_follows_dali():

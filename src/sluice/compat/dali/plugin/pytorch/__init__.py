@@ -1,6 +1,7 @@
 """``nvidia.dali.plugin.pytorch`` on sluice: ``DALIGenericIterator``, ``DALIClassificationIterator``,
 ``LastBatchPolicy``, ``feed_ndarray`` and ``to_torch_type``; ``experimental.proxy`` holds the DataLoader proxy.
-``TorchPythonFunction`` and ``DALIRaggedIterator`` are not provided (NotImplementedError when used).
+``DALIRaggedIterator`` (dense and list outputs). ``TorchPythonFunction`` is not provided (NotImplementedError when
+used).
 
 Example::
 
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from sluice import types as _types
+from sluice.compat._missing import missing as _missing
 from sluice.compat._missing import module_getattr as _module_getattr
 from sluice.compat._missing import public_names as _public_names
 from sluice.compat._missing import unsupported_callable as _unsupported
@@ -40,9 +42,44 @@ to_torch_type: dict[Any, torch.dtype] = {t: _types.to_torch_dtype(t) for t in _t
 
 TorchPythonFunction = _unsupported("nvidia.dali.plugin.pytorch.TorchPythonFunction",
                                    hint="Run the function on the iterator's torch tensors instead.")
-DALIRaggedIterator = _unsupported("nvidia.dali.plugin.pytorch.DALIRaggedIterator",
-                                  hint="Use DALIGenericIterator(..., ragged_outputs=[names]) for lists of "
-                                  "per-sample tensors.")
+
+
+class DALIRaggedIterator(DALIGenericIterator):
+    """DALI's iterator for outputs whose samples differ in shape: ``output_types`` gives, per output,
+    ``DENSE_TAG`` (one tensor, the default) or ``SPARSE_LIST_TAG`` (a list of per-sample tensors).
+    ``SPARSE_COO_TAG`` (torch sparse COO tensors) is not supported.
+
+    Example::
+
+        it = DALIRaggedIterator(pipe, ["boxes", "labels"], reader_name="Reader",
+                                output_types=[DALIRaggedIterator.SPARSE_LIST_TAG, DALIRaggedIterator.DENSE_TAG])
+    """
+
+    DENSE_TAG = "dense"
+    SPARSE_LIST_TAG = "sparse_list"
+    SPARSE_COO_TAG = "sparse_coo"
+
+    def __init__(self, pipelines: Any, output_map: Any, size: int = -1, reader_name: str | None = None,
+                 output_types: Any = None, auto_reset: Any = False, fill_last_batch: bool | None = None,
+                 dynamic_shape: bool = False, last_batch_padded: bool = False,
+                 last_batch_policy: LastBatchPolicy = LastBatchPolicy.FILL, prepare_first_batch: bool = True):
+        output_map = list(output_map)
+        tags = list(output_types) if output_types is not None else [self.DENSE_TAG] * len(output_map)
+        if len(tags) != len(output_map):
+            raise ArgumentError(f"DALIRaggedIterator: output_types has {len(tags)} entries for {len(output_map)} "
+                                "outputs")
+        if self.SPARSE_COO_TAG in tags:
+            _missing("DALIRaggedIterator output type SPARSE_COO_TAG", hint="Use SPARSE_LIST_TAG.")
+        bad = sorted({t for t in tags if t not in (self.DENSE_TAG, self.SPARSE_LIST_TAG)})
+        if bad:
+            raise ArgumentError(f"DALIRaggedIterator: invalid output_types {bad}. Supported values are "
+                                "DENSE_TAG, SPARSE_LIST_TAG.")
+        super().__init__(pipelines, output_map, size=size, reader_name=reader_name, auto_reset=auto_reset,
+                         fill_last_batch=fill_last_batch, dynamic_shape=dynamic_shape,
+                         last_batch_padded=last_batch_padded, last_batch_policy=last_batch_policy,
+                         prepare_first_batch=prepare_first_batch,
+                         ragged_outputs=[n for n, t in zip(output_map, tags) if t == self.SPARSE_LIST_TAG])
+
 
 
 def _as_stream(cuda_stream: Any, device: torch.device) -> torch.cuda.Stream | None:
