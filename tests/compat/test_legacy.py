@@ -230,3 +230,14 @@ def test_video_readers_yield_labels_as_dali_does():
     assert isinstance(labelled, list) and len(labelled) == 2
     with_frame_num = fn.readers.video(filenames=["clip.mp4"], sequence_length=2, enable_frame_num=True)
     assert len(with_frame_num) == 2  # frames, frame numbers
+
+
+def test_backend_and_data_node_modules():
+    from sluice.compat.dali import backend, data_node
+
+    assert backend.TensorListCPU is tensors.TensorListCPU
+    backend.ReleaseUnusedMemory()
+    backend.PreallocateDeviceMemory(1 << 20, 0)
+    assert isinstance(fn.random.coin_flip(), data_node.DataNode)
+    with pytest.raises(NotImplementedError, match=r"backend.GetCudaVersion .*Available here: Preallocate"):
+        backend.GetCudaVersion()

@@ -67,5 +67,6 @@ def unsupported_callable(qualname: str, hint: str = "") -> Callable[..., NoRetur
 
 
 def public_names(module: _pytypes.ModuleType) -> list[str]:
-    """The public attributes of ``module`` (for the 'available' lists of error messages)."""
-    return [n for n in vars(module) if not n.startswith("_")]
+    """The public names of ``module`` (its ``__all__``, else its attributes; for the error messages)."""
+    names = vars(module).get("__all__") or list(vars(module))
+    return [n for n in names if not n.startswith("_")]

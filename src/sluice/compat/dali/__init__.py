@@ -10,6 +10,7 @@ DALI module                                     provided as
 ``nvidia.dali.types``                           :mod:`sluice.types` plus ``Constant``
 ``nvidia.dali.tensors``                         ``TensorListCPU`` / ``TensorListGPU`` checks on :class:`sluice.Batch`
 ``nvidia.dali.math``                            ``abs``, ``pow`` (others raise NotImplementedError)
+``nvidia.dali.backend`` / ``data_node``           tensor types, memory calls / ``DataNode``
 ``nvidia.dali.plugin.pytorch``                  :mod:`sluice.torch` iterators and ``feed_ndarray``
 ``nvidia.dali.plugin.pytorch.experimental.proxy``  :mod:`sluice.torch.proxy`
 ==============================================  ==========================================================
