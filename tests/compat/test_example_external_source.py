@@ -18,7 +18,7 @@ import nvidia.dali.ops as ops
 import nvidia.dali.types as types
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from conftest import pil_decode
+from dali_example_data import pil_decode
 
 
 class ExternalInputIterator:

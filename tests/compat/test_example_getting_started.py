@@ -18,7 +18,7 @@ import nvidia.dali.ops as ops
 import nvidia.dali.types as types
 from nvidia.dali.tensors import TensorListCPU, TensorListGPU
 
-from conftest import pil_decode
+from dali_example_data import pil_decode
 
 
 @pipeline_def
@@ -140,7 +140,7 @@ def test_gpu_and_hybrid_decoding(image_dir, image_files):
     assert isinstance(labels, TensorListCPU)
     for j in range(3):
         ref = pil_decode(image_files[j][0])
-        np.testing.assert_array_equal(rotated.as_cpu().at(j), np.rot90(ref, 1))
+        assert np.abs(rotated.as_cpu().at(j).astype(int) - np.rot90(ref, 1)).max() <= 1  # float sin/cos on GPU
         decoded = hybrid.as_cpu().at(j)
         assert decoded.shape == ref.shape
         assert np.abs(decoded.astype(int) - ref).max() <= 8

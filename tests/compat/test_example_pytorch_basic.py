@@ -21,7 +21,7 @@ from nvidia.dali.plugin.pytorch import (DALIClassificationIterator, DALIGenericI
                                         feed_ndarray)
 from nvidia.dali.plugin.pytorch.experimental import proxy as dali_proxy
 
-from conftest import CLASSES, SIZES, pil_decode
+from dali_example_data import CLASSES, SIZES, pil_decode
 
 CROP = 24
 
