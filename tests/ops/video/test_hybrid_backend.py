@@ -180,3 +180,30 @@ def test_real_hybrid_barcodes(nvdec_videos):
     cpu = read_frames(path, frames=list(range(0, NUM_FRAMES, 3))).frames.int()
     gpu = read_frames(path, frames=list(range(0, NUM_FRAMES, 3)), backend=NvdecBackend()).frames.cpu().int()
     assert (cpu - gpu).abs().float().mean() < 3.0
+
+
+def test_decoder_batch_through_hybrid(videos, tmp_path, fake_nvdec):
+    """fn.decoders.video's mixed path (without its CUDA stream handling): a batch in one hybrid call, errors naming
+    the sample."""
+    from sluice.errors import SampleError
+    from sluice.ops.decoders.video import decode_samples
+    from sluice.pipeline.batch import Batch
+    from sluice.schema import BatchArgs
+
+    def as_tensor(path):
+        return torch.from_numpy(np.frombuffer(path.read_bytes(), np.uint8).copy())
+
+    paths = [videos["h264-mp4"], videos["h264-mov"], videos["h264-mp4"]]
+    const = dict(frames=None, timestamps=None, start_frame=0, end_frame=None, stride=1, sequence_length=None,
+                 pad_mode="none", fill_value=[0], enable_timestamps=False, enable_frame_num=False)
+    wanted = [[1, 13, 25], [2, 3, 39], [25, 26]]
+    args = BatchArgs(const, {"frames": wanted}, 3)
+    backend = HybridBackend(sessions=1, cpu_workers=1)
+    clips = decode_samples(Batch([as_tensor(p) for p in paths]), [str(p) for p in paths], args, backend, None)
+    assert [read_barcodes(c.frames) for c in clips] == wanted
+    assert backend.last_stats["nvdec"]["jobs"] + backend.last_stats["cpu"]["jobs"] == 5  # 3 + 2 groups; keyframe 24 of the mp4 shared
+    bad = tmp_path / "zero.mp4"
+    bad.write_bytes(b"\0" * 300)
+    with pytest.raises(SampleError, match="zero.mp4"):
+        decode_samples(Batch([as_tensor(paths[0]), as_tensor(bad)]), [str(paths[0]), str(bad)],
+                       BatchArgs(const, {"frames": [[1], [1]]}, 2), backend, None)

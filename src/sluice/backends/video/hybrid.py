@@ -114,6 +114,7 @@ class HybridBackend:
         """
         jobs, per_request = self._jobs(requests)
         self._run(jobs)
+        self._order_streams(jobs)
         out = []
         for r, (_, _, frames) in enumerate(requests):
             wanted = {int(f) for f in frames}
@@ -122,6 +123,24 @@ class HybridBackend:
                 got.update((f, t) for f, t in job.result.items() if f in wanted)
             out.append(got)
         return out
+
+    def _order_streams(self, jobs: list[_Job]) -> None:
+        """Workers made the frames on the default stream (or synchronised their copies): the caller's stream waits
+        for it, and the frames' memory is kept from reuse until the caller's stream is done with them."""
+        device = self.out_device
+        if device.type != "cuda":
+            return
+        current, default = torch.cuda.current_stream(device), torch.cuda.default_stream(device)
+        if current == default:
+            return
+        current.wait_stream(default)
+        seen = set()
+        for job in jobs:
+            for t in (job.result or {}).values():
+                ptr = t.untyped_storage().data_ptr()
+                if t.is_cuda and ptr not in seen:
+                    seen.add(ptr)
+                    t.record_stream(current)
 
     # ------------------------------------------------------------------------------------------ planning
     def _jobs(self, requests) -> tuple[list[_Job], list[list[_Job]]]:

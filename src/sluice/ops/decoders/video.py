@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from sluice.backends.video import PAD_MODES, Clip, PyAVBackend, get_index, read_frames
+from sluice.backends.video import PAD_MODES, Clip, ClipRequest, PyAVBackend, get_index, prepare_clip, read_clips
 from sluice.backends.video.pyav import default_threads
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
@@ -95,8 +95,8 @@ def clip_outputs(clip: Clip, args: dict[str, Any], device: torch.device | str) -
     return tuple(out)
 
 
-def decode_sample(data: torch.Tensor, name: str, args: dict[str, Any], backend) -> Clip:
-    """Decode one sample's encoded bytes as the arguments ask."""
+def sample_request(data: torch.Tensor, name: str, args: dict[str, Any]) -> ClipRequest:
+    """Resolve one sample's request (checked, padding applied) without decoding."""
     check_request(args)
     if data.numel() == 0:
         raise ValueError(f"{name or 'the sample'} is empty (0 bytes): not a video")
@@ -107,8 +107,13 @@ def decode_sample(data: torch.Tensor, name: str, args: dict[str, Any], backend) 
     # bytes read from a file (the reader's source info names it, same size and cached by mtime): decode from the
     # file, whose container stays open between samples, instead of re-parsing the bytes
     source = name if index is not None else data.contiguous().numpy()
-    return read_frames(source, backend=backend, pad_mode=args["pad_mode"], fill_value=args["fill_value"],
-                       name=name or None, index=index, **request)
+    return prepare_clip(source, pad_mode=args["pad_mode"], fill_value=args["fill_value"], name=name or None,
+                        index=index, **request)
+
+
+def decode_sample(data: torch.Tensor, name: str, args: dict[str, Any], backend) -> Clip:
+    """Decode one sample's encoded bytes as the arguments ask."""
+    return read_clips([sample_request(data, name, args)], backend)[0]
 
 
 def _file_index(name: str, size: int):
@@ -132,6 +137,7 @@ def video_cpu(ctx, data: torch.Tensor, **args) -> tuple[torch.Tensor, ...]:
 
 
 _NVDEC: dict[int, Any] = {}
+_HYBRID: dict[int, Any] = {}
 _NVDEC_LOCK = threading.Lock()
 
 
@@ -145,27 +151,48 @@ def nvdec_backend(device_id: int):
         return _NVDEC[device_id]
 
 
-@SCHEMA.batch_kernel("mixed")
-def video_mixed(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
-    """NVDEC decode: samples run in the pipeline's threads, each on its own decoder session."""
-    device = ctx.device
-    backend = nvdec_backend(device.index or 0)
-    sources = ctx.source_info or [""] * len(data)
+def gpu_backend(device_id: int):
+    """The backend of the GPU video operators: NVDEC and the CPU sharing each batch (the hybrid backend, on
+    :func:`nvdec_backend`'s sessions), or NVDEC alone with ``SLUICE_VIDEO_HYBRID=0``."""
+    if os.environ.get("SLUICE_VIDEO_HYBRID", "1") == "0":
+        return nvdec_backend(device_id)
+    from sluice.backends.video.hybrid import HybridBackend
 
-    def one(i: int) -> tuple[torch.Tensor, ...]:
-        sample_args = args.sample(i)
+    nvdec = nvdec_backend(device_id)
+    with _NVDEC_LOCK:
+        if device_id not in _HYBRID:
+            _HYBRID[device_id] = HybridBackend(device_id=device_id, nvdec=nvdec)
+        return _HYBRID[device_id]
+
+
+def decode_samples(data: Batch, sources: list[str], args: BatchArgs, backend, pool) -> list[Clip]:
+    """Decode a batch's samples in one call to the backend (the hybrid backend shares out all their groups of
+    pictures at once); an error names its sample."""
+    def request(i: int) -> ClipRequest:
         try:
-            with torch.cuda.device(device):
-                clip = decode_sample(data[i].cpu(), sources[i], sample_args, backend)
-                return clip_outputs(clip, sample_args, device)
+            return sample_request(data[i].cpu(), sources[i], args.sample(i))
         except Exception as e:  # noqa: BLE001 - re-raised naming the sample
             raise SampleError(i, sources[i], e) from e
 
-    pool = ctx.thread_pool
-    results = list(pool.map(one, range(len(data)))) if pool is not None and len(data) > 1 else \
-        [one(i) for i in range(len(data))]
+    n = len(data)
+    requests = list(pool.map(request, range(n))) if pool is not None and n > 1 else [request(i) for i in range(n)]
+    try:
+        return read_clips(requests, backend)
+    except Exception as e:  # noqa: BLE001 - re-raised naming the sample
+        i = getattr(e, "request_index", 0)
+        raise SampleError(i, sources[i], e) from e
+
+
+@SCHEMA.batch_kernel("mixed")
+def video_mixed(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
+    """NVDEC and the CPU decode the batch together (see ``sluice.backends.video.hybrid``); frames end on the GPU."""
+    device = ctx.device
+    sources = ctx.source_info or [""] * len(data)
     n_out = _num_outputs({k: args.const(k) for k in ("enable_timestamps", "enable_frame_num")})
-    if not results:
+    if not len(data):
         return tuple(Batch([]) for _ in range(n_out))
+    with torch.cuda.device(device):
+        clips = decode_samples(data, sources, args, gpu_backend(device.index or 0), ctx.thread_pool)
+        results = [clip_outputs(clip, args.sample(i), device) for i, clip in enumerate(clips)]
     torch.cuda.current_stream(device).wait_stream(torch.cuda.default_stream(device))
     return tuple(Batch(list(col), "FHWC" if k == 0 else "", sources) for k, col in enumerate(zip(*results)))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice.backends.video import get_index, read_audio_window, read_frames
+from sluice.backends.video import Clip, ClipRequest, get_index, prepare_clip, read_audio_window, read_clips
 from sluice.backends.video.pyav import PyAVBackend, default_threads
 from sluice import types
 from sluice.errors import ArgumentError, SampleError
@@ -217,13 +217,22 @@ class VideoReader(ReaderBase):
         paths, labels = list_files(self.op_name, files)
         return [(p, lab, None, None) for p, lab in zip(paths, labels)]
 
+    def request(self, sample: int) -> ClipRequest:
+        """The resolved frame request of sample ``sample`` (a sequence), nothing decoded yet."""
+        f, start = self.samples[sample]
+        wanted = start + self.stride * np.arange(self.length)
+        return prepare_clip(self.paths[f], frames=wanted,
+                            pad_mode="constant" if self.spec.args["pad_sequences"] else "none", fill_value=0,
+                            index=self.indexes[f])
+
     def load(self, sample: int) -> tuple[torch.Tensor, ...]:
+        return self.outputs(sample, read_clips([self.request(sample)], self.backend)[0])
+
+    def outputs(self, sample: int, clip: Clip) -> tuple[torch.Tensor, ...]:
+        """The reader's outputs for a decoded sequence: resized / converted frames, label, and what is enabled."""
         f, start = self.samples[sample]
         a = self.spec.args
         idx = self.indexes[f]
-        wanted = start + self.stride * np.arange(self.length)
-        clip = read_frames(self.paths[f], frames=wanted, pad_mode="constant" if a["pad_sequences"] else "none",
-                           fill_value=0, backend=self.backend, index=idx)
         frames = resize_frames(clip.frames, a["resize_x"], a["resize_y"], a.get("resize_shorter") or 0,
                                a.get("resize_longer") or 0, a.get("interp_type") or types.INTERP_LINEAR)
         if a["dtype"] == types.FLOAT:
@@ -246,16 +255,29 @@ class VideoReader(ReaderBase):
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, ...]:
         picks = [i for i, _ in self.next_samples(ctx)]
         paths = [self.paths[self.samples[i][0]] for i in picks]
-
-        def one(k: int) -> tuple[torch.Tensor, ...]:
-            try:
-                return self.load(picks[k])
-            except Exception as e:  # noqa: BLE001 - re-raised naming the sample and its file
-                raise SampleError(k, paths[k], e) from e
-
         pool = ctx.thread_pool
-        results = list(pool.map(one, range(len(picks)))) if pool is not None and len(picks) > 1 else \
-            [one(k) for k in range(len(picks))]
+
+        def each(fn, n: int) -> list:
+            return list(pool.map(fn, range(n))) if pool is not None and n > 1 else [fn(k) for k in range(n)]
+
+        def named(fn):
+            def call(k: int):
+                try:
+                    return fn(k)
+                except Exception as e:  # noqa: BLE001 - re-raised naming the sample and its file
+                    raise SampleError(k, paths[k], e) from e
+            return call
+
+        if hasattr(self.backend, "decode_batch"):  # the whole batch's groups of pictures shared out at once
+            requests = [self.request(i) for i in picks]
+            try:
+                clips = read_clips(requests, self.backend)
+            except Exception as e:  # noqa: BLE001
+                k = getattr(e, "request_index", 0)
+                raise SampleError(k, paths[k], e) from e
+            results = each(named(lambda k: self.outputs(picks[k], clips[k])), len(picks))
+        else:
+            results = each(named(lambda k: self.load(picks[k])), len(picks))
         layouts = _layouts(self.spec.args, [])
         if self.spec.device == "gpu" and results:  # frames were made on the worker threads' default stream
             torch.cuda.current_stream().wait_stream(torch.cuda.default_stream())
@@ -264,16 +286,25 @@ class VideoReader(ReaderBase):
 
 @SCHEMA.operator_class("gpu")
 class VideoReaderGPU(VideoReader):
-    """NVDEC decode (PyNvVideoCodec sessions shared by the pipeline's threads); outputs on the GPU."""
+    """NVDEC and the CPU decode each batch's sequences together (``sluice.backends.video.hybrid``; NVDEC alone with
+    ``SLUICE_VIDEO_HYBRID=0``); outputs on the GPU."""
 
     def _backend(self, spec: OpSpec):
-        from sluice.ops.decoders.video import nvdec_backend
+        from sluice.ops.decoders.video import gpu_backend
 
-        return nvdec_backend(spec.device_id or 0)
+        return gpu_backend(spec.device_id or 0)
 
     def load(self, sample: int) -> tuple[torch.Tensor, ...]:
         with torch.cuda.device(self.spec.device_id or 0):
             return super().load(sample)
+
+    def outputs(self, sample: int, clip: Clip) -> tuple[torch.Tensor, ...]:
+        with torch.cuda.device(self.spec.device_id or 0):
+            return super().outputs(sample, clip)
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, ...]:
+        with torch.cuda.device(self.spec.device_id or 0):
+            return super().run(ctx, *inputs, args=args)
 
 
 RESIZE_SCHEMA = OpSchema(
