@@ -198,3 +198,53 @@ def test_proxy_dataloader(image_files, device):
             assert images.device.type == ("cuda" if device == "gpu" else "cpu")
             labels += label.tolist()
     assert labels == [label for _, label in image_files]
+
+
+@pipeline_def
+def create_dali_pipeline(data_dir, crop, size, shard_id, num_shards, dali_cpu=False, is_training=True):
+    """The training/validation pipeline of DALI's PyTorch ImageNet (ResNet-50) example, written afresh."""
+    images, labels = fn.readers.file(file_root=data_dir, shard_id=shard_id, num_shards=num_shards,
+                                     random_shuffle=is_training, pad_last_batch=True, name="Reader")
+    dali_device = "cpu" if dali_cpu else "gpu"
+    decoder_device = "cpu" if dali_cpu else "mixed"
+    device_memory_padding = 211025920 if decoder_device == "mixed" else 0
+    host_memory_padding = 140544512 if decoder_device == "mixed" else 0
+    if is_training:
+        images = fn.decoders.image_random_crop(images, device=decoder_device, output_type=types.RGB,
+                                               device_memory_padding=device_memory_padding,
+                                               host_memory_padding=host_memory_padding,
+                                               preallocate_width_hint=5980 if decoder_device == "mixed" else 0,
+                                               preallocate_height_hint=6430 if decoder_device == "mixed" else 0,
+                                               random_aspect_ratio=[0.8, 1.25], random_area=[0.1, 1.0],
+                                               num_attempts=100)
+        images = fn.resize(images, device=dali_device, resize_x=crop, resize_y=crop,
+                           interp_type=types.INTERP_TRIANGULAR)
+        mirror = fn.random.coin_flip(probability=0.5)
+    else:
+        images = fn.decoders.image(images, device=decoder_device, output_type=types.RGB)
+        images = fn.resize(images, device=dali_device, size=size, mode="not_smaller",
+                           interp_type=types.INTERP_TRIANGULAR)
+        mirror = False
+    images = fn.crop_mirror_normalize(images.gpu() if not dali_cpu else images, dtype=types.FLOAT,
+                                      output_layout="CHW", crop=(crop, crop),
+                                      mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                      std=[0.229 * 255, 0.224 * 255, 0.225 * 255], mirror=mirror)
+    labels = labels.gpu() if not dali_cpu else labels
+    return images, labels
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("is_training", [True, False])
+def test_imagenet_example_pipeline(image_dir, device, is_training):
+    pipe = create_dali_pipeline(batch_size=4, num_threads=2, device_id=0 if device == "gpu" else None, seed=12,
+                                data_dir=str(image_dir), crop=16, size=20, dali_cpu=device == "cpu",
+                                is_training=is_training, shard_id=0, num_shards=1)
+    pipe.build()
+    loader = DALIClassificationIterator(pipe, reader_name="Reader", last_batch_policy=LastBatchPolicy.PARTIAL,
+                                        auto_reset=True)
+    batches = list(loader)
+    assert [len(b[0]["label"]) for b in batches] == [4, 2]
+    data = batches[0][0]["data"]
+    assert data.shape == (4, 3, 16, 16) and data.dtype == torch.float32
+    assert data.device.type == ("cuda" if device == "gpu" else "cpu")
+    assert -2.2 <= float(data.min()) and float(data.max()) <= 2.7  # ImageNet-normalised pixel range

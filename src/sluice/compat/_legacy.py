@@ -184,8 +184,11 @@ def translate(schema: OpSchema, where: str, kwargs: dict[str, Any], stacklevel: 
     out: dict[str, Any] = {}
     for key, value in kwargs.items():
         rule = rules.get(key)
-        if key in ("device", "name") or (rule is None and key in schema.args):
+        if key in ("device", "name"):
             out[key] = value
+        elif rule is None and key in schema.args:
+            # DALI takes Python bools for integer arguments (mirror=False in its ImageNet example)
+            out[key] = int(value) if isinstance(value, bool) and schema.args[key].type is int else value
         elif isinstance(rule, Renamed):
             if rule.new in kwargs:
                 raise ArgumentError(f"{where}: give '{rule.new}' or its deprecated spelling '{key}', not both")
