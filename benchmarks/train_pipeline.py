@@ -96,6 +96,13 @@ def rate(batches, warmup: int, count: int, consume) -> float:
     return images / (time.perf_counter() - start)
 
 
+def loader_warmup(a) -> int:
+    """Batches a DataLoader peer consumes before timing: all that its workers prefetch (workers x
+    prefetch_factor 4) and then some, so that the timed batches are made while timed, not before (timing only
+    10 batches after 3 would time batches that already waited in the queue)."""
+    return a.warmup + 4 * a.workers + 2
+
+
 def pipe_runs(pipe):
     while True:
         try:
@@ -158,7 +165,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=16, help="DataLoader worker processes (peer a)")
     p.add_argument("--iters", type=int, default=28,
                    help="measured batches per figure (with --warmup, below one epoch: 8192 files = 32 batches)")
-    p.add_argument("--peer-iters", type=int, default=10, help="measured batches for the slower peers")
+    p.add_argument("--peer-iters", type=int, default=24, help="measured batches for the slower peers")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--memory-iters", type=int, default=10000, help="training iterations of the memory check")
     p.add_argument("--memory-seconds", type=float, default=120.0, help="time cap of the memory check")
@@ -220,7 +227,7 @@ def main() -> None:
             return gpu_normalize(batch[0], device).shape[0]
 
         peers[f"(a) torch DataLoader + Pillow + torchvision RRC/flip ({a.workers} workers)"] = \
-            rate(endless(loader), a.warmup, a.peer_iters, consume_a)
+            rate(endless(loader), loader_warmup(a), a.peer_iters, consume_a)
         del loader
         if gpu:
             peers["(b) torchvision GPU decode + per-sample GPU transforms"] = \
@@ -267,7 +274,7 @@ def main() -> None:
                                               persistent_workers=a.workers > 0,
                                               prefetch_factor=4 if a.workers else None)
         vpeers[f"torch DataLoader + Pillow Resize(256)/CenterCrop ({a.workers} workers)"] = \
-            rate(endless(vloader), a.warmup, a.peer_iters, lambda b: gpu_normalize(b[0], device).shape[0])
+            rate(endless(vloader), loader_warmup(a), a.peer_iters, lambda b: gpu_normalize(b[0], device).shape[0])
     report(f"ImageNet validation input -> PyTorch ({where})", "images/s", val_ips, vpeers)
     vpipe.close()
 
