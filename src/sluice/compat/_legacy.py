@@ -158,10 +158,14 @@ OPS_ALIASES: dict[str, tuple[str, str | None]] = {
 }
 
 
+# DALI class names that are not the CamelCase of the function name
+_CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop"}
+
+
 def class_path(op_name: str) -> str:
-    """``decoders.image`` -> ``decoders.Image`` (where DALI's ``ops`` keeps the class)."""
-    *path, _ = op_name.split(".")
-    return ".".join([*path, _camel(op_name)])
+    """``decoders.image`` -> ``decoders.Image`` (where DALI's ``ops`` keeps the class); ``mfcc`` -> ``MFCC``."""
+    *path, leaf = op_name.split(".")
+    return ".".join([*path, _CLASS_NAMES.get(leaf, _camel(op_name))])
 
 
 def _same_value(value: Any, allowed: Sequence[Any]) -> bool:
@@ -265,7 +269,8 @@ def make_class(schema: OpSchema, dali_name: str, *, legacy: bool = False, defaul
     """``nvidia.dali.ops.<dali_name>``: a subclass of sluice's ``ops`` class behind the argument rules."""
     import sluice.ops
 
-    base = _sluice_attr(sluice.ops, class_path(schema.name))
+    *path, _ = schema.name.split(".")
+    base = _sluice_attr(sluice.ops, ".".join([*path, _camel(schema.name)]))
     where = f"ops.{dali_name}"
     message = f"ops.{dali_name} is deprecated; use ops.{class_path(schema.name)}" + (
         f"(device='{default_device}')" if default_device else "")
