@@ -60,7 +60,17 @@ class _Decoder:
                 frames = self.ctx.decode(p)
             except av.error.InvalidDataError:  # NVDEC drops pictures it cannot decode (missing references)
                 frames = []
-        return [_Frame(f.to_ndarray(format="rgb24"), f.pts) for f in frames]
+        return [_Frame(_nvdec_rgb(f), f.pts) for f in frames]
+
+
+def _nvdec_rgb(frame) -> np.ndarray:
+    """RGB as NVDEC's output converts it: BT.709 unless the stream names another matrix (swscale's default for an
+    unspecified one is BT.601), limited range unless flagged full."""
+    matrix = {5: "itu601", 6: "itu601", 4: "fcc", 7: "smpte240m", 9: "bt2020", 10: "bt2020"}.get(
+        int(frame.colorspace), "itu709")
+    src_range = "JPEG" if int(frame.color_range) == 2 else "MPEG"
+    return frame.reformat(format="rgb24", src_colorspace=matrix, src_color_range=src_range,
+                          dst_color_range="JPEG").to_ndarray()
 
 
 def make_module(created: list) -> types.ModuleType:

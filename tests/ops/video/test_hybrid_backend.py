@@ -58,13 +58,50 @@ def test_hybrid_exact_and_shared(gpu_videos, fake_nvdec, share):
 
 
 def test_hybrid_matches_cpu_pixels(videos, fake_nvdec):
-    """CPU-decoded frames of the hybrid are PyAV's frames, unchanged."""
+    """CPU-decoded frames of the hybrid are PyAV's frames (converted with NVDEC's matrix), unchanged."""
+    from sluice.backends.video.pyav import PyAVBackend
+
     path = videos["h264-mp4"]
     reqs = _requests(path, 8, seed=5)
-    cpu_clips = [read_frames(path, frames=r) for r in reqs]
+    cpu_clips = [read_frames(path, frames=r, backend=PyAVBackend(colors="nvdec")) for r in reqs]
     hybrid = _clips(HybridBackend(sessions=1, cpu_workers=2), path, reqs)
     for a, b in zip(cpu_clips, hybrid):
         assert torch.equal(a.frames, b.frames.cpu())
+
+
+def _yuv_to_rgb(frame, wr: float, wb: float) -> np.ndarray:
+    """Reference: limited-range YUV 4:2:0 (PyAV's planes, chroma repeated) -> RGB with the matrix (wr, wb)."""
+    h, w = frame.height, frame.width
+    yuv = frame.to_ndarray(format="yuv420p").astype(np.float64)
+    y = yuv[:h]
+    u = yuv[h:h + h // 4].reshape(h // 2, w // 2).repeat(2, 0).repeat(2, 1)
+    v = yuv[h + h // 4:].reshape(h // 2, w // 2).repeat(2, 0).repeat(2, 1)
+    c, d, e = (y - 16) * 255 / 219, (u - 128) * 255 / 224, (v - 128) * 255 / 224
+    wg = 1 - wr - wb
+    rgb = [c + 2 * (1 - wr) * e, c - 2 * wb * (1 - wb) / wg * d - 2 * wr * (1 - wr) / wg * e, c + 2 * (1 - wb) * d]
+    return np.clip(np.round(np.stack(rgb, -1)), 0, 255)
+
+
+def test_cpu_colors_follow_nvdec_matrix(gpu_videos):
+    """The hybrid's CPU frames use NVDEC's YUV matrix (BT.709 for an unspecified one; FFmpeg's default is BT.601),
+    so that a clip's frames agree whichever path decoded them; checked against the matrices applied in NumPy."""
+    import av
+
+    from sluice.backends.video.pyav import PyAVBackend
+
+    path = gpu_videos["h264-mp4"]
+    with av.open(str(path)) as c:
+        frame = next(f for i, f in enumerate(c.decode(video=0)) if i == 7)
+    assert frame.colorspace == 2  # unspecified, as libx264 writes by default
+    bt709, bt601 = _yuv_to_rgb(frame, 0.2126, 0.0722), _yuv_to_rgb(frame, 0.299, 0.114)
+    idx = get_index(path)
+    for colors, ref, other in (("nvdec", bt709, bt601), ("ffmpeg", bt601, bt709)):
+        got = PyAVBackend(threads=1, colors=colors).decode(path, idx, [7])[7].astype(np.float64)
+        assert np.abs(got - ref).mean() < 1.2 and np.abs(got - ref).max() <= 4, colors
+        assert np.abs(got - other).mean() > 1.5, colors
+    assert HybridBackend(sessions=1).cpu.colors == "nvdec"
+    with pytest.raises(ValueError, match="Invalid colors"):
+        PyAVBackend(colors="bt709")
 
 
 def test_shared_gops_decode_less(videos, fake_nvdec):
@@ -175,11 +212,14 @@ def test_real_hybrid_barcodes(nvdec_videos):
             assert read_barcodes(c.frames) == r, name
         stats = backend.last_stats
         assert stats["nvdec"]["jobs"] > 0 and stats["cpu"]["jobs"] > 0, (name, stats)
-    # a clip's NVDEC and CPU frames agree within decoder rounding (NVDEC's RGB conversion is its own)
+    # the same frames from NVDEC and from the hybrid's CPU path agree within conversion rounding (same matrix)
     path = nvdec_videos["h264-mp4"]
-    cpu = read_frames(path, frames=list(range(0, NUM_FRAMES, 3))).frames.int()
-    gpu = read_frames(path, frames=list(range(0, NUM_FRAMES, 3)), backend=NvdecBackend()).frames.cpu().int()
-    assert (cpu - gpu).abs().float().mean() < 3.0
+    frames = list(range(0, NUM_FRAMES, 3))
+    cpu = backend.cpu.decode(path, get_index(path), frames)
+    gpu = read_frames(path, frames=frames, backend=NvdecBackend()).frames.cpu().int()
+    diff = (torch.from_numpy(np.stack([cpu[f] for f in frames])).int() - gpu).abs().float()
+    print(f"NVDEC vs hybrid CPU RGB: mean |diff| {diff.mean():.3f}, max {diff.max():.0f}")
+    assert diff.mean() < 1.5
 
 
 def test_decoder_batch_through_hybrid(videos, tmp_path, fake_nvdec):

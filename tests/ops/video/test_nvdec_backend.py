@@ -195,11 +195,16 @@ def test_open_gop_leading_pictures_exact(tmp_path, fake_nvdec, monkeypatch, code
     position[idx.decode_order] = np.arange(idx.num_frames)
     leading = [f for k in idx.key_frames.tolist() for f in range(k) if position[f] > position[k]]
     assert leading, "the encoder made no open GOP"
-    ref = reference_frames(path)
+    import av
+
+    with av.open(str(path)) as c:  # the stand-in converts to RGB as NVDEC does (BT.709 for an unspecified matrix)
+        nvdec_ref = [fake_nvc._nvdec_rgb(f) for f in c.decode(video=0)]
+    refs = {None: reference_frames(path), "nvdec": nvdec_ref}
     monkeypatch.setattr(nvdec, "SPLIT_FRAMES", 4)
     monkeypatch.setattr(nvdec, "SPLIT_GROUPS", 1)  # every group of pictures its own run, on its own session
     rng = np.random.default_rng(2)
     for backend in (None, NvdecBackend(sessions=3)):
+        ref = refs[None if backend is None else "nvdec"]
         for _ in range(6):
             req = sorted(set(rng.integers(0, 60, 6).tolist()) | set(rng.choice(leading, 2).tolist()))
             clip = read_frames(path, frames=req, backend=backend)

@@ -85,7 +85,7 @@ class HybridBackend:
         self.device_id = int(device_id)
         self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions))
         self.nvdec_workers = self.nvdec.sessions if sessions else 0
-        self.cpu = cpu if cpu is not None else PyAVBackend(threads=1)
+        self.cpu = cpu if cpu is not None else PyAVBackend(threads=1, colors="nvdec")  # colours as NVDEC's
         self.cpu_workers = default_cpu_workers() if cpu_workers is None else max(0, int(cpu_workers))
         self.share_gops = share_gops
         self.last_stats: dict[str, dict[str, float]] = {}

@@ -56,29 +56,49 @@ def unwanted_nonref(idx: VideoIndex, stream, frames: Sequence[int]):
     return skip
 
 
+# FFmpeg AVColorSpace -> the YUV matrix NVDEC's RGB output uses (the Video Codec SDK's rule: BT.709 unless the stream
+# says otherwise; swscale's default for an unspecified matrix is BT.601)
+_NVDEC_MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "ITU601", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
+COLORS = ("ffmpeg", "nvdec")
+
+
 class _Rgb:
     """Frame -> HWC uint8 RGB with one cached swscale context (``to_ndarray`` makes a new one per frame, and
-    starts threads: 100x slower on small frames)."""
+    starts threads: 100x slower on small frames).
 
-    def __init__(self) -> None:
+    ``colors="ffmpeg"`` converts as FFmpeg does by default (an unspecified YUV matrix is BT.601);
+    ``colors="nvdec"`` as NVDEC does (unspecified is BT.709; full range when the stream says so), so that frames
+    decoded on the CPU match frames NVDEC decoded, in the hybrid backend."""
+
+    def __init__(self, colors: str = "ffmpeg") -> None:
         from av.video.reformatter import VideoReformatter
 
         self._reformatter = VideoReformatter()
+        self._nvdec = colors == "nvdec"
 
     def __call__(self, frame) -> np.ndarray:
+        kwargs = {}
+        if self._nvdec:
+            full = int(getattr(frame, "color_range", 0) or 0) == 2  # AVCOL_RANGE_JPEG
+            kwargs = dict(src_colorspace=_NVDEC_MATRIX.get(int(getattr(frame, "colorspace", 2) or 2), "ITU709"),
+                          src_color_range="JPEG" if full else "MPEG", dst_color_range="JPEG")
         try:
-            return self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+            return self._reformatter.reformat(frame, format="rgb24", threads=1, **kwargs).to_ndarray()
         except TypeError:  # PyAV before the threads= keyword
-            return self._reformatter.reformat(frame, format="rgb24").to_ndarray()
+            return self._reformatter.reformat(frame, format="rgb24", **kwargs).to_ndarray()
 
 
 class PyAVBackend:
-    """Decodes frames with PyAV on the CPU; ``threads`` decoder threads per file (0: FFmpeg chooses)."""
+    """Decodes frames with PyAV on the CPU; ``threads`` decoder threads per file (0: FFmpeg chooses); ``colors``:
+    YUV -> RGB as FFmpeg ("ffmpeg") or as NVDEC ("nvdec") converts."""
 
     device = "cpu"
 
-    def __init__(self, threads: int = 2) -> None:
+    def __init__(self, threads: int = 2, colors: str = "ffmpeg") -> None:
+        if colors not in COLORS:
+            raise ValueError(f"Invalid colors ({colors!r}). Supported values are {', '.join(COLORS)}.")
         self.threads = int(threads)
+        self.colors = colors
 
     def decode(self, source: Source, idx: VideoIndex, frames: Sequence[int]) -> dict[int, np.ndarray]:
         """Decode the distinct ``frames`` (presentation numbers) of ``source``; returns {frame: HWC uint8 RGB}."""
@@ -92,7 +112,7 @@ class PyAVBackend:
                 stream.thread_type = "AUTO"
                 stream.codec_context.thread_count = self.threads
             skip = unwanted_nonref(idx, stream, frames)
-            self._run_plan(container, stream, idx, plan, out, _Rgb(), skip)
+            self._run_plan(container, stream, idx, plan, out, _Rgb(self.colors), skip)
         return out
 
     def _run_plan(self, container, stream, idx: VideoIndex, plan, out: dict, rgb: "_Rgb", skip) -> None:
