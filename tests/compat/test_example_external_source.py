@@ -81,8 +81,8 @@ def test_external_source(image_files, device):
 
 
 class ExternalSourcePipeline(Pipeline):
-    def __init__(self, batch_size, eii, num_threads, device_id):
-        super().__init__(batch_size, num_threads, device_id, seed=12)
+    def __init__(self, batch_size, eii, num_threads, device_id, **kwargs):
+        super().__init__(batch_size, num_threads, device_id, seed=12, **kwargs)
         self.input = ops.ExternalSource()
         self.input_label = ops.ExternalSource()
         self.decode = ops.decoders.Image(device="cpu", output_type=types.RGB)
@@ -101,8 +101,9 @@ class ExternalSourcePipeline(Pipeline):
         self.feed_input(self.labels, labels)
 
 
-def test_legacy_feed_input(image_files):
-    pipe = ExternalSourcePipeline(4, ExternalInputIterator(4, image_files), 2, None)
+@pytest.mark.parametrize("executor", [{}, {"exec_async": False, "exec_pipelined": False}])
+def test_legacy_feed_input(image_files, executor):
+    pipe = ExternalSourcePipeline(4, ExternalInputIterator(4, image_files), 2, None, **executor)
     pipe.build()
     for it in range(3):
         images, labels = pipe.run()
