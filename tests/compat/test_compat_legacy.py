@@ -249,3 +249,17 @@ def test_dali_class_names():
     assert ops.MFCC.schema.name == "mfcc" and ops.RandomBBoxCrop.schema.name == "random_bbox_crop"
     assert issubclass(ops.MFCC, sluice.ops.Mfcc)
     assert ops.readers.VideoResize.schema.name == "readers.video_resize"
+
+
+def test_jax_plugin_needs_jax():
+    from sluice.compat.dali import plugin
+
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install jax"):
+            plugin.jax  # noqa: B018
+    else:
+        from sluice.jax import DALIGenericIterator as JaxIterator
+
+        assert plugin.jax.DALIGenericIterator is JaxIterator

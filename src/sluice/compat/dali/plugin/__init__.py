@@ -1,5 +1,6 @@
-"""``nvidia.dali.plugin`` on sluice: ``pytorch`` (iterators, ``feed_ndarray``, the DataLoader proxy) and
-``base_iterator`` (``LastBatchPolicy``). Other frameworks' plugins raise NotImplementedError.
+"""``nvidia.dali.plugin`` on sluice: ``pytorch`` (iterators, ``feed_ndarray``, the DataLoader proxy),
+``base_iterator`` (``LastBatchPolicy``) and ``jax`` (imported on use: it needs JAX). Other frameworks' plugins
+raise NotImplementedError.
 
 Example::
 
@@ -14,4 +15,12 @@ from sluice.compat.dali.plugin import base_iterator, pytorch
 
 __all__ = ["base_iterator", "pytorch"]
 
-__getattr__ = _module_getattr(__name__, lambda: _public_names(_sys.modules[__name__]))
+_missing_name = _module_getattr(__name__, lambda: [*_public_names(_sys.modules[__name__]), "jax"])
+
+
+def __getattr__(name: str):
+    if name == "jax":  # needs JAX: imported on first use only
+        import importlib
+
+        return importlib.import_module(f"{__name__}.jax")
+    return _missing_name(name)
