@@ -69,6 +69,12 @@ def _b_random_resized_crop(tmp):
     return fn.random_resized_crop(fn.decoders.image(jpegs, device="cpu"), size=[6, 6])
 
 
+def _b_jitter(tmp):
+    paths = _write_images(tmp / "imgs", 5)
+    jpegs, _ = fn.readers.file(files=paths, random_shuffle=True, initial_fill=3, name="R")
+    return fn.jitter(fn.decoders.image(jpegs, device="cpu"), nDegree=2)
+
+
 def _b_random_bbox_crop(tmp):
     boxes = fn.external_source(source=lambda: [np.array([[0.1, 0.1, 0.6, 0.7], [0.3, 0.2, 0.9, 0.8]],
                                                         np.float32)] * BATCH)
@@ -105,6 +111,7 @@ BUILDERS = {
     "decoders.image_random_crop": _b_image_random_crop,
     "random_bbox_crop": _b_random_bbox_crop,
     "random_resized_crop": _b_random_resized_crop,
+    "jitter": _b_jitter,
     "readers.sequence": _b_readers_sequence,
     "readers.video": _b_video_reader("video"),
     "readers.video_resize": _b_video_reader("video_resize", resize_x=16, resize_y=16),
