@@ -263,3 +263,11 @@ def test_jax_plugin_needs_jax():
         from sluice.jax import DALIGenericIterator as JaxIterator
 
         assert plugin.jax.DALIGenericIterator is JaxIterator
+
+
+def test_functions_and_classes_pickle_by_reference():
+    import pickle
+
+    for obj in (fn.readers.file, fn.decoders.image, fn.file_reader, fn.experimental.decoders.image, ops.Resize,
+                ops.readers.File, ops.nvJPEGDecoder, ops.experimental.decoders.Image):
+        assert pickle.loads(pickle.dumps(obj)) is obj

@@ -258,10 +258,11 @@ def make_function(schema: OpSchema, dali_name: str, *, legacy: bool = False,
         args = translate(schema, where, kwargs)
         return finish(schema, args, base(*inputs, **args))
 
-    operator.__name__ = operator.__qualname__ = dali_name.rsplit(".", 1)[-1]
+    namespace, _, operator.__name__ = ("." + dali_name).rpartition(".")
+    operator.__qualname__ = operator.__name__
     operator.__doc__ = (f"Deprecated DALI alias of fn.{schema.name}.\n\n" if legacy else "") + (base.__doc__ or "")
     operator.__signature__ = base.__signature__  # type: ignore[attr-defined]
-    operator.__module__ = "sluice.compat.dali.fn"
+    operator.__module__ = "sluice.compat.dali.fn" + namespace  # where pickle finds it
     return operator
 
 
@@ -287,8 +288,8 @@ def make_class(schema: OpSchema, dali_name: str, *, legacy: bool = False, defaul
         merged.update(args)
         return finish(schema, merged, base.__call__(self, *inputs, **args))
 
-    leaf = dali_name.rsplit(".", 1)[-1]
-    return type(leaf, (base,), {"__init__": __init__, "__call__": __call__, "__module__": "sluice.compat.dali.ops",
-                                "__qualname__": dali_name,
+    namespace, _, leaf = ("." + dali_name).rpartition(".")
+    return type(leaf, (base,), {"__init__": __init__, "__call__": __call__,
+                                "__module__": "sluice.compat.dali.ops" + namespace, "__qualname__": leaf,
                                 "__doc__": (f"Deprecated DALI alias of ops.{class_path(schema.name)}.\n\n"
                                             if legacy else "") + (base.__doc__ or "")})
