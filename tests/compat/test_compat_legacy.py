@@ -271,3 +271,11 @@ def test_functions_and_classes_pickle_by_reference():
     for obj in (fn.readers.file, fn.decoders.image, fn.file_reader, fn.experimental.decoders.image, ops.Resize,
                 ops.readers.File, ops.nvJPEGDecoder, ops.experimental.decoders.Image):
         assert pickle.loads(pickle.dumps(obj)) is obj
+
+
+def test_dali_current_names_that_differ_from_sluice():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        node = fn.experimental.decoders.video(fn.external_source(name="v"), device="cpu")
+        instance = ops.experimental.decoders.Video(device="cpu")
+    assert node.op.schema.name == "decoders.video" and instance.schema.name == "decoders.video"

@@ -1,8 +1,8 @@
 """Builds the ``fn`` and ``ops`` trees of :mod:`sluice.compat.dali` from sluice's operator registry.
 
 Every registered operator appears under its DALI name (``fn.readers.file``, ``ops.readers.File``) wrapped with
-the argument rules of :mod:`sluice.compat._legacy`, and every deprecated DALI name of :data:`FN_ALIASES` /
-:data:`OPS_ALIASES` as a warning alias. Each namespace answers a name it lacks with NotSupportedError.
+the argument rules of :mod:`sluice.compat._legacy`, every deprecated DALI name of :data:`FN_ALIASES` /
+:data:`OPS_ALIASES` as a warning alias, and DALI's other current names (``fn.experimental.decoders.video``). Each namespace answers a name it lacks with NotSupportedError.
 """
 
 from __future__ import annotations
@@ -10,7 +10,15 @@ from __future__ import annotations
 import sys
 import types as _pytypes
 
-from sluice.compat._legacy import FN_ALIASES, OPS_ALIASES, class_path, make_class, make_function
+from sluice.compat._legacy import (
+    FN_ALIASES,
+    FN_OTHER_NAMES,
+    OPS_ALIASES,
+    OPS_OTHER_NAMES,
+    class_path,
+    make_class,
+    make_function,
+)
 from sluice.compat._missing import module_getattr, public_names
 from sluice.schema import REGISTRY, get_schema
 
@@ -45,3 +53,6 @@ def build_tree(root: _pytypes.ModuleType, kind: str) -> None:
     for alias, (target, device) in (FN_ALIASES if kind == "fn" else OPS_ALIASES).items():
         *path, leaf = alias.split(".")
         setattr(_namespace(root, path), leaf, make(get_schema(target), alias, legacy=True, default_device=device))
+    for alias, target in (FN_OTHER_NAMES if kind == "fn" else OPS_OTHER_NAMES).items():
+        *path, leaf = alias.split(".")
+        setattr(_namespace(root, path), leaf, make(get_schema(target), alias))

@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ARG_RULES",
     "FN_ALIASES",
+    "FN_OTHER_NAMES",
     "OPS_ALIASES",
+    "OPS_OTHER_NAMES",
     "Dropped",
     "OnlyValues",
     "Renamed",
@@ -160,6 +162,11 @@ OPS_ALIASES: dict[str, tuple[str, str | None]] = {
 
 # DALI class names that are not the CamelCase of the function name
 _CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop"}
+
+
+# DALI names, current (not deprecated), that differ from sluice's: DALI name -> sluice operator
+FN_OTHER_NAMES: dict[str, str] = {"experimental.decoders.video": "decoders.video"}
+OPS_OTHER_NAMES: dict[str, str] = {"experimental.decoders.Video": "decoders.video"}
 
 
 def class_path(op_name: str) -> str:
