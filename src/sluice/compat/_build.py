@@ -2,7 +2,8 @@
 
 Every registered operator appears under its DALI name (``fn.readers.file``, ``ops.readers.File``) wrapped with
 the argument rules of :mod:`sluice.compat._legacy`, every deprecated DALI name of :data:`FN_ALIASES` /
-:data:`OPS_ALIASES` as a warning alias, and DALI's other current names (``fn.experimental.decoders.video``). Each namespace answers a name it lacks with NotSupportedError.
+:data:`OPS_ALIASES` as a warning alias, and DALI's other current names (``fn.experimental.decoders.video``).
+Each namespace answers a name it lacks with NotSupportedError.
 """
 
 from __future__ import annotations
