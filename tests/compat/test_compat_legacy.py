@@ -279,3 +279,10 @@ def test_dali_current_names_that_differ_from_sluice():
         node = fn.experimental.decoders.video(fn.external_source(name="v"), device="cpu")
         instance = ops.experimental.decoders.Video(device="cpu")
     assert node.op.schema.name == "decoders.video" and instance.schema.name == "decoders.video"
+
+
+def test_readers_default_to_dalis_single_shard():
+    jpegs, _ = fn.readers.file(file_root="/nonexistent")
+    assert (jpegs.op.const_args["shard_id"], jpegs.op.const_args["num_shards"]) == (0, 1)
+    jpegs, _ = fn.readers.file(file_root="/nonexistent", shard_id=1, num_shards=4)
+    assert (jpegs.op.const_args["shard_id"], jpegs.op.const_args["num_shards"]) == (1, 4)

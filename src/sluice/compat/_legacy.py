@@ -222,6 +222,11 @@ def translate(schema: OpSchema, where: str, kwargs: dict[str, Any], stacklevel: 
             raise NotSupportedError(f"{where}: argument '{key}' is not supported by sluice (is it a DALI "
                                     f"argument?). Arguments of this operator: "
                                     f"{', '.join(sorted(set(schema.args) | {'device', 'name'}))}.")
+    if "shard_id" in schema.args and "num_shards" in schema.args:
+        # DALI's readers read the whole data set unless told otherwise; sluice's shard by torch.distributed's
+        # rank when it is initialised. A DALI program gets DALI's defaults.
+        out.setdefault("shard_id", 0)
+        out.setdefault("num_shards", 1)
     if schema.name in _VIDEO_READERS and out.get("labels") is not None and len(out["labels"]) == 0:
         # DALI: an empty list of labels numbers the files 0, 1, 2, ...
         out["labels"] = list(range(len(out.get("filenames") or [])))
