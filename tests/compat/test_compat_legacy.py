@@ -286,3 +286,6 @@ def test_readers_default_to_dalis_single_shard():
     assert (jpegs.op.const_args["shard_id"], jpegs.op.const_args["num_shards"]) == (0, 1)
     jpegs, _ = fn.readers.file(file_root="/nonexistent", shard_id=1, num_shards=4)
     assert (jpegs.op.const_args["shard_id"], jpegs.op.const_args["num_shards"]) == (1, 4)
+    reader = ops.readers.File(file_root="/nonexistent", shard_id=1, num_shards=2)
+    jpegs, _ = reader(name="Reader")  # arguments of the call add to the constructor's
+    assert (jpegs.op.const_args["shard_id"], jpegs.op.const_args["num_shards"]) == (1, 2)

@@ -186,11 +186,13 @@ def _same_value(value: Any, allowed: Sequence[Any]) -> bool:
     return False
 
 
-def translate(schema: OpSchema, where: str, kwargs: dict[str, Any], stacklevel: int = 3) -> dict[str, Any]:
+def translate(schema: OpSchema, where: str, kwargs: dict[str, Any], stacklevel: int = 3,
+              defaults: bool = True) -> dict[str, Any]:
     """DALI-spelled arguments of ``where`` (``fn.crop_mirror_normalize``) -> the arguments sluice's operator takes.
 
     Warns (DeprecationWarning) for deprecated spellings, drops what cannot change a result, and raises
-    NotSupportedError for a DALI argument or value sluice does not implement."""
+    NotSupportedError for a DALI argument or value sluice does not implement. ``defaults``: also fill in DALI's
+    defaults where sluice's differ (not for the arguments of an ``ops`` call, which add to the constructor's)."""
     rules = ARG_RULES.get(schema.name, {})
     out: dict[str, Any] = {}
     for key, value in kwargs.items():
@@ -222,7 +224,7 @@ def translate(schema: OpSchema, where: str, kwargs: dict[str, Any], stacklevel: 
             raise NotSupportedError(f"{where}: argument '{key}' is not supported by sluice (is it a DALI "
                                     f"argument?). Arguments of this operator: "
                                     f"{', '.join(sorted(set(schema.args) | {'device', 'name'}))}.")
-    if "shard_id" in schema.args and "num_shards" in schema.args:
+    if defaults and "shard_id" in schema.args and "num_shards" in schema.args:
         # DALI's readers read the whole data set unless told otherwise; sluice's shard by torch.distributed's
         # rank when it is initialised. A DALI program gets DALI's defaults.
         out.setdefault("shard_id", 0)
@@ -295,7 +297,7 @@ def make_class(schema: OpSchema, dali_name: str, *, legacy: bool = False, defaul
                       **translate(schema, where, kwargs))
 
     def __call__(self: Any, *inputs: Any, **kwargs: Any) -> Any:
-        args = translate(schema, where, kwargs)
+        args = translate(schema, where, kwargs, defaults=False)
         merged = dict(self._kwargs)
         merged.update(args)
         return finish(schema, merged, base.__call__(self, *inputs, **args))
