@@ -1,0 +1,38 @@
+"""``python -m sluice.compat program.py``: an unchanged DALI program runs on sluice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+DALI_PROGRAM = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from nvidia.dali import pipeline_def
+    import nvidia.dali.fn as fn
+    import nvidia.dali.types as types
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def pipe():
+        data = fn.external_source(source=lambda: [np.arange(4, dtype=np.int32)] * 2)
+        return fn.cast(data * 3, dtype=types.FLOAT)
+
+    (out,) = pipe().run()
+    print("result", out.at(1).tolist(), sys.argv[1:])
+""")
+
+
+def test_runner_runs_an_unchanged_dali_program(tmp_path):
+    script = tmp_path / "dali_program.py"
+    script.write_text(DALI_PROGRAM)
+    done = subprocess.run([sys.executable, "-m", "sluice.compat", str(script), "--flag", "x"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "result [0.0, 3.0, 6.0, 9.0] ['--flag', 'x']" in done.stdout
+
+
+def test_runner_usage():
+    done = subprocess.run([sys.executable, "-m", "sluice.compat"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 2 and "usage: python -m sluice.compat" in done.stderr
