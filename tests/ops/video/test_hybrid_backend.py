@@ -247,3 +247,36 @@ def test_decoder_batch_through_hybrid(videos, tmp_path, fake_nvdec):
     with pytest.raises(SampleError, match="zero.mp4"):
         decode_samples(Batch([as_tensor(paths[0]), as_tensor(bad)]), [str(paths[0]), str(bad)],
                        BatchArgs(const, {"frames": [[1], [1]]}, 2), backend, None)
+
+
+def test_tail_left_to_cpu_when_nvdec_is_slower(videos, fake_nvdec):
+    backend = HybridBackend(sessions=2, cpu_workers=2)
+    backend._spf = {"cpu": 1e-6, "nvdec": 10.0}
+    path = videos["h264-mp4"]
+    reqs = _requests(path, 6, seed=8)
+    clips = _clips(backend, path, reqs)
+    assert [read_barcodes(c.frames) for c in clips] == reqs
+    assert backend.last_stats["nvdec"]["jobs"] == 0 and not fake_nvdec
+
+
+def test_batch_state_order_and_guard():
+    """Measured speeds: the faster path per frame takes the heaviest job, the slower one the lightest, and a job
+    is left to the other path when that path alone would drain the queue sooner."""
+    from collections import deque
+
+    from sluice.backends.video.hybrid import _BatchState, _Job
+
+    def job(weight):
+        return _Job(source="x", idx=None, key=0, frames={weight - 1})
+
+    def state(spf, cpus=4):
+        return _BatchState(deque(job(w) for w in (100, 50, 10)), deque(), {"nvdec": 2, "cpu": cpus}, spf)
+
+    s = state({})  # nothing measured: NVDEC heavy first, CPU light first, no guard
+    assert s.take("nvdec").weight == 100 and s.take("cpu").weight == 10 and s.remaining == 50
+    s = state({"nvdec": 1.0, "cpu": 0.5}, cpus=1)  # the CPU faster per frame: it takes the heavy end
+    assert s.take("cpu").weight == 100 and s.take("nvdec").weight == 10  # 10 s <= 60 frames * 0.5 s / 1 worker
+    s = state({"nvdec": 1.0, "cpu": 4.0})
+    # CPU: 10 frames take it 40 s; NVDEC alone drains 160 frames in 80 s: take. Then 50 frames: 200 s > 75 s: leave
+    assert s.take("cpu").weight == 10
+    assert s.take("cpu") is None and len(s.shared) == 2

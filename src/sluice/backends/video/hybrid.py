@@ -171,17 +171,18 @@ class HybridBackend:
         use_nvdec = self.nvdec_workers > 0 and self._nvdec_broken is None
         shared = deque(sorted((j for j in jobs if j.nvdec_ok and use_nvdec), key=lambda j: -j.weight))
         cpu_only = deque(j for j in jobs if not (j.nvdec_ok and use_nvdec))
-        state = _BatchState(shared, cpu_only)
         n_gpu = self.nvdec_workers if use_nvdec and shared else 0
         n_cpu = min(self.cpu_workers, len(jobs)) if self.cpu_workers else min(1, len(cpu_only))
-        workers = [("nvdec", n_gpu)] * n_gpu + [("cpu", n_gpu)] * n_cpu
+        # cpu_workers=0: one worker decodes only what NVDEC cannot, and counts as no CPU path for the shared queue
+        state = _BatchState(shared, cpu_only, {"nvdec": n_gpu, "cpu": n_cpu if self.cpu_workers else 0}, self._spf)
+        workers = ["nvdec"] * n_gpu + ["cpu"] * n_cpu
         if workers:
             with self._lock:
                 if self._pool is None or self._pool_size < len(workers):
                     self._pool_size = len(workers)
                     self._pool = ThreadPoolExecutor(len(workers), thread_name_prefix="sluice-video")
                 pool = self._pool
-            futures = [pool.submit(self._worker, kind, state, gpus) for kind, gpus in workers]
+            futures = [pool.submit(self._worker, kind, state) for kind in workers]
             for f in futures:
                 f.result()
         # jobs left over (NVDEC failed after the CPU workers stopped, or no worker ran): decode them here
@@ -192,11 +193,11 @@ class HybridBackend:
             raise state.error
         self.last_stats = state.stats
 
-    def _worker(self, kind: str, state: "_BatchState", gpus: int) -> None:
+    def _worker(self, kind: str, state: "_BatchState") -> None:
         while True:
             if kind == "nvdec" and self._nvdec_broken is not None:
                 return
-            job = state.take(kind, self._spf if kind == "cpu" and gpus else None, gpus)
+            job = state.take(kind)
             if job is None:
                 return
             self._do(job, kind, state)
@@ -269,33 +270,47 @@ def _format(idx: VideoIndex) -> tuple:
 
 
 class _BatchState:
-    """The queues of one batch, shared by its workers; per-path statistics; the first error."""
+    """The queues of one batch, shared by its workers; per-path statistics; the first error.
 
-    def __init__(self, shared: deque, cpu_only: deque) -> None:
+    ``workers``: how many workers each path has in this batch; ``spf``: measured seconds per frame of a worker of
+    each path (empty until measured)."""
+
+    def __init__(self, shared: deque, cpu_only: deque, workers: dict[str, int], spf: dict[str, float]) -> None:
         self.shared, self.cpu_only = shared, cpu_only
-        self.remaining = sum(j.weight for j in shared)  # frames still queued for either path
+        self.workers, self.spf = workers, spf
+        self.remaining = sum(j.weight for j in shared)  # frames queued for either path
+        self.remaining_cpu_only = sum(j.weight for j in cpu_only)
         self.lock = threading.Lock()
         self.error: BaseException | None = None
         self.stats = {p: {"jobs": 0, "frames": 0, "seconds": 0.0} for p in PATHS}
 
-    def take(self, kind: str, spf: dict | None, gpus: int) -> _Job | None:
-        """The next job for a worker of ``kind``; None when it should stop. ``spf`` (CPU workers beside NVDEC
-        workers): measured seconds per frame of each path, to leave the batch's last jobs to NVDEC."""
+    def take(self, kind: str) -> _Job | None:
+        """The next job for a worker of ``kind``, or None when it should stop.
+
+        The path whose worker is faster per frame takes the heaviest job, the other the lightest; a worker leaves
+        a job to the other path when that path alone would finish everything queued for it before this worker
+        finished the job (the end of a batch), judged from the measured speeds."""
         with self.lock:
             if self.error is not None:
                 return None
             if kind == "cpu" and self.cpu_only:
-                return self.cpu_only.popleft()
-            if not self.shared:
+                job = self.cpu_only.popleft()
+                self.remaining_cpu_only -= job.weight
+                return job
+            if not self.shared or self.workers[kind] == 0:
                 return None
-            if kind == "nvdec":
-                job = self.shared.popleft()
+            other = "cpu" if kind == "nvdec" else "nvdec"
+            mine, theirs = self.spf.get(kind), self.spf.get(other)
+            measured = mine is not None and theirs is not None and self.workers[other] > 0
+            heavy_first = mine <= theirs if measured else kind == "nvdec"
+            job = self.shared[0] if heavy_first else self.shared[-1]
+            if measured:
+                queued_for_other = self.remaining + (self.remaining_cpu_only if other == "cpu" else 0)
+                if job.weight * mine > queued_for_other * theirs / self.workers[other]:
+                    return None  # the other path alone finishes what is left before this job would be done here
+            if heavy_first:
+                self.shared.popleft()
             else:
-                job = self.shared[-1]
-                if spf and "cpu" in spf and "nvdec" in spf:
-                    nvdec_drain = self.remaining * spf["nvdec"] / max(gpus, 1)
-                    if job.weight * spf["cpu"] > nvdec_drain:
-                        return None  # NVDEC alone finishes what is left before this job would be done here
                 self.shared.pop()
             self.remaining -= job.weight
             return job
