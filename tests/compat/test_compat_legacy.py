@@ -289,3 +289,20 @@ def test_readers_default_to_dalis_single_shard():
     reader = ops.readers.File(file_root="/nonexistent", shard_id=1, num_shards=2)
     jpegs, _ = reader(name="Reader")  # arguments of the call add to the constructor's
     assert (jpegs.op.const_args["shard_id"], jpegs.op.const_args["num_shards"]) == (1, 2)
+
+
+def test_version_parses_and_names_sluice():
+    from packaging.version import Version
+
+    from sluice.compat import dali
+
+    version = Version(dali.__version__)
+    assert version.local.startswith("sluice") and version >= Version("1.0")
+
+
+def test_with_pipeline_and_set_outputs():
+    pipe = Pipeline(batch_size=2, num_threads=1, device_id=None, seed=3)
+    with pipe:
+        pipe.set_outputs(fn.random.coin_flip(probability=1.0))
+    (out,) = pipe.run()
+    assert out.as_tensor().tolist() == [1, 1]

@@ -40,7 +40,9 @@ from sluice.compat.dali import (
 )
 from sluice.compat.dali.pipeline import DataNode, Pipeline, pipeline_def
 
-__version__ = f"sluice-{_sluice_version}"
+# A PEP 440 version, so that programs comparing DALI versions can parse it: the release of the API level this
+# layer provides (readers/decoders namespaces, pipeline_def), with sluice's own version as the local part.
+__version__ = f"1.0.0+sluice.{_sluice_version}"
 
 __all__ = ["DataNode", "Pipeline", "fn", "math", "ops", "pipeline", "pipeline_def", "plugin", "tensors", "types"]
 
