@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -99,6 +100,14 @@ class PyAVBackend:
             raise ValueError(f"Invalid colors ({colors!r}). Supported values are {', '.join(COLORS)}.")
         self.threads = int(threads)
         self.colors = colors
+        self._local = threading.local()
+
+    def _rgb(self) -> "_Rgb":
+        """This thread's converter (its swscale context is reused while the frame size stays the same)."""
+        rgb = getattr(self._local, "rgb", None)
+        if rgb is None:
+            rgb = self._local.rgb = _Rgb(self.colors)
+        return rgb
 
     def decode(self, source: Source, idx: VideoIndex, frames: Sequence[int]) -> dict[int, np.ndarray]:
         """Decode the distinct ``frames`` (presentation numbers) of ``source``; returns {frame: HWC uint8 RGB}."""
@@ -112,7 +121,7 @@ class PyAVBackend:
                 stream.thread_type = "AUTO"
                 stream.codec_context.thread_count = self.threads
             skip = unwanted_nonref(idx, stream, frames)
-            self._run_plan(container, stream, idx, plan, out, _Rgb(self.colors), skip)
+            self._run_plan(container, stream, idx, plan, out, self._rgb(), skip)
         return out
 
     def _run_plan(self, container, stream, idx: VideoIndex, plan, out: dict, rgb: "_Rgb", skip) -> None:

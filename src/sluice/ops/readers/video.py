@@ -275,6 +275,8 @@ class VideoReader(ReaderBase):
             except Exception as e:  # noqa: BLE001
                 k = getattr(e, "request_index", 0)
                 raise SampleError(k, paths[k], e) from e
+            if self.spec.device == "gpu":  # the clips were stacked on this thread's stream; workers use the default
+                torch.cuda.default_stream().wait_stream(torch.cuda.current_stream())
             results = each(named(lambda k: self.outputs(picks[k], clips[k])), len(picks))
         else:
             results = each(named(lambda k: self.load(picks[k])), len(picks))
