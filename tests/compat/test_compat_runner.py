@@ -18,8 +18,17 @@ DALI_PROGRAM = textwrap.dedent("""
         data = fn.external_source(source=lambda: [np.arange(4, dtype=np.int32)] * 2)
         return fn.cast(data * 3, dtype=types.FLOAT)
 
-    (out,) = pipe().run()
-    print("result", out.at(1).tolist(), sys.argv[1:])
+    def child_view():
+        import nvidia.dali.fn as child_fn
+        return child_fn.readers.file.__module__
+
+    if __name__ == "__main__":
+        (out,) = pipe().run()
+        print("result", out.at(1).tolist(), sys.argv[1:])
+        if "--spawn" in sys.argv:
+            import multiprocessing
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                print("child", pool.apply(child_view))
 """)
 
 
@@ -30,6 +39,15 @@ def test_runner_runs_an_unchanged_dali_program(tmp_path):
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "result [0.0, 3.0, 6.0, 9.0] ['--flag', 'x']" in done.stdout
+
+
+def test_runner_gives_spawned_children_the_hook(tmp_path):
+    script = tmp_path / "dali_program.py"
+    script.write_text(DALI_PROGRAM)
+    done = subprocess.run([sys.executable, "-m", "sluice.compat", str(script), "--spawn"], capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "child sluice.compat.dali.fn.readers" in done.stdout
 
 
 def test_runner_usage():

@@ -1,6 +1,7 @@
 """Run an unchanged DALI program on sluice: ``python -m sluice.compat train.py [args...]`` (or
 ``python -m sluice.compat -m package.module [args...]``) installs the ``nvidia.dali`` import hook, then runs
-the program as ``python`` would.
+the program as ``python`` would. Child processes get the hook too (``_site/sitecustomize.py`` goes first on
+their ``PYTHONPATH``), so ``spawn`` workers that re-import the program resolve ``nvidia.dali`` as well.
 
 Example::
 
@@ -9,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
@@ -22,6 +24,9 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(USAGE + "\n")
         return 0 if argv else 2
     install()
+    # Child processes (spawn) re-import the program: give them the hook too, through a sitecustomize.
+    site_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site_dir, os.environ.get("PYTHONPATH")) if p)
     if argv[0] == "-m":
         if len(argv) < 2:
             sys.stderr.write(USAGE + "\n")

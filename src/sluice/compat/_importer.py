@@ -71,9 +71,11 @@ class _SyntheticNvidia(importlib.abc.Loader):
 class DaliFinder(importlib.abc.MetaPathFinder):
     """Resolves ``nvidia.dali`` and its submodules to :mod:`sluice.compat.dali` (see the module docstring)."""
 
+    sluice_dali_finder = True  # recognised by marker: child processes load this module without importing sluice
+
     def _others_find(self, fullname: str, path: Any) -> bool:
         for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+            if getattr(finder, "sluice_dali_finder", False) or not hasattr(finder, "find_spec"):
                 continue
             try:
                 if finder.find_spec(fullname, path) is not None:
@@ -123,8 +125,9 @@ def real_dali_available() -> bool:
 
 
 def installed_finder() -> DaliFinder | None:
+    """The hook on ``sys.meta_path``, if any (also one loaded by the runner's sitecustomize)."""
     for finder in sys.meta_path:
-        if isinstance(finder, DaliFinder):
+        if getattr(finder, "sluice_dali_finder", False):
             return finder
     return None
 
