@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", type=int, nargs="*", help="durations (s) to run, e.g. --only 60 3000")
     ap.add_argument("--no-sequential", action="store_true", help="skip the sequential decode comparison")
     ap.add_argument("--no-hybrid", action="store_true", help="skip the hybrid (NVDEC + CPU) batch rows")
-    ap.add_argument("--hybrid-sessions", type=int, nargs="+", default=[7, 14],
+    ap.add_argument("--hybrid-sessions", type=int, nargs="+", default=[7, 14, 21],
                     help="NVDEC sessions of the hybrid rows (beside 16 CPU threads); GOP sharing with the first")
     args = ap.parse_args(argv)
     import torch
@@ -182,9 +182,12 @@ def main(argv: list[str] | None = None) -> None:
             failures += check(f"{label} on {name}", requests, results)
             per_clip.setdefault(label, {})[name] = seconds / CLIPS
             stats = backend.last_stats
-            print(f"{label}: " + ", ".join(f"{p} {s['jobs']} groups of pictures ({s['frames']} frames, busy "
-                                            f"{s['seconds']:.2f} s over its workers)" for p, s in stats.items()),
-                  flush=True)
+            total = sum(s["frames"] for s in stats.values()) or 1
+            workers = {"nvdec": backend.nvdec_workers, "cpu": backend.cpu_workers}
+            print(f"{label}: " + "; ".join(
+                f"{p} {s['jobs']} groups of pictures, {s['frames'] / total:.0%} of the frames, workers busy "
+                f"{s['seconds'] / (seconds * max(workers[p], 1)):.0%} of the batch" for p, s in stats.items()),
+                flush=True)
             report(f"clips 16x stride 60, {name}, {label}", "clips/s", CLIPS / seconds, peers)
     for label, times in per_clip.items():
         names = list(times)
