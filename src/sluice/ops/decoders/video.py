@@ -3,8 +3,10 @@
 Frames are located through a per-file packet index (built once, cached on disk): each group of pictures holding
 a wanted frame is decoded once from its keyframe, so the cost of a clip depends on the clip, not on the length of
 the video. ``timestamps`` pick the frame shown at each time, exactly, also in variable-frame-rate files.
-``device="cpu"`` decodes with PyAV (FFmpeg); ``device="mixed"`` with NVDEC (PyNvVideoCodec), the frames staying on
-the GPU.
+``device="cpu"`` decodes with PyAV (FFmpeg); ``device="mixed"`` decodes each batch with NVDEC (PyNvVideoCodec) and
+the CPU at once (``sluice.backends.video.hybrid``: the batch's groups of pictures are shared between NVDEC sessions
+and PyAV threads as fast as each takes them, CPU frames converted with NVDEC's colour matrix and copied to the
+GPU), the frames ending on the GPU; ``SLUICE_VIDEO_HYBRID=0`` decodes on NVDEC alone.
 """
 
 from __future__ import annotations
