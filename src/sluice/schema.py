@@ -111,7 +111,9 @@ def _convert(kind: Any, value: Any) -> Any:
             return bool(value)
         raise TypeError("")
     if kind is int:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, bool):
+            return int(value)  # DALI takes mirror=False for an integer argument
+        if not isinstance(value, (int, np.integer)):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
             raise TypeError("")
@@ -345,8 +347,13 @@ def _batch_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operato
     return BatchKernelOperator
 
 
+_CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop"}  # DALI's irregular spellings
+
+
 def _camel(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.split(".")[-1].split("_"))
+    """The ops class name of an operator: ``crop_mirror_normalize`` -> ``CropMirrorNormalize``."""
+    leaf = name.split(".")[-1]
+    return _CLASS_NAMES.get(leaf) or "".join(part[:1].upper() + part[1:] for part in leaf.split("_"))
 
 
 # ------------------------------------------------------------------------------------------------------------

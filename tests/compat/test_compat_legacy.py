@@ -247,7 +247,7 @@ def test_backend_and_data_node_modules():
 
 def test_dali_class_names():
     assert ops.MFCC.schema.name == "mfcc" and ops.RandomBBoxCrop.schema.name == "random_bbox_crop"
-    assert issubclass(ops.MFCC, sluice.ops.Mfcc)
+    assert issubclass(ops.MFCC, sluice.ops.MFCC)
     assert ops.readers.VideoResize.schema.name == "readers.video_resize"
 
 

@@ -93,3 +93,28 @@ def test_cast_saturates_and_rounds():
 def test_datanode_has_no_truth_value():
     with pytest.raises(TypeError, match="no truth value"):
         bool(fn.random.uniform() > 0)
+
+
+def test_math_functions_match_numpy():
+    from sluice import math
+
+    a = [np.array([[1, 4], [9, 16]], np.int32), np.array([[25, 36, 49]], np.int32)]
+    outs = _run(lambda x: (math.sqrt(x), math.clamp(x, 4, 20), math.max(x, 10), math.exp(x / 10), math.abs(-x),
+                           math.atan2(x, 3.0)), [a])
+    refs = [lambda x: np.sqrt(x).astype(np.float32), lambda x: np.clip(x, 4, 20), lambda x: np.maximum(x, 10),
+            lambda x: np.exp(x / 10).astype(np.float32), np.abs, lambda x: np.arctan2(x, 3.0).astype(np.float32)]
+    for out, ref in zip(outs, refs):
+        for i in range(2):
+            np.testing.assert_allclose(out.at(i), ref(a[i]), rtol=1e-6)
+            assert out.at(i).dtype == ref(a[i]).dtype
+
+
+def test_datanode_shape_and_bool_for_int_arguments():
+    a = [np.zeros((2, 3)), np.zeros((4, 5))]
+    (shapes,) = _run(lambda x: x.shape(), [a])
+    assert shapes.at(1).tolist() == [4, 5]
+    node = fn.random.coin_flip(shape=[2])
+    assert fn.cast(node, dtype=types.INT64) is not None
+    from sluice import ops
+
+    assert ops.MFCC.__name__ == "MFCC" and ops.RandomBBoxCrop.__name__ == "RandomBBoxCrop"

@@ -161,9 +161,6 @@ OPS_ALIASES: dict[str, tuple[str, str | None]] = {
 
 
 # DALI class names that are not the CamelCase of the function name
-_CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop"}
-
-
 # DALI names, current (not deprecated), that differ from sluice's: DALI name -> sluice operator
 FN_OTHER_NAMES: dict[str, str] = {"experimental.decoders.video": "decoders.video"}
 OPS_OTHER_NAMES: dict[str, str] = {"experimental.decoders.Video": "decoders.video"}
@@ -171,8 +168,8 @@ OPS_OTHER_NAMES: dict[str, str] = {"experimental.decoders.Video": "decoders.vide
 
 def class_path(op_name: str) -> str:
     """``decoders.image`` -> ``decoders.Image`` (where DALI's ``ops`` keeps the class); ``mfcc`` -> ``MFCC``."""
-    *path, leaf = op_name.split(".")
-    return ".".join([*path, _CLASS_NAMES.get(leaf, _camel(op_name))])
+    *path, _ = op_name.split(".")
+    return ".".join([*path, _camel(op_name)])
 
 
 def _same_value(value: Any, allowed: Sequence[Any]) -> bool:

@@ -26,18 +26,28 @@ _BINARY = {
     "div": lambda a, b: torch.div(a, b, rounding_mode="floor"), "pow": torch.pow, "mod": torch.remainder,
     "bitand": torch.bitwise_and, "bitor": torch.bitwise_or, "bitxor": torch.bitwise_xor,
     "eq": torch.eq, "neq": torch.ne, "lt": torch.lt, "leq": torch.le, "gt": torch.gt, "geq": torch.ge,
+    "min": torch.minimum, "max": torch.maximum, "atan2": torch.atan2, "fpow": torch.pow,
 }
-_UNARY = {"minus": torch.neg, "abs": torch.abs}
+_UNARY = {"minus": torch.neg, "abs": torch.abs, "fabs": torch.abs, "floor": torch.floor, "ceil": torch.ceil,
+          "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "cbrt": lambda x: torch.sign(x) * torch.abs(x).pow(1 / 3),
+          "exp": torch.exp, "log": torch.log, "log2": torch.log2, "log10": torch.log10, "sin": torch.sin,
+          "cos": torch.cos, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos, "atan": torch.atan,
+          "sinh": torch.sinh, "cosh": torch.cosh, "tanh": torch.tanh, "asinh": torch.asinh, "acosh": torch.acosh,
+          "atanh": torch.atanh}
+_TERNARY = {"clamp": lambda x, lo, hi: torch.minimum(torch.maximum(x, lo), hi)}
+# Functions whose result is a float whatever the input (integers are computed in float32, as in DALI).
+_FLOAT_FUNCTIONS = {"fabs", "sqrt", "rsqrt", "cbrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin",
+                    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "atan2", "fpow"}
 _COMPARISONS = {"eq", "neq", "lt", "leq", "gt", "geq"}
 _BITWISE = {"bitand", "bitor", "bitxor"}
 
 ARITHMETIC = OpSchema(
     "_arithmetic",
     doc="Element-wise arithmetic; made by the operators of DataNode (+, -, *, /, //, **, %, &, |, ^, comparisons).",
-    inputs=(1, 2),
+    inputs=(1, 3),
     devices=("cpu", "gpu"),
     args=[
-        Arg("op", str, "add", "The operation.", choices=tuple(_BINARY) + tuple(_UNARY)),
+        Arg("op", str, "add", "The operation.", choices=tuple(_BINARY) + tuple(_UNARY) + tuple(_TERNARY)),
         Arg("constants", object, (), "Constant operands (NumPy arrays)."),
         Arg("positions", str, "n", "Order of operands: 'n' a node input, 'c' a constant."),
     ],
@@ -70,7 +80,7 @@ def result_type(op: str, dtypes: list[torch.dtype]) -> tuple[torch.dtype, torch.
     compute = dtypes[0]
     for d in dtypes[1:]:
         compute = promote(compute, d)
-    if op == "fdiv" and not compute.is_floating_point:
+    if (op == "fdiv" or op in _FLOAT_FUNCTIONS) and not compute.is_floating_point:
         compute = torch.float32
     if op in _BITWISE and compute.is_floating_point:
         raise TypeError(f"bitwise '{op}' needs integer or boolean operands, got {compute}")
@@ -83,6 +93,8 @@ def result_type(op: str, dtypes: list[torch.dtype]) -> tuple[torch.dtype, torch.
 def _apply(op: str, operands: list[torch.Tensor]) -> torch.Tensor:
     if op in _UNARY:
         return _UNARY[op](operands[0])
+    if op in _TERNARY:
+        return _TERNARY[op](*operands)
     return _BINARY[op](operands[0], operands[1])
 
 

@@ -128,6 +128,14 @@ class DataNode:
     def __pos__(self): return self
     def __abs__(self): return arithmetic("abs", self)
 
+    def shape(self, dtype: Any = None, device: str = "cpu") -> DataNode:
+        """The shape of each sample (DALI's shortcut for ``fn.shapes``)."""
+        from sluice import types
+        from sluice.schema import get_schema
+
+        node = make_node(get_schema("shapes"), [self], {"dtype": dtype or types.INT64})
+        return node.cpu() if device == "cpu" else node.gpu()
+
     def __getitem__(self, index: Any) -> DataNode:
         """Per-sample subscript, as DALI's ``node[...]``: integers drop a dimension, slices keep it."""
         if not isinstance(index, tuple):
