@@ -132,7 +132,7 @@ def test_unsupported_arguments_name_operator_and_argument():
 
 
 @pytest.mark.parametrize("where, name", [(fn, "box_encoder"), (fn.readers, "tfrecord"), (ops, "PythonFunction"),
-                                         (ops.readers, "COCO"), (types, "DALITensorLayout"), (math, "clamp"),
+                                         (ops.readers, "COCO"), (types, "DALITensorLayout"), (math, "erf"),
                                          (dali_torch, "feed_gpu_tensor")])
 def test_missing_names_raise_not_implemented(where, name):
     with pytest.raises(NotImplementedError, match=f"nvidia.dali.*{name} is not provided by sluice"):
@@ -215,9 +215,10 @@ def test_types_constant_and_math():
     @pipeline_def(batch_size=2, num_threads=1, device_id=None)
     def pipe():
         x = types.Constant(signal, device="cpu")
-        return math.abs(x), math.pow(x, 2), x * types.Constant(2, types.FLOAT)
+        return math.abs(x), math.pow(x, 2), x * types.Constant(2, types.FLOAT), math.clamp(x, -1, 1)
 
-    absolute, squared, doubled = pipe().run()
+    absolute, squared, doubled, clamped = pipe().run()
+    np.testing.assert_array_equal(clamped.at(0), np.clip(signal, -1, 1))
     np.testing.assert_array_equal(absolute.at(1), np.abs(signal))
     np.testing.assert_allclose(squared.at(0), signal ** 2)
     np.testing.assert_array_equal(doubled.at(0), signal * 2)

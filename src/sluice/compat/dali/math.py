@@ -1,32 +1,18 @@
-"""``nvidia.dali.math`` on sluice: the element-wise functions sluice's arithmetic implements (``abs``, ``pow``).
-DALI's other math functions (``clamp``, ``sqrt``, ``exp``, ``min``, ``max`` ...) raise NotImplementedError.
+"""``nvidia.dali.math`` on sluice: DALI's element-wise math functions, from :mod:`sluice.math`.
 
 Example::
 
     from nvidia.dali import math           # after sluice.compat.install()
-    magnitude = math.abs(audio)
+    magnitude = math.sqrt(re * re + im * im)
 """
 
 from __future__ import annotations
 
 import sys as _sys
-from typing import Any
 
 from sluice.compat._missing import module_getattr as _module_getattr
 from sluice.compat._missing import public_names as _public_names
-from sluice.pipeline.graph import DataNode, arithmetic
-
-__all__ = ["abs", "pow"]
-
-
-def abs(input: DataNode) -> DataNode:
-    """Element-wise absolute value."""
-    return arithmetic("abs", input)
-
-
-def pow(base: Any, exponent: Any) -> DataNode:
-    """Element-wise ``base ** exponent`` (at least one of them a DataNode), with DALI's type promotion."""
-    return arithmetic("pow", base, exponent)
-
+from sluice.math import *  # noqa: F403 - DALI's math module is sluice's
+from sluice.math import __all__  # noqa: F401
 
 __getattr__ = _module_getattr(__name__, lambda: _public_names(_sys.modules[__name__]))
