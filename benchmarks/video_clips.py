@@ -189,6 +189,24 @@ def main(argv: list[str] | None = None) -> None:
                 f"{s['seconds'] / (seconds * max(workers[p], 1)):.0%} of the batch" for p, s in stats.items()),
                 flush=True)
             report(f"clips 16x stride 60, {name}, {label}", "clips/s", CLIPS / seconds, peers)
+    if diagnostic:  # does each path scale with its workers? one worker on 4 clips against the full rows above
+        path = videos[0]
+        name, idx = os.path.basename(path), get_index(path)
+        requests = make_requests(idx.num_frames, seed=6)[:4]
+        n = args.hybrid_sessions[0]
+        for label, backend, full in (
+                ("sluice-batch-nvdec-1", HybridBackend(device_id=0, sessions=1, cpu_workers=0, share_gops=False),
+                 f"sluice-batch-nvdec-{n}"),
+                ("sluice-batch-cpu-1", HybridBackend(device_id=0, sessions=0, cpu_workers=1, share_gops=False),
+                 "sluice-batch-cpu")):
+            read_clips([prepare_clip(path, frames=r, index=idx) for r in requests[:1]], backend)  # warm-up
+            with timed() as t:
+                clips = read_clips([prepare_clip(path, frames=r, index=idx) for r in requests], backend)
+            failures += check(f"{label} on {name}", requests, [c.frames for c in clips])
+            workers = n if "nvdec" in label else THREADS
+            scaling = (t["seconds"] / len(requests)) / per_clip[full][name]
+            print(f"{label}: {len(requests) / t['seconds']:.2f} clips/s with one worker; {full} is {scaling:.1f}x "
+                  f"that with {workers} workers (perfect: {workers}x)", flush=True)
     for label, times in per_clip.items():
         names = list(times)
         if len(names) > 1:
