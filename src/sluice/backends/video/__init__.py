@@ -3,11 +3,13 @@
 A backend has ``device`` ("cpu" or "cuda") and ``decode(source, index, frames) -> {frame: HWC uint8 RGB}``
 (numpy arrays on the CPU, CUDA tensors on the GPU). :func:`read_frames` is what the operators call: it resolves a
 request (frame numbers or timestamps, padding), asks the backend for the distinct real frames and assembles the
-FHWC clip. Example::
+FHWC clip. :func:`read_clips` decodes several resolved requests (:func:`prepare_clip`) in one backend call, which
+lets the hybrid backend (``hybrid.HybridBackend``: NVDEC and the CPU at once) share out a whole batch. Example::
 
     clip = read_frames("clip.mp4", frames=[0, 8, 16, 8])
     clip.frames.shape       # (4, H, W, 3) uint8
     clip.timestamps         # seconds of each returned frame (-1 for constant padding)
+    clips = read_clips([prepare_clip("clip.mp4", frames=[0, 60]), prepare_clip("clip.mp4", frames=[5])])
 """
 
 from __future__ import annotations
