@@ -255,6 +255,11 @@ class GpuImageDecoder:
         rgb = getattr(nv.ColorSpec, "RGB", None) or nv.ColorSpec.SRGB  # SRGB since nvImageCodec 0.6
         params = nv.DecodeParams(color_spec=nv.ColorSpec.GRAY if gray else rgb,
                                  allow_any_depth=False, apply_exif_orientation=False)
+        # The hardware JPEG engines decode whole images only (nvJPEG's hardware backend has no region decode):
+        # decode them whole and cut the window out on the GPU, rather than let the region requests fail over.
+        crop_after = decoder is self._hw and any(r is not None for r in rois)
+        if crop_after:
+            rois, windows = [None] * len(rois), rois
         images = None
         if self._raw_inputs and all(r is None for r in rois):
             try:  # NumPy views of the encoded bytes: no per-sample CodeStream objects built in Python
@@ -272,6 +277,9 @@ class GpuImageDecoder:
                 continue
             t = torch.from_dlpack(img)
             out.append(t if t.dim() == 3 else t[:, :, None])
+        if crop_after:
+            out = [t if t is None or w is None else t[w[0]:w[0] + w[2], w[1]:w[1] + w[3]]
+                   for t, w in zip(out, windows)]
         return out
 
     def _decode_torchvision(self, bufs: list[memoryview], rois: list[Roi | None], gray: bool,
