@@ -7,7 +7,8 @@ sluice rows: ``sluice-nvdec-N`` (N NVDEC sessions, a clip per client thread), ``
 thread), ``sluice-hybrid-N`` (the 64 clips as one batch whose groups of pictures N NVDEC sessions and 16 PyAV
 threads share; no group decoded for two clips: the work of 64 independent clips) and ``sluice-hybrid-shared-N``
 (the same batch with a group of pictures wanted by several clips decoded once: what a reader batch gets when clips
-overlap; on a short video they overlap a lot, so it is no length comparison). Also: sequential decode of the whole
+overlap; on a short video they overlap a lot, so it is no length comparison); ``sluice-hybrid-proc-N`` runs the CPU
+jobs in 16 worker processes instead of threads (no GIL shared with the NVDEC threads). Also: sequential decode of the whole
 60 s video, frames/s, sluice NVDEC against OpenCV. Example::
 
     python benchmarks/make_videos.py --out /tmp/bench_videos
@@ -133,11 +134,10 @@ def main(argv: list[str] | None = None) -> None:
         for k, n in enumerate(args.hybrid_sessions if gpu else [0]):
             nvdec = backends.get(f"sluice-nvdec-{n}") or (NvdecBackend(device_id=0, sessions=n) if n else None)
             suffix = f"-{n}" if gpu else ""
-            shares = (False, True) if k == 0 else (False,)
-            for share in shares:
-                label = f"sluice-hybrid{'-shared' if share else ''}{suffix}"
-                batched[label] = HybridBackend(device_id=0, sessions=n, cpu_workers=THREADS, share_gops=share,
-                                               nvdec=nvdec)
+            variants = [("", False, False)] + ([("-shared", True, False), ("-proc", False, True)] if k == 0 else [])
+            for name, share, procs in variants:
+                batched[f"sluice-hybrid{name}{suffix}"] = HybridBackend(
+                    device_id=0, sessions=n, cpu_workers=THREADS, share_gops=share, cpu_processes=procs, nvdec=nvdec)
         if gpu:  # each path alone through the same batch machinery (shortest video only): is the hybrid additive?
             n = args.hybrid_sessions[0]
             nvdec = backends.get(f"sluice-nvdec-{n}") or NvdecBackend(device_id=0, sessions=n)

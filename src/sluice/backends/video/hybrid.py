@@ -26,11 +26,13 @@ clips of the batch is decoded once for all of them. Example::
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -75,19 +77,26 @@ class HybridBackend:
 
     ``sessions``: NVDEC decoder sessions (= NVDEC workers; 0 decodes on the CPU only); ``cpu_workers``: PyAV
     decoder threads (0: the CPU decodes only what NVDEC cannot); ``share_gops``: decode a group of pictures wanted
-    by several requests of a batch once. ``nvdec`` / ``cpu`` replace the backends used (tests).
+    by several requests of a batch once; ``cpu_processes``: CPU jobs of files run in worker processes (one per CPU
+    worker, frames back through shared memory) instead of threads, so that they share no GIL with the NVDEC threads
+    (default: ``$SLUICE_VIDEO_CPU_PROCESSES == "1"``). ``nvdec`` / ``cpu`` replace the backends used (tests).
     """
 
     device = "cuda"
 
     def __init__(self, device_id: int = 0, sessions: int = 7, cpu_workers: int | None = None, *,
-                 share_gops: bool = True, nvdec: NvdecBackend | None = None, cpu: PyAVBackend | None = None) -> None:
+                 share_gops: bool = True, cpu_processes: bool | None = None, nvdec: NvdecBackend | None = None,
+                 cpu: PyAVBackend | None = None) -> None:
         self.device_id = int(device_id)
         self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions))
         self.nvdec_workers = self.nvdec.sessions if sessions else 0
         self.cpu = cpu if cpu is not None else PyAVBackend(threads=1, colors="nvdec")  # colours as NVDEC's
         self.cpu_workers = default_cpu_workers() if cpu_workers is None else max(0, int(cpu_workers))
         self.share_gops = share_gops
+        if cpu_processes is None:
+            cpu_processes = os.environ.get("SLUICE_VIDEO_CPU_PROCESSES", "0") == "1"
+        self.cpu_processes = bool(cpu_processes)
+        self._procs: ProcessPoolExecutor | None = None
         self.last_stats: dict[str, dict[str, float]] = {}
         self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
         self._nvdec_broken: str | None = None
@@ -241,13 +250,18 @@ class HybridBackend:
         return self.nvdec.decode(job.source, job.idx, sorted(job.frames))
 
     def _decode_cpu(self, job: _Job) -> dict[int, torch.Tensor]:
-        frames = self.cpu.decode(job.source, job.idx, sorted(job.frames))
+        if self.cpu_processes and isinstance(job.source, (str, os.PathLike)):
+            with self._decode_in_process(job) as frames:
+                return self._to_device(frames)
+        return self._to_device(self.cpu.decode(job.source, job.idx, sorted(job.frames)))
+
+    def _to_device(self, frames: dict[int, np.ndarray]) -> dict[int, torch.Tensor]:
         if not frames:
             return {}
         numbers = list(frames)
         shapes = {frames[f].shape for f in numbers}
         if len(shapes) > 1 or self.out_device.type == "cpu":
-            return {f: torch.from_numpy(a) for f, a in frames.items()}
+            return {f: torch.from_numpy(np.array(a)) for f, a in frames.items()}
         # one pinned staging buffer and one host-to-device copy for the job, on this worker's own stream
         host = torch.empty((len(numbers), *shapes.pop()), dtype=torch.uint8, pin_memory=True)
         staged = host.numpy()
@@ -263,6 +277,64 @@ class HybridBackend:
                 out.copy_(host, non_blocking=True)
             stream.synchronize()
         return {f: out[k] for k, f in enumerate(numbers)}
+
+    @contextmanager
+    def _decode_in_process(self, job: _Job):
+        """Decode a job in a worker process (no GIL shared with the NVDEC threads); its frames come back through
+        shared memory, valid inside the ``with`` block."""
+        from multiprocessing import shared_memory
+
+        with self._lock:
+            if self._procs is None:
+                ctx = multiprocessing.get_context("spawn")  # never fork a process with CUDA and threads
+                self._procs = ProcessPoolExecutor(max(1, self.cpu_workers), mp_context=ctx)
+            procs = self._procs
+        frames = sorted(job.frames)
+        shape = (len(frames), job.idx.height, job.idx.width, 3)
+        shm = shared_memory.SharedMemory(create=True, size=max(1, int(np.prod(shape))))
+        view, views = None, {}
+        try:
+            kind, payload = procs.submit(_decode_to_shared_memory, os.fspath(job.source), frames, shm.name, shape,
+                                         self.cpu.colors).result()
+            if kind == "arrays":  # frames not of the index's size: sent back pickled
+                yield payload
+            else:
+                view = np.ndarray(shape, np.uint8, buffer=shm.buf)
+                views.update((f, view[k]) for k, f in enumerate(payload))
+                yield views
+        finally:
+            views.clear()  # no view of the block may outlive it
+            del view
+            shm.close()
+            shm.unlink()
+
+
+def _decode_to_shared_memory(path: str, frames: list[int], shm_name: str, shape: tuple, colors: str):
+    """(In a worker process.) Decode ``frames`` of ``path`` with PyAV into the shared memory block ``shm_name``;
+    returns ("shm", frame order) or, when the frames are not of ``shape``'s size, ("arrays", {frame: array})."""
+    from multiprocessing import shared_memory
+
+    from .index import get_index
+
+    global _PROCESS_BACKEND
+    if _PROCESS_BACKEND is None or _PROCESS_BACKEND.colors != colors:
+        _PROCESS_BACKEND = PyAVBackend(threads=1, colors=colors)
+    decoded = _PROCESS_BACKEND.decode(path, get_index(path), frames)
+    order = sorted(decoded)
+    if len(order) > shape[0] or any(decoded[f].shape != tuple(shape[1:]) for f in order):
+        return "arrays", decoded
+    shm = shared_memory.SharedMemory(name=shm_name)
+    try:
+        out = np.ndarray(shape, np.uint8, buffer=shm.buf)
+        for k, f in enumerate(order):
+            out[k] = decoded[f]
+        del out
+    finally:
+        shm.close()
+    return "shm", order
+
+
+_PROCESS_BACKEND: PyAVBackend | None = None
 
 
 def _format(idx: VideoIndex) -> tuple:
