@@ -79,7 +79,8 @@ class HybridBackend:
     decoder threads (0: the CPU decodes only what NVDEC cannot); ``share_gops``: decode a group of pictures wanted
     by several requests of a batch once; ``cpu_processes``: CPU jobs of files run in worker processes (one per CPU
     worker, frames back through shared memory) instead of threads, so that they share no GIL with the NVDEC threads
-    (default: ``$SLUICE_VIDEO_CPU_PROCESSES == "1"``). ``nvdec`` / ``cpu`` replace the backends used (tests).
+    (default: ``$SLUICE_VIDEO_CPU_PROCESSES == "1"``; the processes are spawned, so the main script must be safe to
+    import: ``if __name__ == "__main__":``). ``nvdec`` / ``cpu`` replace the backends used (tests).
     """
 
     device = "cuda"
