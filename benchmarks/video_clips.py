@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", type=int, nargs="*", help="durations (s) to run, e.g. --only 60 3000")
     ap.add_argument("--no-sequential", action="store_true", help="skip the sequential decode comparison")
     ap.add_argument("--no-hybrid", action="store_true", help="skip the hybrid (NVDEC + CPU) batch rows")
-    ap.add_argument("--hybrid-sessions", type=int, nargs="+", default=[7, 14, 21],
+    ap.add_argument("--hybrid-sessions", type=int, nargs="+", default=[7, 14],
                     help="NVDEC sessions of the hybrid rows (beside 16 CPU threads); GOP sharing with the first")
     args = ap.parse_args(argv)
     import torch
