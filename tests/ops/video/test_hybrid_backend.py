@@ -326,3 +326,10 @@ def test_cpu_jobs_in_processes(videos, fake_nvdec):
             assert torch.equal(a.frames, b.frames)
     finally:
         backend._procs.shutdown()
+
+
+def test_empty_batch_and_whole_video(videos, fake_nvdec):
+    backend = HybridBackend(sessions=1, cpu_workers=1)
+    assert read_clips([], backend) == []
+    clip = read_clips([prepare_clip(videos["h264-mp4"])], backend)[0]  # no frames named: every frame
+    assert read_barcodes(clip.frames) == list(range(NUM_FRAMES))
