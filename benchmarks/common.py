@@ -72,3 +72,28 @@ def timed(sync_cuda: bool = True):
     if cuda:
         torch.cuda.synchronize()
     result["seconds"] = time.perf_counter() - start
+
+
+def images_per_second(batches, warmup: int, count: int, consume) -> float:
+    """Items/s over ``count`` batches of the iterator ``batches`` after ``warmup`` batches; ``consume(batch)``
+    does the per-batch work (moving to the GPU, normalising) and returns the batch's item count."""
+    import torch
+
+    it = iter(batches)
+    for _ in range(warmup):
+        consume(next(it))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start, items = time.perf_counter(), 0
+    for _ in range(count):
+        items += consume(next(it))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return items / (time.perf_counter() - start)
+
+
+def loader_warmup(warmup: int, workers: int, prefetch_factor: int = 4) -> int:
+    """Batches a DataLoader consumes before timing: all its workers prefetch and a few more, so that the timed
+    batches are made while timed (timing a few batches after a short warm-up times batches that were already
+    waiting in the queue)."""
+    return warmup + prefetch_factor * workers + 2

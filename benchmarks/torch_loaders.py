@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import report  # noqa: E402
+from common import images_per_second, loader_warmup, report  # noqa: E402
 
 import sluice.torch.proxy as sp  # noqa: E402
 from sluice import fn, pipeline_def, types  # noqa: E402
@@ -93,20 +92,6 @@ class PillowFiles(torch.utils.data.Dataset):
         return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1))), i % 1000
 
 
-def images_per_second(batches, warmup: int, count: int, to_device) -> float:
-    it = iter(batches)
-    for _ in range(warmup):
-        to_device(next(it))
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start, images = time.perf_counter(), 0
-    for _ in range(count):
-        images += to_device(next(it))
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return images / (time.perf_counter() - start)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("folder")
@@ -143,7 +128,8 @@ def main() -> None:
         loader = sp.DataLoader(server, ProxyFiles(files, server.proxy), batch_size=bs, num_workers=args.workers,
                                shuffle=True, drop_last=True, persistent_workers=args.workers > 0,
                                prefetch_factor=4 if args.workers else None)
-        proxy_ips = images_per_second(endless(loader), args.warmup, args.batches, lambda b: b[0].shape[0])
+        proxy_ips = images_per_second(endless(loader), loader_warmup(args.warmup, args.workers), args.batches,
+                                      lambda b: b[0].shape[0])
 
     plain = torch.utils.data.DataLoader(PillowFiles(files, args.size), batch_size=bs, num_workers=args.workers,
                                         shuffle=True, drop_last=True, pin_memory=gpu,
@@ -154,7 +140,7 @@ def main() -> None:
         images = batch[0].to(device, non_blocking=True)
         return images.shape[0]
 
-    plain_ips = images_per_second(endless(plain), args.warmup, args.batches, to_device)
+    plain_ips = images_per_second(endless(plain), loader_warmup(args.warmup, args.workers), args.batches, to_device)
     where = "GPU" if gpu else "CPU"
     report(f"ImageNet-style training input ({where}, batch {bs}, {total} batches)", "images/s", sluice_ips,
            {f"torch DataLoader + Pillow ({args.workers} workers)": plain_ips})

@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, report  # noqa: E402
+from common import images_per_second as rate  # noqa: E402
+from common import loader_warmup, machine, report  # noqa: E402
 
 from sluice import fn, pipeline_def, types  # noqa: E402
 from sluice.torch import DALIGenericIterator, LastBatchPolicy  # noqa: E402
@@ -79,28 +80,6 @@ def val_pipe(files, decoder, dev, size):
 def endless(loader):
     while True:
         yield from loader
-
-
-def rate(batches, warmup: int, count: int, consume) -> float:
-    """Images/s over ``count`` batches after ``warmup`` batches; ``consume(batch)`` returns the batch's images."""
-    it = iter(batches)
-    for _ in range(warmup):
-        consume(next(it))
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start, images = time.perf_counter(), 0
-    for _ in range(count):
-        images += consume(next(it))
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return images / (time.perf_counter() - start)
-
-
-def loader_warmup(a) -> int:
-    """Batches a DataLoader peer consumes before timing: all that its workers prefetch (workers x
-    prefetch_factor 4) and then some, so that the timed batches are made while timed, not before (timing only
-    10 batches after 3 would time batches that already waited in the queue)."""
-    return a.warmup + 4 * a.workers + 2
 
 
 def pipe_runs(pipe):
@@ -227,7 +206,7 @@ def main() -> None:
             return gpu_normalize(batch[0], device).shape[0]
 
         peers[f"(a) torch DataLoader + Pillow + torchvision RRC/flip ({a.workers} workers)"] = \
-            rate(endless(loader), loader_warmup(a), a.peer_iters, consume_a)
+            rate(endless(loader), loader_warmup(a.warmup, a.workers), a.peer_iters, consume_a)
         del loader
         if gpu:
             peers["(b) torchvision GPU decode + per-sample GPU transforms"] = \
@@ -274,7 +253,8 @@ def main() -> None:
                                               persistent_workers=a.workers > 0,
                                               prefetch_factor=4 if a.workers else None)
         vpeers[f"torch DataLoader + Pillow Resize(256)/CenterCrop ({a.workers} workers)"] = \
-            rate(endless(vloader), loader_warmup(a), a.peer_iters, lambda b: gpu_normalize(b[0], device).shape[0])
+            rate(endless(vloader), loader_warmup(a.warmup, a.workers), a.peer_iters,
+                 lambda b: gpu_normalize(b[0], device).shape[0])
     report(f"ImageNet validation input -> PyTorch ({where})", "images/s", val_ips, vpeers)
     vpipe.close()
 
