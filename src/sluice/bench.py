@@ -97,7 +97,7 @@ class _PILDataset(torch.utils.data.Dataset):
         img = img.resize((self.size, self.size), Image.BILINEAR, box=(x, y, x + cw, y + ch))
         if rng.random() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        return torch.from_numpy(np.asarray(img)).permute(2, 0, 1), self.labels[i]
+        return torch.from_numpy(np.array(img)).permute(2, 0, 1), self.labels[i]
 
 
 def dataloader_images_per_s(root: str, batch_size: int, iterations: int, workers: int) -> float:
@@ -109,13 +109,17 @@ def dataloader_images_per_s(root: str, batch_size: int, iterations: int, workers
                                          persistent_workers=workers > 0)
     mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
-    seen, start = 0, None
+    # Time only batches made while timed: first use up what the workers prefetched (2 batches each).
+    warmup = 2 * workers + 1
+    seen, taken, start = 0, 0, None
     while seen < iterations * batch_size:
         for images, _ in loader:
             x = ((images.to(device, non_blocking=True).float() - mean) / std).half()
-            if start is None:
-                _sync(device)
-                start = time.perf_counter()
+            taken += 1
+            if taken <= warmup:
+                if taken == warmup:
+                    _sync(device)
+                    start = time.perf_counter()
                 continue
             seen += x.shape[0]
             if seen >= iterations * batch_size:
