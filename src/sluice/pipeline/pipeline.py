@@ -171,9 +171,9 @@ class Pipeline:
             if checkpoint is not None:
                 self._restore(checkpoint)
                 self._checkpoint_to_restore = None
+            _live.add(self)  # closed at exit: threads and codec sessions end before the interpreter's teardown
             if self.exec_async:
                 self._executor.start()
-                _live.add(self)
 
     @property
     def executor(self) -> Executor:

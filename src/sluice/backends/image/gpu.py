@@ -496,5 +496,7 @@ class GpuImageDecoder:
         return out  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Stop the helper threads."""
+        """Stop the helper threads and release nvImageCodec's decoders (and their threads) now, while the
+        interpreter is alive, rather than during its teardown."""
         self._gpu_threads.shutdown(wait=True)
+        self._hw = self._cuda = None
