@@ -299,7 +299,12 @@ class Executor:
                 values: Any = {}
                 item: Any = (iteration, values)
             else:
-                item = self._queues[k - 1].get()
+                try:
+                    item = self._queues[k - 1].get(timeout=0.1)
+                except queue.Empty:
+                    if self._stopped:
+                        return
+                    continue
                 if item is _CLOSE:
                     return
                 if not isinstance(item, tuple):  # an end-of-epoch or failure marker passes through
