@@ -23,6 +23,8 @@ import torch
 from sluice import types
 from sluice.backends.image import ImageDecodeError, ImageInfo, decode, probe
 from sluice.ops.decoders.crop_window import random_crop_window
+from sluice.ops.tensor.slice import SCHEMA as SLICE
+from sluice.ops.tensor.slice import slice_bounds
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec, SampleContext
@@ -110,33 +112,31 @@ def _window_crop(sample_args: dict, h: int, w: int) -> Roi:
     return y, x, ch_i, cw_i
 
 
-def _window_slice(sample_args: dict, h: int, w: int, anchor, shape) -> Roi:
-    """The window of image_slice from the anchor and shape inputs (in ``axis_names`` order, normalised or in
-    pixels)."""
-    axis_names = sample_args["axis_names"]
+def _window_slice(sample_args: dict, h: int, w: int, anchor=None, shape=None) -> Roi:
+    """The window of image_slice: from the anchor and shape inputs (normalised or in pixels), or from the
+    ``start``/``rel_start`` and ``end``/``rel_end``/``shape``/``rel_shape`` arguments, with values in the order of
+    ``axis_names`` (or ``axes`` when given). Coordinates round as in ``fn.slice`` (DALI's rules)."""
+    if (anchor is None) != (shape is None):
+        raise ValueError("image_slice: give both the anchor and the shape inputs, or neither (then the window "
+                         "comes from start/rel_start and end/rel_end/shape/rel_shape)")
     if sample_args.get("axes") is not None:
-        if any(a not in (0, 1) for a in sample_args["axes"]):
+        if not sample_args["axes"] or any(a not in (0, 1) for a in sample_args["axes"]):
             raise ValueError(f"Invalid axes ({sample_args['axes']}). Use 0 (height) and/or 1 (width).")
-        axis_names = "".join("HW"[a] for a in sample_args["axes"])
-    if sorted(axis_names) not in (["H", "W"], ["H"], ["W"]):
-        raise ValueError(f"Invalid axis_names ({axis_names!r}). Use 'WH', 'HW', 'H' or 'W'.")
-    anchor = np.asarray(anchor, np.float64).reshape(-1)
-    shape = np.asarray(shape, np.float64).reshape(-1)
-    if len(anchor) != len(axis_names) or len(shape) != len(axis_names):
-        raise ValueError(f"image_slice: anchor ({anchor.tolist()}) and shape ({shape.tolist()}) need one value per "
-                         f"axis of axis_names={axis_names!r}")
-    start, size = {"H": 0, "W": 0}, {"H": h, "W": w}
-    extent = {"H": h, "W": w}
-    for k, name in enumerate(axis_names):
-        a, s = anchor[k], shape[k]
-        if sample_args["normalized_anchor"]:
-            a = a * extent[name]
-        if sample_args["normalized_shape"]:
-            s = s * extent[name]
-        lo = int(round(a))
-        hi = int(round(a + s))
-        start[name], size[name] = lo, hi - lo
-    y, x, hh, ww = start["H"], start["W"], size["H"], size["W"]
+        axes = [int(a) for a in sample_args["axes"]]
+    else:
+        axis_names = sample_args["axis_names"]
+        if not axis_names or len(set(axis_names)) != len(axis_names) or set(axis_names) - {"H", "W"}:
+            raise ValueError(f"Invalid axis_names ({axis_names!r}). Use 'WH', 'HW', 'H' or 'W'.")
+        axes = ["HW".index(c) for c in axis_names]
+    try:
+        (y, x), (y1, x1) = slice_bounds(
+            (h, w), axes, anchor=anchor, sl_shape=shape, normalized_anchor=sample_args["normalized_anchor"],
+            normalized_shape=sample_args["normalized_shape"], start=sample_args.get("start"),
+            rel_start=sample_args.get("rel_start"), end=sample_args.get("end"), rel_end=sample_args.get("rel_end"),
+            shape_arg=sample_args.get("shape"), rel_shape=sample_args.get("rel_shape"))
+    except ValueError as exc:
+        raise ValueError(f"image_{exc}") from None  # slice_bounds' messages start with "slice: "
+    hh, ww = y1 - y, x1 - x
     if hh <= 0 or ww <= 0:
         raise ValueError(f"image_slice: empty window (height {hh}, width {ww})")
     if y < 0 or x < 0 or y + hh > h or x + ww > w:
@@ -305,15 +305,21 @@ IMAGE_RANDOM_CROP = _decoder_schema(
     random=True)
 
 IMAGE_SLICE = _decoder_schema(
-    "decoders.image_slice", "Decodes images and keeps the window given by the anchor and shape inputs.",
-    'images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed")',
-    [Arg("axis_names", str, "WH", "Order of the anchor/shape values: 'WH' (x first) or 'HW'."),
+    "decoders.image_slice",
+    "Decodes images and keeps a window: given by anchor and shape inputs, or by start/end/shape arguments.",
+    'images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed")      # e.g. from fn.random_bbox_crop\n'
+    '            images = fn.decoders.image_slice(jpegs, rel_start=[0.1, 0.2], rel_shape=[0.5, 0.5])\n'
+    '            images = fn.decoders.image_slice(jpegs, start=[16, 8], end=[240, 200])   # x, y in pixels',
+    [Arg("axis_names", str, "WH", "Order of the anchor/shape and start/end/shape values: 'WH' (x first), 'HW', "
+         "'W' or 'H'."),
      Arg("axes", "int_list", None, "The same as axis_names by index (0 = height, 1 = width); overrides it."),
-     Arg("normalized_anchor", bool, True, "The anchor is a fraction of the image size (else pixels)."),
-     Arg("normalized_shape", bool, True, "The shape is a fraction of the image size (else pixels)."),
+     Arg("normalized_anchor", bool, True, "The anchor input is a fraction of the image size (else pixels)."),
+     Arg("normalized_shape", bool, True, "The shape input is a fraction of the image size (else pixels)."),
+     # start / rel_start and end / rel_end / shape / rel_shape: declared once, by fn.slice
+     *(SLICE.args[name] for name in ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")),
      Arg("out_of_bounds_policy", str, "error", "What a window outside the image does.",
          choices=("error", "trim_to_shape"))],
-    inputs=3, input_names=["data", "anchor", "shape"])
+    inputs=(1, 3), input_names=["data", "anchor", "shape_input"])
 
 # ------------------------------------------------------------------------------------------------------------
 # peek_image_shape
