@@ -3,7 +3,7 @@
 The pipeline runs once, in the main process, on a background thread (one CUDA context, batched GPU work). Its
 inputs are ``fn.external_source(name=...)`` nodes without a ``source``. In ``Dataset.__getitem__`` (in the
 DataLoader's worker processes, or in the main process with ``num_workers=0``) ``server.proxy(name=value, ...)``
-returns a small marker object that *carries the sample's inputs* (e.g. the encoded bytes and a frame list): the
+(or, as in DALI, ``server.proxy(value, ...)`` by position, in the order of :attr:`DALIServer.input_names`) returns a small marker object that *carries the sample's inputs* (e.g. the encoded bytes and a frame list): the
 data has to reach the main process anyway, and carrying it in the batch needs no second channel between the
 workers and the server, so a worker that dies cannot leave the server waiting. The DataLoader collates the
 markers of a batch into one :class:`ProxyBatch`; in the main process :class:`DataLoader` (or
@@ -11,9 +11,10 @@ markers of a batch into one :class:`ProxyBatch`; in the main process :class:`Dat
 (torch tensors, on the GPU for GPU outputs) where the markers were, keeping every other field of the batch.
 
 Batches run through the pipeline in the order the DataLoader yields them, ``prefetch`` batches ahead of the
-training loop. ``deterministic=True`` makes the DataLoader yield batches in sampler order (``in_order=True``), so
-a seeded pipeline gives the same augmentations on every run; with ``deterministic=False`` (the default, as in
-DALI) batches are taken as workers finish them, which avoids waiting for a slow worker.
+training loop. ``DALIServer(pipeline, deterministic=True)`` (as in DALI; the DataLoader's ``deterministic``
+overrides it) makes the DataLoader yield batches in sampler order (``in_order=True``), so a seeded pipeline gives
+the same augmentations on every run; with ``deterministic=False`` (the default, as in DALI) batches are taken as
+workers finish them, which avoids waiting for a slow worker.
 
 A failing pipeline, a worker that dies, or a server that stops raise an exception in the training loop; nothing
 waits forever.
@@ -44,6 +45,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import os
@@ -137,18 +139,31 @@ def collate(batch: list[Any]) -> Any:
 
 
 class _Proxy:
-    """The picklable callable behind ``server.proxy``: checks the names and wraps the data."""
+    """The picklable callable behind ``server.proxy``: binds the inputs (by position or by name, as DALI's proxy
+    does), checks them and wraps the data."""
 
     def __init__(self, input_names: Sequence[str], num_outputs: int):
         self.input_names = tuple(input_names)
         self.num_outputs = num_outputs
+        # proxy(<input names>): what IPython and inspect.signature show
+        self.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                                for n in self.input_names])
 
-    def __call__(self, **inputs: Any) -> ProxySample | tuple[ProxySample, ...]:
-        if set(inputs) != set(self.input_names):
-            missing = sorted(set(self.input_names) - set(inputs))
-            extra = sorted(set(inputs) - set(self.input_names))
-            raise ArgumentError(f"proxy() takes the pipeline's external_source inputs {list(self.input_names)} "
-                                f"by name; missing {missing}, unknown {extra}")
+    def __call__(self, *args: Any, **inputs: Any) -> ProxySample | tuple[ProxySample, ...]:
+        names = list(self.input_names)
+        if len(args) > len(names):
+            raise ArgumentError(f"proxy() takes the pipeline's {len(names)} external_source input(s) {names} by "
+                                f"position or by name; got {len(args)} positional values")
+        twice = sorted(set(names[:len(args)]) & set(inputs))
+        if twice:
+            raise ArgumentError(f"proxy() got the input(s) {twice} both by position and by name (positions follow "
+                                f"the order {names})")
+        inputs.update(zip(names, args))
+        if set(inputs) != set(names):
+            missing = [n for n in names if n not in inputs]
+            extra = sorted(set(inputs) - set(names))
+            raise ArgumentError(f"proxy() takes the pipeline's external_source inputs {names}, by position or by "
+                                f"name; missing {missing}, unknown {extra}")
         uid = (os.getpid(), next(_uids))
         refs = tuple(ProxySample(inputs, uid, i) for i in range(self.num_outputs))
         return refs[0] if len(refs) == 1 else refs
@@ -205,18 +220,25 @@ class DALIServer:
     ``server.proxy`` is the picklable callable to give the Dataset; ``server.produce_data(batch)`` swaps the
     proxy results of a collated batch for the pipeline's outputs: dense torch tensors, or lists of per-sample
     tensors for the output indices in ``ragged_outputs`` (``True``: all), whose samples may differ in shape.
+    ``deterministic``: as in DALI, the same order of pipeline runs (and so the same augmentations from a seeded
+    pipeline) on every run; :class:`DataLoader` then yields batches in sampler order (see the module doc).
     ``timeout``: seconds to wait for one batch before raising (default: no limit, but a stopped server or a dead
     thread always raises). Use it as a context manager, or call ``start()`` / ``stop()``.
 
+    ``input_names`` lists the pipeline's inputs in the order DALI gives them (and ``proxy``'s positional
+    arguments follow): the order of the pipeline's graph, walked from the first output through each operator's
+    inputs first, so ``return a + b`` gives ``a, b`` whatever order the ``external_source`` calls were made in.
+
     Example::
 
-        with DALIServer(pipe) as server:
-            dataset = MyDataset(proxy=server.proxy)
+        with DALIServer(pipe, deterministic=True) as server:
+            dataset = MyDataset(proxy=server.proxy)      # proxy(images=...) or proxy(encoded_bytes)
             for batch in sluice.torch.proxy.DataLoader(server, dataset, batch_size=16, num_workers=4):
                 ...
     """
 
-    def __init__(self, pipeline: Pipeline, *, ragged_outputs: Sequence[int] | bool = (), timeout: float | None = None):
+    def __init__(self, pipeline: Pipeline, deterministic: bool = False, *,
+                 ragged_outputs: Sequence[int] | bool = (), timeout: float | None = None):
         if not isinstance(pipeline, Pipeline):
             raise ArgumentError(f"DALIServer needs a sluice Pipeline, got {type(pipeline).__name__}")
         pipeline.build()
@@ -228,6 +250,7 @@ class DALIServer:
             raise ArgumentError("DALIServer: the pipeline has no inputs; define them with "
                                 "fn.external_source(name='...') without a source")
         self.num_outputs = len(ex.outputs)
+        self.deterministic = bool(deterministic)
         self._ragged = set(range(self.num_outputs)) if ragged_outputs is True else set(ragged_outputs or ())
         self.timeout = timeout
         self._proxy = _Proxy(self.input_names, self.num_outputs)
@@ -239,8 +262,8 @@ class DALIServer:
 
     @property
     def proxy(self) -> _Proxy:
-        """Call it in ``Dataset.__getitem__`` with the pipeline's inputs by name: ``proxy(video=..., frames=...)``.
-        Returns a marker (a tuple of them for several pipeline outputs) that the batch carries to the server."""
+        """Call it in ``Dataset.__getitem__`` with the pipeline's inputs by name, ``proxy(video=..., frames=...)``,
+        or by position in the order of :attr:`input_names`, ``proxy(video_bytes, frames)``. Returns a marker (a tuple of them for several pipeline outputs) that the batch carries to the server."""
         return self._proxy
 
     def __reduce__(self):
@@ -386,7 +409,8 @@ class DataLoader(torch_data.DataLoader):
 
     Takes the :class:`DALIServer` first, then every argument of ``torch.utils.data.DataLoader``;
     ``collate_fn`` defaults to :func:`collate`. ``prefetch``: batches sent to the pipeline ahead of the one
-    returned. ``deterministic``: yield batches in sampler order (see the module doc).
+    returned. ``deterministic``: yield batches in sampler order (see the module doc); ``None`` (the default)
+    takes the server's ``deterministic``.
 
     Example::
 
@@ -396,11 +420,13 @@ class DataLoader(torch_data.DataLoader):
     """
 
     def __init__(self, server: DALIServer, dataset: Any, *args: Any, prefetch: int = 2,
-                 deterministic: bool = False, **kwargs: Any):
+                 deterministic: bool | None = None, **kwargs: Any):
         if not isinstance(server, DALIServer):
             raise ArgumentError(f"DataLoader needs a DALIServer first, got {type(server).__name__}")
         if prefetch < 1:
             raise ArgumentError("prefetch must be at least 1")
+        if deterministic is None:
+            deterministic = server.deterministic
         kwargs.setdefault("collate_fn", collate)
         if kwargs.get("num_workers", 0) > 0:
             kwargs.setdefault("in_order", bool(deterministic))
