@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from image_fixtures import encode, pattern, run_decoder, with_orientation
+
 from sluice import fn, pipeline_def
 from sluice.errors import PipelineError, SampleError
 

@@ -22,10 +22,10 @@ import torch
 
 from sluice import types
 from sluice.backends.image import ImageDecodeError, ImageInfo, decode, probe
+from sluice.errors import SampleError
 from sluice.ops.decoders.crop_window import random_crop_window
 from sluice.ops.tensor.slice import SCHEMA as SLICE
 from sluice.ops.tensor.slice import slice_bounds
-from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec, SampleContext
 
