@@ -209,6 +209,15 @@ class decoders:
         """Decodes chosen frames of encoded videos into FHWC uint8 RGB sequences."""
         ...
 
+class io:
+    """sluice.fn.io"""
+    class file:
+        """sluice.fn.io.file"""
+        @staticmethod
+        def read(filepaths: DataNode, /, *, device: str | None = ..., name: str | None = ..., dont_use_mmap: bool = ..., use_o_direct: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+            """Reads raw file contents from file paths given as 1-D byte arrays (one path per sample)."""
+            ...
+
 class random:
     """sluice.fn.random"""
     @staticmethod

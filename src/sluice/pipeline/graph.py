@@ -212,6 +212,9 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
     kwargs = dict(kwargs)
     device = kwargs.pop("device", None)
     name = kwargs.pop("name", None)
+    inputs = list(inputs)
+    while inputs and inputs[-1] is None:  # optional inputs left out, as the signatures show them (anchor=None)
+        inputs.pop()
     n = len(inputs)
     if not schema.min_inputs <= n <= schema.max_inputs:
         want = (str(schema.min_inputs) if schema.min_inputs == schema.max_inputs
