@@ -9,7 +9,7 @@ import torch
 
 from sluice import types
 from sluice.pipeline.batch import Batch
-from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
+from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 TRANSFER = OpSchema(
     "_transfer",
@@ -97,8 +97,18 @@ def _constant_array(args: dict[str, Any]) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-@CONSTANT.batch_kernel("cpu")
-@CONSTANT.batch_kernel("gpu")
-def constant(ctx: BatchContext, *, args: BatchArgs) -> Batch:
-    arr = torch.from_numpy(_constant_array({k: args.const(k) for k in args.names()})).to(ctx.device)
-    return Batch.from_dense(arr.unsqueeze(0).expand(ctx.batch_size, *arr.shape))
+@CONSTANT.operator_class("cpu")
+@CONSTANT.operator_class("gpu")
+class ConstantOperator(Operator):
+    """Makes its tensor once (on its device); every iteration returns views of it."""
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        self.array = torch.from_numpy(_constant_array(spec.args))
+        self._on: dict[torch.device, torch.Tensor] = {}
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
+        if ctx.device not in self._on:
+            self._on[ctx.device] = self.array.to(ctx.device)
+        arr = self._on[ctx.device]
+        return Batch.from_dense(arr.unsqueeze(0).expand(ctx.batch_size, *arr.shape))
