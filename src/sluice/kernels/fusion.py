@@ -133,13 +133,14 @@ class _Args:
 
 def _unfused(ctx, images: Batch, args, has_crop: bool, layout: str) -> Batch:
     """The original kernels one after the other (windows outside the image, unusual layouts)."""
-    from sluice.ops.image.crop import crop_gpu
+    from sluice.ops.image.crop import _crop_one
     from sluice.ops.image.crop_mirror_normalize import crop_mirror_normalize_gpu
     from sluice.ops.image.resize import resize_gpu
 
     x = images if images.layout() else Batch(images.samples, layout)
     if has_crop:
-        x = crop_gpu(ctx, x, args=_Args(args, "k."))
+        crop_args = _Args(args, "k.")
+        x = Batch([_crop_one(s, x.layout(), crop_args.sample(i)) for i, s in enumerate(x.samples)], x.layout())
     x = resize_gpu(ctx, x, args=_Args(args, "r."))
     return crop_mirror_normalize_gpu(ctx, x, args=_Args(args, "c."))
 

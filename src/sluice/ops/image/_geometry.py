@@ -14,16 +14,14 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from sluice.pipeline.batch import Batch
 
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params",
-           "spatial_dims", "as_list", "flip_image", "out_dtype", "warp_affine_images", "per_sample", "fill_channels",
+           "spatial_dims", "as_list", "flip_image", "out_dtype", "warp_affine_images", "fill_channels",
            "resize_params_batch", "crop_windows_batch"]
 
 _MODES = ("default", "stretch", "not_larger", "not_smaller")
@@ -324,15 +322,6 @@ def fill_channels(t: torch.Tensor, fill: Sequence[float], cd: int | None, name: 
     else:
         t.fill_(fill[0] if len(fill) else 0.0)
     return t
-
-
-def per_sample(ctx, images, args, one) -> Batch:
-    """Run ``one(sample, layout, sample_args)`` over a batch on its device (for operators whose outputs differ in
-    size per sample, where a single launch does not pay)."""
-    from sluice.pipeline.batch import Batch
-
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-    return Batch([one(s, layout, args.sample(i)) for i, s in enumerate(images.samples)], layout)
 
 
 # ---- batch forms: the same arithmetic vectorised over a batch (GPU kernels' host side) ---------------------

@@ -12,8 +12,7 @@ import torch
 
 from sluice import types
 from sluice.kernels.resample import cast_round
-from sluice.ops.image._geometry import apply_crop, as_list, crop_window, out_dtype, per_sample, spatial_dims
-from sluice.pipeline.batch import Batch
+from sluice.ops.image._geometry import apply_crop, as_list, crop_window, out_dtype, spatial_dims
 from sluice.schema import Arg, OpSchema
 
 __all__ = ["SCHEMA", "CROP_ARGS", "window_of"]
@@ -63,13 +62,7 @@ def _crop_one(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
 
 
 @SCHEMA.sample_kernel("cpu")
-def crop_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
-    """One sample: a view of the window (a copy only when padding or casting)."""
+@SCHEMA.sample_kernel("gpu")
+def crop(ctx, image: torch.Tensor, **args) -> torch.Tensor:
+    """One sample, on its device: a view of the window (a copy only when padding or casting)."""
     return _crop_one(image, ctx.layout or ("HWC" if image.dim() == 3 else "HW"), args)
-
-
-@SCHEMA.batch_kernel("gpu")
-def crop_gpu(ctx, images: Batch, *, args) -> Batch:
-    """The batch as views into the input buffers: nothing is launched unless padding or casting."""
-    return per_sample(ctx, images, args, lambda s, layout, a: _crop_one(s, layout or ("HWC" if s.dim() == 3 else
-                                                                                      "HW"), a))

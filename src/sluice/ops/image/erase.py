@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from sluice.ops.image._geometry import as_list, fill_channels, per_sample, spatial_dims
-from sluice.pipeline.batch import Batch
+from sluice.ops.image._geometry import as_list, fill_channels, spatial_dims
 from sluice.schema import Arg, OpSchema
 
 __all__ = ["SCHEMA", "erase_one"]
@@ -77,12 +76,7 @@ def erase_one(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
 
 
 @SCHEMA.sample_kernel("cpu")
-def erase_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
-    """One sample."""
+@SCHEMA.sample_kernel("gpu")
+def erase(ctx, image: torch.Tensor, **args) -> torch.Tensor:
+    """One sample, on its device: one clone and one fill per region."""
     return erase_one(image, ctx.layout, args)
-
-
-@SCHEMA.batch_kernel("gpu")
-def erase_gpu(ctx, images: Batch, *, args) -> Batch:
-    """Per sample: one clone and one fill per region."""
-    return per_sample(ctx, images, args, erase_one)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from sluice.ops.image._geometry import as_list, fill_channels, per_sample, round_half_away, spatial_dims
-from sluice.pipeline.batch import Batch
+from sluice.ops.image._geometry import as_list, fill_channels, round_half_away, spatial_dims
 from sluice.schema import REQUIRED, Arg, OpSchema
 
 __all__ = ["SCHEMA", "paste_one"]
@@ -59,12 +58,7 @@ def paste_one(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
 
 
 @SCHEMA.sample_kernel("cpu")
-def paste_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
-    """One sample."""
+@SCHEMA.sample_kernel("gpu")
+def paste(ctx, image: torch.Tensor, **args) -> torch.Tensor:
+    """One sample, on its device: a fill and a copy (outputs differ in size, so one launch would not pay)."""
     return paste_one(image, ctx.layout, args)
-
-
-@SCHEMA.batch_kernel("gpu")
-def paste_gpu(ctx, images: Batch, *, args) -> Batch:
-    """Per sample: a fill and a copy each (outputs differ in size)."""
-    return per_sample(ctx, images, args, paste_one)
