@@ -23,7 +23,7 @@ import torch
 from sluice.errors import PipelineBrokenError, PipelineError, SampleError
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.graph import DataNode, OpNode
-from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec
+from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +192,6 @@ class Executor:
         args = BatchArgs(node.const_args, per_sample, batch_size)
         try:
             result = op.run(ctx, *inputs, args=args)
-            from sluice.schema import _finish_outputs
-
             outs = _finish_outputs(node.schema, op.spec, result, inputs)
         except (EndOfEpoch, StopIteration):
             raise EndOfEpoch() from None
