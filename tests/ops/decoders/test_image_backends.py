@@ -270,6 +270,26 @@ def test_jpeg_scan_plausibility_check():
     assert not jpeg_scan_is_plausible(good[0][:200])  # cut inside the headers
 
 
+def test_batch_scan_check_agrees_with_the_per_image_check(device):
+    """The batched (GPU) scan check flags exactly the streams jpeg_scan_is_plausible flags: stray restart
+    markers, headers cut before the scan, empty input; restart markers are fine when a restart interval is set."""
+    import simplejpeg
+    import torch
+
+    from sluice.backends.image.formats import jpeg_scan_is_plausible
+    from sluice.backends.image.scan_check import BatchScanCheck
+
+    good = [simplejpeg.encode_jpeg(pattern(40 + 8 * i, 56, seed=i), quality=90) for i in range(6)]
+    with_rst = cv2.imencode(".jpg", IMG, [cv2.IMWRITE_JPEG_RST_INTERVAL, 4])[1].tobytes()
+    batch = [good[0], corrupt_jpeg(good[1]), good[2], with_rst, corrupt_jpeg(with_rst), good[3][:200], b"",
+             bytearray(good[4]), corrupt_jpeg(good[5])]
+    check = BatchScanCheck(torch.device("cuda" if device == "gpu" else "cpu", 0 if device == "gpu" else None))
+    got = check(batch)
+    assert got == [jpeg_scan_is_plausible(b) for b in batch]
+    assert got == [True, False, True, True, True, False, False, True, False]
+    assert check([]) == [] and check(good[:2]) == [True, True]
+
+
 def test_ycck_jpeg():
     import simplejpeg
 

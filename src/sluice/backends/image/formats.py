@@ -14,7 +14,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["FORMATS", "sniff_format", "JpegHeader", "jpeg_header", "jpeg_scan_is_plausible", "as_bytes"]
+__all__ = ["FORMATS", "sniff_format", "JpegHeader", "jpeg_header", "jpeg_scan_is_plausible", "jpeg_scan_start",
+           "as_bytes"]
 
 #: Every format the decoders accept, in the order they are tried.
 FORMATS = ("jpeg", "png", "bmp", "tiff", "pnm", "webp", "jpeg2000", "gif")
@@ -182,6 +183,16 @@ def _scan_start(buf: bytes) -> tuple[int, bool] | None:
     return None
 
 
+def jpeg_scan_start(view: memoryview) -> tuple[int, bool] | None:
+    """(offset of the first entropy-coded byte of a JPEG, whether a restart interval is defined), or None when the
+    headers hold no SOS segment (cut or corrupt). Walks a copy of the head first, the whole stream only when the
+    headers are longer."""
+    found = _scan_start(bytes(view[:_HEAD * 4]))
+    if found is None and len(view) > _HEAD * 4:
+        found = _scan_start(bytes(view))
+    return found
+
+
 def jpeg_scan_is_plausible(data) -> bool:
     """Whether the entropy-coded data of a baseline JPEG holds only markers that may appear there: stuffed bytes
     (FF 00), fill bytes, restart markers when a restart interval is defined, EOI, and the table/scan markers of
@@ -195,11 +206,9 @@ def jpeg_scan_is_plausible(data) -> bool:
     import numpy as np
 
     view = as_bytes(data)
-    found = _scan_start(bytes(view[:_HEAD * 4]))
+    found = jpeg_scan_start(view)
     if found is None:
-        found = _scan_start(bytes(view))
-        if found is None:
-            return False
+        return False
     start, has_dri = found
     a = np.frombuffer(view, np.uint8)[start:]
     if a.size < 2:

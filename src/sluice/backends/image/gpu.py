@@ -9,9 +9,9 @@ uint8 HWC tensors that are ready in order on the caller's stream:
   CPU (simplejpeg into one pinned staging buffer, then a single host-to-device copy); the three run concurrently,
   each GPU path in one batched call; the CPU share is 0 unless asked for (it slowed every batch measured on the
   H200, see benchmarks/RESULTS.md);
-* while the GPU decodes, the thread pool checks the entropy-coded data of the JPEGs sent to nvJPEG
-  (:func:`~sluice.backends.image.formats.jpeg_scan_is_plausible`): nvJPEG decodes some damaged streams without an
-  error, and those go to libjpeg-turbo in strict mode, which raises naming the file;
+* while the GPU decodes, a helper thread checks the entropy-coded data of the JPEGs sent to nvJPEG, the whole
+  batch at once on the GPU (:class:`~sluice.backends.image.scan_check.BatchScanCheck`): nvJPEG decodes some
+  damaged streams without an error, and those go to libjpeg-turbo in strict mode, which raises naming the file;
 * 8-bit JPEG 2000 goes to nvJPEG2000 through nvImageCodec's CUDA decoder;
 * anything a GPU path does not take (progressive, CMYK/YCCK, truncated JPEGs, PNG, TIFF, WebP, ...) is decoded on
   the CPU threads per sample; a sample the GPU returns nothing for is retried on the CPU.
@@ -38,7 +38,8 @@ import torch
 
 from . import cpu
 from .common import YCBCR_FROM_RGB, ImageDecodeError, apply_orientation, check_pixel_limit, roi_in_stored
-from .formats import as_bytes, jpeg_scan_is_plausible
+from .formats import as_bytes
+from .scan_check import BatchScanCheck
 from .scheduler import ShareTuner, SplitScheduler
 
 __all__ = ["GpuImageDecoder", "to_output_type_gpu", "nvimgcodec_module", "gpu_eligible", "gpu_j2k_eligible"]
@@ -181,10 +182,12 @@ class GpuImageDecoder:
         self._active_tuner = 0
         self._cpu_share = cpu_load
         self._hw_share = hw_decoder_load if has_hw else 0.0
-        #: Check the entropy-coded data of the JPEGs sent to nvJPEG (see formats.jpeg_scan_is_plausible);
+        #: Check the entropy-coded data of the JPEGs sent to nvJPEG (see scan_check.BatchScanCheck);
         #: SLUICE_IMAGE_VALIDATE=0 turns it off.
         self.validate_scans = os.environ.get("SLUICE_IMAGE_VALIDATE", "1") != "0"
-        self._gpu_threads = ThreadPoolExecutor(3, thread_name_prefix="sluice-gpu-decode")
+        self._scan_check = BatchScanCheck(self.device)
+        # One thread per GPU path (hardware, CUDA, JPEG 2000) and one for the scan check.
+        self._gpu_threads = ThreadPoolExecutor(4, thread_name_prefix="sluice-gpu-decode")
         self._last_end: float | None = None
         self._hw_failures = 0
         self.last_split: dict[str, int] = {}
@@ -413,6 +416,11 @@ class GpuImageDecoder:
                                       lambda tensors: finish(idx, tensors))
 
         gpu_futures = {p: self._gpu_threads.submit(gpu_job, p) for p in ("hw", "cuda", "j2k") if groups[p]}
+        on_gpu = groups["hw"] + groups["cuda"]
+        # nvJPEG decodes some damaged streams without an error: those whose entropy-coded data holds markers that
+        # cannot be there are decoded again by libjpeg-turbo (strict), which names the damage.
+        scan_future = (self._gpu_threads.submit(self._scan_check, [bufs[i] for i in on_gpu])
+                       if self.validate_scans and on_gpu else None)
 
         # CPU share of the eligible JPEGs: decode into one pinned buffer, then one copy.
         cpu_idx = groups["cpu"]
@@ -438,20 +446,12 @@ class GpuImageDecoder:
             return cpu.decode(bufs[i], output_type=output_type, adjust_orientation=adjust_orientation,
                               use_fast_idct=self.use_fast_idct, roi=rois[i], info=infos[i], source=sources[i])
 
-        def plausible(i: int) -> bool:
-            return jpeg_scan_is_plausible(bufs[i])
-
         run = thread_pool.map if thread_pool is not None else map
         first_error: BaseException | None = None
-        on_gpu = groups["hw"] + groups["cuda"]
         suspect: list[int] = []
         try:
             list(run(cpu_jpeg, range(len(cpu_idx))))
             other_arrays = list(run(cpu_other, others))
-            # While the GPU decodes: nvJPEG decodes some damaged streams without an error, so those whose
-            # entropy-coded data holds markers that cannot be there are decoded again by libjpeg-turbo (strict).
-            if self.validate_scans:
-                suspect = [i for i, ok in zip(on_gpu, run(plausible, on_gpu)) if not ok]
         except BaseException as exc:  # noqa: BLE001 - wait for the GPU threads before re-raising
             first_error, other_arrays = exc, []
 
@@ -459,6 +459,11 @@ class GpuImageDecoder:
         for p, fut in gpu_futures.items():
             try:
                 gpu_results[p] = fut.result()
+            except BaseException as exc:  # noqa: BLE001
+                first_error = first_error or exc
+        if scan_future is not None:
+            try:
+                suspect = [i for i, ok in zip(on_gpu, scan_future.result()) if not ok]
             except BaseException as exc:  # noqa: BLE001
                 first_error = first_error or exc
         if first_error is not None:
