@@ -18,7 +18,7 @@ import nvidia.dali.ops as ops
 import nvidia.dali.types as types
 from nvidia.dali.tensors import TensorListCPU, TensorListGPU
 
-from dali_example_data import pil_decode
+from dali_example_data import pil_decode, psnr
 
 
 @pipeline_def
@@ -143,4 +143,4 @@ def test_gpu_and_hybrid_decoding(image_dir, image_files):
         assert np.abs(rotated.as_cpu().at(j).astype(int) - np.rot90(ref, 1)).max() <= 1  # float sin/cos on GPU
         decoded = hybrid.as_cpu().at(j)
         assert decoded.shape == ref.shape
-        assert np.abs(decoded.astype(int) - ref).max() <= 8
+        assert psnr(decoded, ref) >= 28, psnr(decoded, ref)  # nvJPEG vs libjpeg-turbo chroma upsampling
