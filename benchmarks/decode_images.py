@@ -94,16 +94,17 @@ def pillow_processes_pass(n_files: int, procs: int):
 
 
 # --- sluice ---------------------------------------------------------------------------------------------------
-def sluice_mixed_pass(byte_batches, threads: int, device_id: int, hw_decoder_load: float):
-    """sluice's mixed decoders.image operator run batch after batch, as the executor runs it."""
+def sluice_mixed_pass(byte_batches, threads: int, device_id: int, hw_decoder_load: float,
+                      name: str = "decoders.image"):
+    """sluice's mixed ``name`` decoder operator run batch after batch, as the executor runs it."""
     import torch
 
     from sluice.pipeline.batch import Batch
     from sluice.schema import BatchArgs, BatchContext, OpSpec, get_schema
 
-    schema = get_schema("decoders.image")
+    schema = get_schema(name)
     const, _ = schema.validate({"hw_decoder_load": hw_decoder_load}, lambda v: False)
-    spec = OpSpec(schema, "mixed", const, "decoders.image", len(byte_batches[0]), threads, device_id, 0)
+    spec = OpSpec(schema, "mixed", const, name, len(byte_batches[0]), threads, device_id, 0)
     op = schema.kernel_for("mixed")(spec)
     pool = ThreadPoolExecutor(threads)
     device = torch.device("cuda", device_id)
@@ -113,7 +114,7 @@ def sluice_mixed_pass(byte_batches, threads: int, device_id: int, hw_decoder_loa
     def run():
         with torch.cuda.stream(stream):
             for k, batch in enumerate(inputs):
-                ctx = BatchContext("decoders.image", len(batch), [""] * len(batch), [""], device, pool, 0, k)
+                ctx = BatchContext(name, len(batch), [""] * len(batch), [""], device, pool, 0, k)
                 op.run(ctx, batch, args=BatchArgs(const, {}, len(batch)))
         stream.synchronize()
     return run, op

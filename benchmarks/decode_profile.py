@@ -24,7 +24,7 @@ from decode_images import batches, load, sluice_mixed_pass
 
 from sluice.backends.image import cpu as scpu
 from sluice.backends.image import formats
-from sluice.backends.image import gpu as sgpu
+from sluice.backends.image.scan_check import BatchScanCheck
 
 
 class PhaseClock:
@@ -101,6 +101,10 @@ def main() -> None:
     dec.validate_scans = False
     print(f"PROFILE operator, scan check off: {rate(run, n):,.0f} img/s", flush=True)
     dec.validate_scans = True
+    gpu_check = dec._scan_check
+    dec._scan_check = BatchScanCheck(gpu_check.device, "cpu")
+    print(f"PROFILE operator, scan check on the CPU (one helper thread): {rate(run, n):,.0f} img/s", flush=True)
+    dec._scan_check = gpu_check
 
     stream = torch.cuda.current_stream()
 
@@ -118,12 +122,29 @@ def main() -> None:
     clock = PhaseClock()
     clock.wrap(dec, "_decode_on", "gpu decode call (per path)")
     clock.wrap(dec, "_run_gpu_path", "gpu path incl. finishing (per path)")
-    clock.wrap(sgpu, "jpeg_scan_is_plausible", "scan check (summed over threads)")
+    clock.wrap(dec, "_scan_check", "scan check (helper thread)")
     clock.wrap(dec, "decode", "GpuImageDecoder.decode")
     clock.wrap(scpu, "probe", "probe (summed)")
     import sluice.ops.decoders.image as dimg
     clock.wrap(dimg, "probe", "operator probes")
     run()
+    torch.cuda.synchronize()
+    clock.report(len(bb))
+
+    # decoders.image_random_crop: the training pipeline's decoder (window draws, whole-image hardware decode
+    # cropped on the GPU, region decode on the CUDA path).
+    run_rc, op_rc = sluice_mixed_pass(bb, a.threads, 0, 0.9, name="decoders.image_random_crop")
+    print(f"PROFILE image_random_crop operator, default: {rate(run_rc, n):,.0f} img/s", flush=True)
+    dec_rc = op_rc._decoder
+    dec_rc.validate_scans = False
+    print(f"PROFILE image_random_crop operator, scan check off: {rate(run_rc, n):,.0f} img/s", flush=True)
+    dec_rc.validate_scans = True
+    clock.wrap(dec_rc, "_decode_on", "rc: gpu decode call (per path)")
+    clock.wrap(dec_rc, "_run_gpu_path", "rc: gpu path incl. finishing (per path)")
+    clock.wrap(dec_rc, "_scan_check", "rc: scan check (helper thread)")
+    clock.wrap(dec_rc, "decode", "rc: GpuImageDecoder.decode")
+    clock.wrap(dimg, "random_crop_window", "rc: window draws")
+    run_rc()
     torch.cuda.synchronize()
     clock.report(len(bb))
 

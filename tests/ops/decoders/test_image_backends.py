@@ -288,6 +288,7 @@ def test_batch_scan_check_agrees_with_the_per_image_check(device):
     assert got == [jpeg_scan_is_plausible(b) for b in batch]
     assert got == [True, False, True, True, True, False, False, True, False]
     assert check([]) == [] and check(good[:2]) == [True, True]
+    assert BatchScanCheck(torch.device("cpu"), "cpu")(batch) == got
 
 
 def test_ycck_jpeg():

@@ -182,10 +182,11 @@ class GpuImageDecoder:
         self._active_tuner = 0
         self._cpu_share = cpu_load
         self._hw_share = hw_decoder_load if has_hw else 0.0
-        #: Check the entropy-coded data of the JPEGs sent to nvJPEG (see scan_check.BatchScanCheck);
-        #: SLUICE_IMAGE_VALIDATE=0 turns it off.
-        self.validate_scans = os.environ.get("SLUICE_IMAGE_VALIDATE", "1") != "0"
-        self._scan_check = BatchScanCheck(self.device)
+        #: Check the entropy-coded data of the JPEGs sent to nvJPEG (see scan_check.BatchScanCheck), on the GPU
+        #: (SLUICE_IMAGE_VALIDATE=gpu, the default) or the CPU (=cpu); =0 turns it off.
+        where = os.environ.get("SLUICE_IMAGE_VALIDATE", "gpu").lower()
+        self.validate_scans = where not in ("0", "off", "false", "no")
+        self._scan_check = BatchScanCheck(self.device, "cpu" if where == "cpu" else "gpu")
         # One thread per GPU path (hardware, CUDA, JPEG 2000) and one for the scan check.
         self._gpu_threads = ThreadPoolExecutor(4, thread_name_prefix="sluice-gpu-decode")
         self._last_end: float | None = None

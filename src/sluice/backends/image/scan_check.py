@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .formats import as_bytes, jpeg_scan_start
+from .formats import as_bytes, jpeg_scan_is_plausible, jpeg_scan_start
 
 __all__ = ["BatchScanCheck"]
 
@@ -36,17 +36,23 @@ def _as_tensor(view: memoryview) -> torch.Tensor:
 
 
 class BatchScanCheck:
-    """Checks the entropy-coded data of baseline JPEGs, a batch at a time, on ``device`` (CPU works too) and on a
-    stream of its own, so that the GPU decoders' stream is not held up."""
+    """Checks the entropy-coded data of baseline JPEGs, a batch at a time. ``where="gpu"``: on ``device`` (a CPU
+    device works too, for tests), on a high-priority stream of its own so that its few kernels run ahead of the
+    decoders' queued work; ``where="cpu"``: image after image with NumPy in the calling thread."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, where: str = "gpu"):
+        if where not in ("gpu", "cpu"):
+            raise ValueError(f"Invalid scan check place ({where!r}). Supported values are 'gpu' and 'cpu'.")
         self.device = device
-        self._cuda = device.type == "cuda"
-        self._stream = torch.cuda.Stream(device) if self._cuda else None
+        self.where = where
+        self._cuda = device.type == "cuda" and where == "gpu"
+        self._stream = torch.cuda.Stream(device, priority=-1) if self._cuda else None
 
     def __call__(self, bufs: Sequence) -> list[bool]:
         """Whether each stream's entropy-coded data holds only markers that may appear there (see
         ``jpeg_scan_is_plausible``). Blocks until the answer is back (call it from a helper thread)."""
+        if self.where == "cpu":
+            return [jpeg_scan_is_plausible(b) for b in bufs]
         views = [as_bytes(b) for b in bufs]
         ok = [True] * len(views)
         offsets, starts, ends, restart = [], [], [], []
