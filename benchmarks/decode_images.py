@@ -112,10 +112,21 @@ def sluice_mixed_pass(byte_batches, threads: int, device_id: int, hw_decoder_loa
     stream = torch.cuda.Stream(device)
 
     def run():
+        # As the executor: the decoder's deferred checks run when the batch is handed out, two batches later
+        # with the default prefetch_queue_depth of 2.
+        pending: list[list] = []
         with torch.cuda.stream(stream):
             for k, batch in enumerate(inputs):
                 ctx = BatchContext(name, len(batch), [""] * len(batch), [""], device, pool, 0, k)
+                ctx.deferred = []
                 op.run(ctx, batch, args=BatchArgs(const, {}, len(batch)))
+                pending.append(ctx.deferred)
+                if len(pending) > 2:
+                    for check in pending.pop(0):
+                        check()
+            for checks in pending:
+                for check in checks:
+                    check()
         stream.synchronize()
     return run, op
 

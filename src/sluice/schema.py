@@ -209,6 +209,8 @@ class BatchContext:
     seed: int = 0
     iteration: int = 0
     _rng: np.random.Generator | None = field(default=None, repr=False)
+    #: Checks to run before this iteration reaches the caller (set by the executor; None: run them at once).
+    deferred: list[Callable[[], None]] | None = field(default=None, repr=False)
 
     @property
     def rng(self) -> np.random.Generator:
@@ -220,6 +222,16 @@ class BatchContext:
     def sample_rng(self, i: int) -> np.random.Generator:
         """A generator for sample ``i`` of this batch, independent of the order in which samples run."""
         return _rng(self.seed, self.iteration, i + 1)
+
+    def defer(self, check: Callable[[], None]) -> None:
+        """Run ``check`` (it raises, e.g. a SampleError, when the batch is bad) before this iteration's outputs
+        are handed to the caller rather than now: a check that waits for GPU work then does not hold up the
+        stage, and by the time the caller takes the batch it has usually finished. Outside a pipeline the check
+        runs at once."""
+        if self.deferred is None:
+            check()
+        else:
+            self.deferred.append(check)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ class _Failure:
 
 _END = object()  # an iteration that hit the end of the epoch
 _BATCH_SIZE = "batch_size"  # key of the iteration's batch size among a stage's values
+_DEFERRED = "deferred"  # key of the iteration's deferred checks (BatchContext.defer) among a stage's values
 _CLOSE = object()
 
 
@@ -190,6 +192,7 @@ class Executor:
                            self.torch_device if node.device != "cpu" else torch.device("cpu"),
                            self.pool, self.seeds[node.id], iteration)
         args = BatchArgs(node.const_args, per_sample, batch_size)
+        ctx.deferred = []
         try:
             result = op.run(ctx, *inputs, args=args)
             outs = _finish_outputs(node.schema, op.spec, result, inputs)
@@ -206,6 +209,8 @@ class Executor:
                                 node.schema.name)
         for i, batch in enumerate(outs):
             values[(node.id, i)] = batch
+        if ctx.deferred:
+            values.setdefault(_DEFERRED, []).extend(_named_check(node, c, iteration) for c in ctx.deferred)
         if _is_source(node) and outs and _BATCH_SIZE not in values:
             values[_BATCH_SIZE] = len(outs[0])
 
@@ -242,13 +247,14 @@ class Executor:
             return self.snapshots[iteration]
         return self.current_state()
 
-    def run_iteration(self, iteration: int) -> tuple[Batch, ...]:
-        """Run the whole graph once, in the calling thread (synchronous execution)."""
+    def run_iteration(self, iteration: int) -> tuple[tuple[Batch, ...], list[Callable[[], None]]]:
+        """Run the whole graph once, in the calling thread (synchronous execution). Returns the outputs and the
+        checks the operators deferred (run them before handing the outputs out)."""
         self.snapshot(iteration)
         values: dict[tuple[int, int], Batch] = {}
         for stage in self.stages:
             self._run_stage(stage, iteration, values)
-        return self._collect(values)
+        return self._collect(values), values.get(_DEFERRED, [])
 
     def _run_stage(self, stage: _Stage, iteration: int, values: dict) -> None:
         if stage.on_gpu and self.stream is not None:
@@ -312,13 +318,11 @@ class Executor:
             try:
                 self._run_stage(stage, iteration, values)
                 if last:
-                    result: Any = self._collect(values)
+                    event = None
                     if self.stream is not None:
                         event = torch.cuda.Event()
                         event.record(self.stream)
-                        result = (result, event)
-                    else:
-                        result = (result, None)
+                    result: Any = (self._collect(values), event, values.get(_DEFERRED, []))
                 else:
                     result = (iteration, values)
             except EndOfEpoch:
@@ -347,7 +351,7 @@ class Executor:
                     return False
 
     def take(self, timeout: float | None = None) -> Any:
-        """The oldest finished iteration: ``(batches, event)``, ``_END`` or a ``_Failure``."""
+        """The oldest finished iteration: ``(batches, event, deferred checks)``, ``_END`` or a ``_Failure``."""
         with self._cond:
             while not self._ready:
                 if not any(t.is_alive() for t in self._threads):
@@ -411,6 +415,20 @@ def _arg_values(kind: Any, batch: Batch) -> list[Any]:
         else:
             out.append(sample.numpy())
     return out
+
+
+def _named_check(node: OpNode, check: Callable[[], None], iteration: int) -> Callable[[], None]:
+    """A deferred check whose failure names the operator, the sample and the file, as a failing kernel's does."""
+    def run() -> None:
+        try:
+            check()
+        except SampleError as e:
+            raise _wrap(node, e.cause, iteration, e.index, e.source) from e.cause
+        except PipelineError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise _wrap(node, e, iteration, None, "") from e
+    return run
 
 
 def _wrap(node: OpNode, error: BaseException, iteration: int, sample: int | None, source: str) -> PipelineError:

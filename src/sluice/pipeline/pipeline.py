@@ -228,7 +228,8 @@ class Pipeline:
                     raise PipelineError("outputs() called with no iteration scheduled; call schedule_run() first")
                 self._sync_requested -= 1
                 try:
-                    item = (ex.run_iteration(ex.iteration), None)
+                    batches, deferred = ex.run_iteration(ex.iteration)
+                    item = (batches, None, deferred)
                     ex.iteration += 1
                 except BaseException as e:  # noqa: BLE001
                     from sluice.pipeline.executor import EndOfEpoch
@@ -240,7 +241,13 @@ class Pipeline:
             if isinstance(item, _Failure):
                 ex.broken = item.error
                 raise item.error
-            batches, event = item
+            batches, event, deferred = item
+            for check in deferred:  # operators' checks that waited on GPU work (BatchContext.defer)
+                try:
+                    check()
+                except BaseException as e:
+                    ex.broken = e
+                    raise
             if event is not None:
                 consumer = torch.cuda.current_stream(ex.torch_device)
                 consumer.wait_event(event)

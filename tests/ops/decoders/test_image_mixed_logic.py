@@ -124,6 +124,21 @@ def test_damaged_stream_the_gpu_tolerates_still_raises(fake_gpu):
         np.testing.assert_array_equal(t.numpy(), decode(d))
 
 
+def test_deferred_scan_check_raises_when_the_batch_is_taken(fake_gpu):
+    data = _jpegs(3)
+    fake_gpu["tolerant"] = True
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, adaptive=False)
+    checks = []
+    out = dec.decode([data[0], corrupt_jpeg(data[1]), data[2]], sources=["a.jpg", "bad.jpg", "c.jpg"],
+                     defer=checks.append)
+    assert len(out) == 3 and len(checks) == 1  # decoding returned; the verdict waits in the check
+    with pytest.raises(ValueError, match="'bad.jpg' with simplejpeg"):
+        checks[0]()
+    checks.clear()
+    dec.decode(data, defer=checks.append)
+    checks[0]()  # intact streams pass
+
+
 def test_cpu_share_adapts_to_measured_speed(fake_gpu):
     dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.5, adaptive=True)
     before = dec.shares["cpu"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
@@ -187,8 +187,9 @@ class GpuImageDecoder:
         where = os.environ.get("SLUICE_IMAGE_VALIDATE", "gpu").lower()
         self.validate_scans = where not in ("0", "off", "false", "no")
         self._scan_check = BatchScanCheck(self.device, "cpu" if where == "cpu" else "gpu")
-        # One thread per GPU path (hardware, CUDA, JPEG 2000) and one for the scan check.
-        self._gpu_threads = ThreadPoolExecutor(4, thread_name_prefix="sluice-gpu-decode")
+        # One thread per GPU path (hardware, CUDA, JPEG 2000) and for the scan checks of this batch and of
+        # batches whose checks are still in flight (deferred to the pipeline's output).
+        self._gpu_threads = ThreadPoolExecutor(6, thread_name_prefix="sluice-gpu-decode")
         self._last_end: float | None = None
         self._hw_failures = 0
         self.last_split: dict[str, int] = {}
@@ -358,10 +359,16 @@ class GpuImageDecoder:
     def decode(self, data: Sequence, *, output_type: str = "RGB", adjust_orientation: bool = True,
                rois: Sequence[Roi | None] | None = None, infos: Sequence[cpu.ImageInfo] | None = None,
                sources: Sequence[str] | None = None, thread_pool: Executor | None = None,
-               stream: torch.cuda.Stream | None = None) -> list[torch.Tensor]:
+               stream: torch.cuda.Stream | None = None,
+               defer: Callable[[Callable[[], None]], None] | None = None) -> list[torch.Tensor]:
         """Decode a batch. ``rois`` are (y, x, h, w) windows of the upright images; ``infos`` the probes (made
         here when absent). Returns CUDA HWC tensors (uint8; uint16 for 16-bit non-JPEG sources) on ``stream``
-        (default: the current stream)."""
+        (default: the current stream).
+
+        The scan check of the JPEGs sent to nvJPEG finishes on the GPU after this returns. Without ``defer`` it
+        is waited for here and flagged streams are decoded again on the CPU. With ``defer`` (a pipeline's
+        ``BatchContext.defer``) the wait is handed over: the check raises, naming the file, when a flagged
+        stream proves damaged, before the batch reaches the caller."""
         n = len(data)
         stream = stream or _cuda.current_stream(self.device)
         sources = list(sources) if sources is not None else [""] * n
@@ -462,13 +469,21 @@ class GpuImageDecoder:
                 gpu_results[p] = fut.result()
             except BaseException as exc:  # noqa: BLE001
                 first_error = first_error or exc
-        if scan_future is not None:
+        if scan_future is not None and defer is None:
             try:
                 suspect = [i for i, ok in zip(on_gpu, scan_future.result()) if not ok]
             except BaseException as exc:  # noqa: BLE001
                 first_error = first_error or exc
         if first_error is not None:
             raise first_error
+        if scan_future is not None and defer is not None:
+            def confirm_suspects() -> None:
+                # A stream the check flags is decoded again by libjpeg-turbo (strict), which raises naming the
+                # file when the stream is damaged; one that decodes cleanly keeps the GPU's output.
+                for i, ok in zip(on_gpu, scan_future.result()):
+                    if not ok:
+                        cpu_other(i)
+            defer(confirm_suspects)
 
         with _cuda.device(self.device), _cuda.stream(stream):
             if staging is not None:

@@ -246,14 +246,19 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                 except Exception as exc:  # noqa: BLE001 - re-raised naming the sample, as sample kernels do
                     raise SampleError(i, sources[i], exc) from exc
             decoder = self._get_decoder(ctx)
-            try:
-                images = decoder.decode(bufs, output_type=const["output_type"].name, adjust_orientation=adjust,
-                                        rois=rois, infos=infos, sources=sources, thread_pool=pool)
-            except ImageDecodeError as exc:
-                index = next((i for i, s in enumerate(sources) if s and s == exc.source), None)
-                if index is None:
-                    raise
-                raise SampleError(index, exc.source, exc) from exc
+
+            def named(fn):  # a decoder error names the file: raise it naming the sample too
+                try:
+                    return fn()
+                except ImageDecodeError as exc:
+                    index = next((i for i, s in enumerate(sources) if s and s == exc.source), None)
+                    if index is None:
+                        raise
+                    raise SampleError(index, exc.source, exc) from exc
+
+            images = named(lambda: decoder.decode(
+                bufs, output_type=const["output_type"].name, adjust_orientation=adjust, rois=rois, infos=infos,
+                sources=sources, thread_pool=pool, defer=lambda check: ctx.defer(lambda: named(check))))
             return Batch([convert_image_dtype(t, const["dtype"]) for t in images], layout="HWC",
                          source_info=sources)
 
