@@ -95,8 +95,9 @@ def pillow_processes_pass(n_files: int, procs: int):
 
 # --- sluice ---------------------------------------------------------------------------------------------------
 def sluice_mixed_pass(byte_batches, threads: int, device_id: int, hw_decoder_load: float,
-                      name: str = "decoders.image"):
-    """sluice's mixed ``name`` decoder operator run batch after batch, as the executor runs it."""
+                      name: str = "decoders.image", defer_checks: bool = True):
+    """sluice's mixed ``name`` decoder operator run batch after batch, as the executor runs it (``defer_checks``
+    False: the decoder's checks are waited for inside each call instead)."""
     import torch
 
     from sluice.pipeline.batch import Batch
@@ -118,9 +119,9 @@ def sluice_mixed_pass(byte_batches, threads: int, device_id: int, hw_decoder_loa
         with torch.cuda.stream(stream):
             for k, batch in enumerate(inputs):
                 ctx = BatchContext(name, len(batch), [""] * len(batch), [""], device, pool, 0, k)
-                ctx.deferred = []
+                ctx.deferred = [] if defer_checks else None
                 op.run(ctx, batch, args=BatchArgs(const, {}, len(batch)))
-                pending.append(ctx.deferred)
+                pending.append(ctx.deferred or [])
                 if len(pending) > 2:
                     for check in pending.pop(0):
                         check()
