@@ -64,10 +64,10 @@ class _Decoder:
 
 
 def _nvdec_rgb(frame) -> np.ndarray:
-    """RGB as NVDEC's output converts it: BT.709 unless the stream names another matrix (swscale's default for an
-    unspecified one is BT.601), limited range unless flagged full."""
-    matrix = {5: "itu601", 6: "itu601", 4: "fcc", 7: "smpte240m", 9: "bt2020", 10: "bt2020"}.get(
-        int(frame.colorspace), "itu709")
+    """RGB as NVDEC's output converts it: the matrix the stream names, BT.601 when it names none (as measured on
+    the H200), limited range unless flagged full."""
+    matrix = {1: "itu709", 5: "itu601", 6: "itu601", 4: "fcc", 7: "smpte240m", 9: "bt2020", 10: "bt2020"}.get(
+        int(frame.colorspace), "itu601")
     src_range = "JPEG" if int(frame.color_range) == 2 else "MPEG"
     return frame.reformat(format="rgb24", src_colorspace=matrix, src_color_range=src_range,
                           dst_color_range="JPEG").to_ndarray()

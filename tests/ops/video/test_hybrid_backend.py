@@ -87,9 +87,10 @@ def _yuv_to_rgb(frame, wr: float, wb: float) -> np.ndarray:
     return np.clip(np.round(np.stack(rgb, -1)), 0, 255)
 
 
-def test_cpu_colors_follow_nvdec_matrix(gpu_videos):
-    """The hybrid's CPU frames use NVDEC's YUV matrix (BT.709 for an unspecified one; FFmpeg's default is BT.601),
-    so that a clip's frames agree whichever path decoded them; checked against the matrices applied in NumPy."""
+def test_cpu_colors_follow_nvdec_matrix(gpu_videos, tmp_path):
+    """The hybrid's CPU frames use NVDEC's YUV matrix: the one the stream names, BT.601 when it names none (what
+    NVDEC gave on the H200, as FFmpeg's default does), so that a clip's frames agree whichever path decoded them;
+    checked against the matrices applied in NumPy."""
     import av
 
     path = gpu_videos["h264-mp4"]
@@ -98,10 +99,25 @@ def test_cpu_colors_follow_nvdec_matrix(gpu_videos):
     assert frame.colorspace == 2  # unspecified, as libx264 writes by default
     bt709, bt601 = _yuv_to_rgb(frame, 0.2126, 0.0722), _yuv_to_rgb(frame, 0.299, 0.114)
     idx = get_index(path)
-    for colors, ref, other in (("nvdec", bt709, bt601), ("ffmpeg", bt601, bt709)):
+    for colors in ("nvdec", "ffmpeg"):
         got = PyAVBackend(threads=1, colors=colors).decode(path, idx, [7])[7].astype(np.float64)
-        assert np.abs(got - ref).mean() < 1.2 and np.abs(got - ref).max() <= 4, colors
-        assert np.abs(got - other).mean() > 1.5, colors
+        assert np.abs(got - bt601).mean() < 1.2 and np.abs(got - bt601).max() <= 4, colors
+        assert np.abs(got - bt709).mean() > 1.5, colors
+
+    tagged = tmp_path / "bt709.mp4"  # the same picture in a stream that names BT.709
+    with av.open(str(tagged), "w") as out:
+        stream = out.add_stream("libx264", rate=24)
+        stream.width, stream.height, stream.pix_fmt = frame.width, frame.height, "yuv420p"
+        stream.codec_context.colorspace = 1  # AVCOL_SPC_BT709
+        picture = av.VideoFrame.from_ndarray(frame.to_ndarray(format="yuv420p"), format="yuv420p")
+        for packet in [*stream.encode(picture), *stream.encode()]:
+            out.mux(packet)
+    with av.open(str(tagged)) as c:
+        frame709 = next(c.decode(video=0))
+    assert frame709.colorspace == 1
+    got = PyAVBackend(threads=1, colors="nvdec").decode(tagged, get_index(tagged), [0])[0].astype(np.float64)
+    ref709, ref601 = _yuv_to_rgb(frame709, 0.2126, 0.0722), _yuv_to_rgb(frame709, 0.299, 0.114)
+    assert np.abs(got - ref709).mean() < 1.2 and np.abs(got - ref601).mean() > 1.5
     assert HybridBackend(sessions=1).cpu.colors == "nvdec"
     with pytest.raises(ValueError, match="Invalid colors"):
         PyAVBackend(colors="bt709")
@@ -228,7 +244,8 @@ def test_real_hybrid_barcodes(nvdec_videos):
     print(f"NVDEC vs hybrid CPU RGB: mean |diff| {diff.mean():.3f}, max {diff.max():.0f}")
     ffmpeg = PyAVBackend(threads=1).decode(path, get_index(path), frames)  # swscale's default matrix (BT.601)
     other = (torch.from_numpy(np.stack([ffmpeg[f] for f in frames])).int() - gpu).abs().float().mean()
-    assert diff.mean() < 1.5, f"NVDEC matches BT.709 by {diff.mean():.2f}, FFmpeg's default by {other:.2f}"
+    assert diff.mean() < 1.5, f"NVDEC matches the hybrid CPU colours by {diff.mean():.2f}, FFmpeg's default by " \
+        f"{other:.2f}"
 
 
 def test_decoder_batch_through_hybrid(videos, tmp_path, fake_nvdec):

@@ -197,7 +197,7 @@ def test_open_gop_leading_pictures_exact(tmp_path, fake_nvdec, monkeypatch, code
     assert leading, "the encoder made no open GOP"
     import av
 
-    with av.open(str(path)) as c:  # the stand-in converts to RGB as NVDEC does (BT.709 for an unspecified matrix)
+    with av.open(str(path)) as c:  # the stand-in converts to RGB as NVDEC does (BT.601 for an unspecified matrix)
         nvdec_ref = [fake_nvc._nvdec_rgb(f) for f in c.decode(video=0)]
     refs = {None: reference_frames(path), "nvdec": nvdec_ref}
     monkeypatch.setattr(nvdec, "SPLIT_FRAMES", 4)

@@ -57,8 +57,9 @@ def unwanted_nonref(idx: VideoIndex, stream, frames: Sequence[int]):
     return skip
 
 
-# FFmpeg AVColorSpace -> the YUV matrix NVDEC's RGB output uses (the Video Codec SDK's rule: BT.709 unless the stream
-# says otherwise; swscale's default for an unspecified matrix is BT.601)
+# FFmpeg AVColorSpace -> the YUV matrix NVDEC's RGB output uses: the stream's matrix when it names one, and BT.601
+# when it does not (PyNvVideoCodec 2.2 on the H200: NVDEC's RGB of an unspecified-matrix H.264 stream matched
+# swscale's BT.601 default within 0.44 levels, and BT.709 by 4.42)
 _NVDEC_MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "ITU601", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
 COLORS = ("ffmpeg", "nvdec")
 
@@ -68,7 +69,8 @@ class _Rgb:
     starts threads: 100x slower on small frames).
 
     ``colors="ffmpeg"`` converts as FFmpeg does by default (an unspecified YUV matrix is BT.601);
-    ``colors="nvdec"`` as NVDEC does (unspecified is BT.709; full range when the stream says so), so that frames
+    ``colors="nvdec"`` as NVDEC does (the stream's matrix, BT.601 when unspecified; full range when the stream
+    says so), so that frames
     decoded on the CPU match frames NVDEC decoded, in the hybrid backend."""
 
     def __init__(self, colors: str = "ffmpeg") -> None:
@@ -81,7 +83,7 @@ class _Rgb:
         kwargs = {}
         if self._nvdec:
             full = int(getattr(frame, "color_range", 0) or 0) == 2  # AVCOL_RANGE_JPEG
-            kwargs = dict(src_colorspace=_NVDEC_MATRIX.get(int(getattr(frame, "colorspace", 2) or 2), "ITU709"),
+            kwargs = dict(src_colorspace=_NVDEC_MATRIX.get(int(getattr(frame, "colorspace", 2) or 2), "ITU601"),
                           src_color_range="JPEG" if full else "MPEG", dst_color_range="JPEG")
         try:
             return self._reformatter.reformat(frame, format="rgb24", threads=1, **kwargs).to_ndarray()
