@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 import traceback
 from typing import Any
 
@@ -116,12 +117,23 @@ class WorkerPool:
                 else:
                     self._done[tid] = (status, payload)
             except queue.Empty:
-                for proc in self._procs:
-                    if not proc.is_alive():
-                        raise RuntimeError(f"{self.name}: worker process {proc.pid} died (exit code "
-                                           f"{proc.exitcode}) while preparing data; see the worker's output "
-                                           "above") from None
+                self._raise_if_a_worker_died()
+            except (ConnectionError, EOFError, OSError) as exc:
+                # Tensors come back as file descriptors served by the worker that made them: a worker that died
+                # after sending a result leaves it unreadable. Report the death, not the broken connection.
+                deadline = time.monotonic() + 2.0
+                while time.monotonic() < deadline:
+                    self._raise_if_a_worker_died()
+                    time.sleep(0.02)
+                raise RuntimeError(f"{self.name}: could not receive data from a worker process "
+                                   f"({type(exc).__name__}: {exc})") from exc
         return self._done.pop(task_id)
+
+    def _raise_if_a_worker_died(self) -> None:
+        for proc in self._procs:
+            if not proc.is_alive():
+                raise RuntimeError(f"{self.name}: worker process {proc.pid} died (exit code {proc.exitcode}) while "
+                                   "preparing data; see the worker's output above") from None
 
     def _collect(self, task_ids: list[int]) -> list[Any]:
         out = []
