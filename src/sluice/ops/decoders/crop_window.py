@@ -69,9 +69,12 @@ def random_crop_window(rng: np.random.Generator, height: int, width: int,
         h, w = tallest, W
     else:
         log_lo, log_hi = math.log(r_min), math.log(r_max)
-        for _ in range(int(num_attempts)):
-            area = rng.uniform(a_min, a_max) * H * W
-            ratio = math.exp(rng.uniform(log_lo, log_hi))
+        # All the attempts' draws in one call (a call per draw cost more than the arithmetic); the same values
+        # rng.uniform would give, in the same order: area, ratio, area, ratio ...
+        draws = rng.random(2 * int(num_attempts)).tolist()
+        for k in range(int(num_attempts)):
+            area = (a_min + (a_max - a_min) * draws[2 * k]) * H * W
+            ratio = math.exp(log_lo + (log_hi - log_lo) * draws[2 * k + 1])
             w = max(1, int(round(math.sqrt(area * ratio))))
             h = max(1, int(round(math.sqrt(area / ratio))))
             if w <= W and h <= H and r_min <= w / h <= r_max:
@@ -87,6 +90,7 @@ def random_crop_window(rng: np.random.Generator, height: int, width: int,
             shrink = math.sqrt(min(1.0, a_max * H * W / (h * w)))
             h, w = max(1, int(h * shrink)), max(1, int(w * shrink))
     h, w = min(h, H), min(w, W)
-    y = int(rng.integers(0, H - h + 1))
-    x = int(rng.integers(0, W - w + 1))
+    u, v = rng.random(2).tolist()
+    y = min(int(u * (H - h + 1)), H - h)  # uniform over the H - h + 1 places
+    x = min(int(v * (W - w + 1)), W - w)
     return y, x, h, w
