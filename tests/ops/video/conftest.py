@@ -16,6 +16,9 @@ from video_fixtures import CODECS, NUM_FRAMES, VFR_PTS  # noqa: E402
 @pytest.fixture(autouse=True)
 def _index_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SLUICE_VIDEO_INDEX_DIR", str(tmp_path_factory.getbasetemp() / "video_index"))
+    # The hybrid backend's CPU jobs run in threads here (worker processes start a Python each: the tests that
+    # are about them ask for them).
+    monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "0")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,10 @@ the PyAV stand-in for PyNvVideoCodec; the real thing on a GPU."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -337,15 +340,60 @@ def test_cpu_jobs_in_processes(videos, fake_nvdec):
     path = videos["h264-mp4"]
     reqs = _requests(path, 6, seed=11)
     threads = _clips(HybridBackend(sessions=0, cpu_workers=1), path, reqs)
-    backend = HybridBackend(sessions=1, cpu_workers=1, cpu_processes=True)
+    backend = HybridBackend(sessions=1, cpu_workers=2, cpu_processes=True)
     try:
         clips = _clips(backend, path, reqs)
         assert [read_barcodes(c.frames) for c in clips] == reqs
         assert backend.last_stats["cpu"]["jobs"] > 0
         for a, b in zip(threads, clips):
             assert torch.equal(a.frames, b.frames)
+        pids = [w.pid for w in backend._workers]
+        assert pids and all(p is not None for p in pids)
     finally:
-        backend._procs.shutdown()
+        backend.close()
+    assert backend._workers == [] and all(not _alive(p) for p in pids)
+
+
+def test_processes_are_the_default(monkeypatch):
+    monkeypatch.delenv("SLUICE_VIDEO_CPU_PROCESSES")
+    assert HybridBackend(sessions=0, cpu_workers=1).cpu_processes
+    monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "0")
+    assert not HybridBackend(sessions=0, cpu_workers=1).cpu_processes
+
+
+def test_worker_process_errors_name_the_file(videos, tmp_path):
+    from multiprocessing import shared_memory
+
+    from sluice.backends.video.cpu_worker import WorkerDied, WorkerProcess
+
+    worker = WorkerProcess()
+    shm = shared_memory.SharedMemory(create=True, size=16)
+    try:
+        missing = tmp_path / "missing.mp4"
+        with pytest.raises(FileNotFoundError, match="missing.mp4"):  # the worker's error, its type kept
+            worker.decode(str(missing), [0], shm.name, (1, 2, 2, 3), "nvdec")
+        kind, _ = worker.decode(str(videos["h264-mp4"]), [0], shm.name, (1, 2, 2, 3), "nvdec")
+        assert kind == "arrays"  # not of the block's shape: sent back pickled
+        # a process that dies mid-request is an error naming the file, and the next request starts a new one
+        pid = worker.pid
+        os.kill(pid, signal.SIGSTOP)
+        threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
+        with pytest.raises(WorkerDied, match=r"exited \(code -9\) while decoding '.*h264.mp4'"):
+            worker.decode(str(videos["h264-mp4"]), [1], shm.name, (1, 2, 2, 3), "nvdec")
+        kind, _ = worker.decode(str(videos["h264-mp4"]), [1], shm.name, (1, 2, 2, 3), "nvdec")
+        assert kind == "arrays" and worker.pid != pid
+    finally:
+        worker.close()
+        shm.close()
+        shm.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_empty_batch_and_whole_video(videos, fake_nvdec):

@@ -26,12 +26,12 @@ clips of the batch is decoded once for all of them. Example::
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import threading
 import time
+import weakref
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -39,6 +39,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .cpu_worker import WorkerProcess
 from .index import Source, VideoError, VideoIndex
 from .nvdec import NVDEC_CODECS, NvdecBackend, NvdecUnsupported
 from .pyav import PyAVBackend
@@ -78,9 +79,10 @@ class HybridBackend:
     ``sessions``: NVDEC decoder sessions (= NVDEC workers; 0 decodes on the CPU only); ``cpu_workers``: PyAV
     decoder threads (0: the CPU decodes only what NVDEC cannot); ``share_gops``: decode a group of pictures wanted
     by several requests of a batch once; ``cpu_processes``: CPU jobs of files run in worker processes (one per CPU
-    worker, frames back through shared memory) instead of threads, so that they share no GIL with the NVDEC threads
-    (default: ``$SLUICE_VIDEO_CPU_PROCESSES == "1"``; the processes are spawned, so the main script must be safe to
-    import: ``if __name__ == "__main__":``). ``nvdec`` / ``cpu`` replace the backends used (tests).
+    worker thread, frames back through shared memory; see :mod:`.cpu_worker`) instead of in the threads, so that
+    they share no GIL with the NVDEC threads (default: on, unless ``$SLUICE_VIDEO_CPU_PROCESSES`` is "0"; the
+    processes run a small script of their own, so the caller's main module is never imported again). ``nvdec`` /
+    ``cpu`` replace the backends used (tests). ``close()`` ends the processes (so does garbage collection).
     """
 
     device = "cuda"
@@ -95,9 +97,10 @@ class HybridBackend:
         self.cpu_workers = default_cpu_workers() if cpu_workers is None else max(0, int(cpu_workers))
         self.share_gops = share_gops
         if cpu_processes is None:
-            cpu_processes = os.environ.get("SLUICE_VIDEO_CPU_PROCESSES", "0") == "1"
+            cpu_processes = os.environ.get("SLUICE_VIDEO_CPU_PROCESSES", "1") != "0"
         self.cpu_processes = bool(cpu_processes)
-        self._procs: ProcessPoolExecutor | None = None
+        self._workers: list[WorkerProcess] = []  # one per CPU worker thread that decoded in a process
+        self._finalizer = weakref.finalize(self, _close_workers, self._workers)
         self.last_stats: dict[str, dict[str, float]] = {}
         self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
         self._nvdec_broken: str | None = None
@@ -281,22 +284,21 @@ class HybridBackend:
 
     @contextmanager
     def _decode_in_process(self, job: _Job):
-        """Decode a job in a worker process (no GIL shared with the NVDEC threads); its frames come back through
-        shared memory, valid inside the ``with`` block."""
+        """Decode a job in this CPU worker thread's own process (no GIL shared with the NVDEC threads); its frames
+        come back through shared memory, valid inside the ``with`` block."""
         from multiprocessing import shared_memory
 
-        with self._lock:
-            if self._procs is None:
-                ctx = multiprocessing.get_context("spawn")  # never fork a process with CUDA and threads
-                self._procs = ProcessPoolExecutor(max(1, self.cpu_workers), mp_context=ctx)
-            procs = self._procs
+        worker = getattr(self._local, "worker", None)
+        if worker is None:
+            worker = self._local.worker = WorkerProcess()
+            with self._lock:
+                self._workers.append(worker)
         frames = sorted(job.frames)
         shape = (len(frames), job.idx.height, job.idx.width, 3)
         shm = shared_memory.SharedMemory(create=True, size=max(1, int(np.prod(shape))))
         view, views = None, {}
         try:
-            kind, payload = procs.submit(_decode_to_shared_memory, os.fspath(job.source), frames, shm.name, shape,
-                                         self.cpu.colors).result()
+            kind, payload = worker.decode(os.fspath(job.source), frames, shm.name, shape, self.cpu.colors)
             if kind == "arrays":  # frames not of the index's size: sent back pickled
                 yield payload
             else:
@@ -309,33 +311,21 @@ class HybridBackend:
             shm.close()
             shm.unlink()
 
-
-def _decode_to_shared_memory(path: str, frames: list[int], shm_name: str, shape: tuple, colors: str):
-    """(In a worker process.) Decode ``frames`` of ``path`` with PyAV into the shared memory block ``shm_name``;
-    returns ("shm", frame order) or, when the frames are not of ``shape``'s size, ("arrays", {frame: array})."""
-    from multiprocessing import shared_memory
-
-    from .index import get_index
-
-    global _PROCESS_BACKEND
-    if _PROCESS_BACKEND is None or _PROCESS_BACKEND.colors != colors:
-        _PROCESS_BACKEND = PyAVBackend(threads=1, colors=colors)
-    decoded = _PROCESS_BACKEND.decode(path, get_index(path), frames)
-    order = sorted(decoded)
-    if len(order) > shape[0] or any(decoded[f].shape != tuple(shape[1:]) for f in order):
-        return "arrays", decoded
-    shm = shared_memory.SharedMemory(name=shm_name)
-    try:
-        out = np.ndarray(shape, np.uint8, buffer=shm.buf)
-        for k, f in enumerate(order):
-            out[k] = decoded[f]
-        del out
-    finally:
-        shm.close()
-    return "shm", order
+    def close(self) -> None:
+        """End the CPU worker processes and threads (also done when the backend is garbage collected or the
+        interpreter exits)."""
+        self._finalizer()
+        with self._lock:
+            self._finalizer = weakref.finalize(self, _close_workers, self._workers)  # for any later use
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
-_PROCESS_BACKEND: PyAVBackend | None = None
+def _close_workers(workers: list[WorkerProcess]) -> None:
+    for worker in workers:
+        worker.close()
+    workers.clear()
 
 
 def _format(idx: VideoIndex) -> tuple:

@@ -5,8 +5,10 @@ a wanted frame is decoded once from its keyframe, so the cost of a clip depends 
 the video. ``timestamps`` pick the frame shown at each time, exactly, also in variable-frame-rate files.
 ``device="cpu"`` decodes with PyAV (FFmpeg); ``device="mixed"`` decodes each batch with NVDEC (PyNvVideoCodec) and
 the CPU at once (``sluice.backends.video.hybrid``: the batch's groups of pictures are shared between NVDEC sessions
-and PyAV threads as fast as each takes them, CPU frames converted with NVDEC's colour matrix and copied to the
-GPU), the frames ending on the GPU; ``SLUICE_VIDEO_HYBRID=0`` decodes on NVDEC alone.
+and PyAV workers as fast as each takes them, CPU frames converted with NVDEC's colour matrix and copied to the
+GPU), the frames ending on the GPU; ``SLUICE_VIDEO_HYBRID=0`` decodes on NVDEC alone. The PyAV workers decode
+files in worker processes of their own (no GIL shared with the NVDEC threads; ``SLUICE_VIDEO_CPU_PROCESSES=0``:
+in threads); encoded bytes held in memory are decoded in threads.
 """
 
 from __future__ import annotations
