@@ -68,3 +68,23 @@ def test_types_map_to_torch():
     assert types.to_torch_dtype(types.FLOAT16) is torch.float16
     assert types.from_torch_dtype(torch.uint8) is types.UINT8
     assert types.NCHW == "CHW" and types.INTERP_LINEAR.name == "INTERP_LINEAR"
+
+
+def test_reused_sample_generator_gives_the_fresh_generators_values():
+    """BatchContext.sample_rng(i, reuse=True) re-keys one generator: the same draws as a generator built per
+    sample (and as the sample kernels' SampleContext.rng), for any seed, iteration and sample."""
+    import numpy as np
+    import torch
+
+    from sluice.schema import BatchContext, SampleContext
+
+    for seed, iteration in [(0, 0), (12345, 7), (2**64 - 3, 2**40)]:
+        ctx = BatchContext("x", 4, [""] * 4, [""], torch.device("cpu"), None, seed, iteration)
+        for i in (0, 3, 1, 3):
+            fresh = ctx.sample_rng(i).random(7)
+            np.testing.assert_array_equal(ctx.sample_rng(i, reuse=True).random(7), fresh)
+            np.testing.assert_array_equal(SampleContext("x", i, "", "", seed, iteration).rng.random(7), fresh)
+        # a half-used generator leaves nothing buffered for the next sample
+        ctx.sample_rng(0, reuse=True).integers(0, 10, dtype=np.uint32)
+        np.testing.assert_array_equal(ctx.sample_rng(2, reuse=True).integers(0, 2**32, 5, dtype=np.uint32),
+                                      ctx.sample_rng(2).integers(0, 2**32, 5, dtype=np.uint32))

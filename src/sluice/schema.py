@@ -196,6 +196,24 @@ def _rng(seed: int, iteration: int, sample: int = 0) -> np.random.Generator:
     return np.random.Generator(np.random.Philox(key=seed & 0xFFFFFFFFFFFFFFFF, counter=[0, 0, sample, iteration]))
 
 
+class _RekeyedRng:
+    """One Philox generator re-keyed per sample: the values of ``_rng(seed, iteration, sample)`` without building
+    a generator each time (~3 us instead of ~15 us here). Each call invalidates the generator it returned before."""
+
+    def __init__(self) -> None:
+        self._bits = np.random.Philox(key=0)
+        self._generator = np.random.Generator(self._bits)
+        self._state = self._bits.state
+
+    def __call__(self, seed: int, iteration: int, sample: int) -> np.random.Generator:
+        state = self._state
+        state["state"] = {"counter": np.array([0, 0, sample, iteration], np.uint64),
+                          "key": np.array([seed & 0xFFFFFFFFFFFFFFFF, 0], np.uint64)}
+        state["buffer_pos"], state["has_uint32"], state["uinteger"] = 4, 0, 0  # nothing buffered: a fresh start
+        self._bits.state = state
+        return self._generator
+
+
 @dataclass
 class BatchContext:
     """What a batch kernel knows beyond its inputs."""
@@ -211,6 +229,7 @@ class BatchContext:
     _rng: np.random.Generator | None = field(default=None, repr=False)
     #: Checks to run before this iteration reaches the caller (set by the executor; None: run them at once).
     deferred: list[Callable[[], None]] | None = field(default=None, repr=False)
+    _rekeyed: _RekeyedRng | None = field(default=None, repr=False)
 
     @property
     def rng(self) -> np.random.Generator:
@@ -219,9 +238,16 @@ class BatchContext:
             self._rng = _rng(self.seed, self.iteration)
         return self._rng
 
-    def sample_rng(self, i: int) -> np.random.Generator:
-        """A generator for sample ``i`` of this batch, independent of the order in which samples run."""
-        return _rng(self.seed, self.iteration, i + 1)
+    def sample_rng(self, i: int, reuse: bool = False) -> np.random.Generator:
+        """A generator for sample ``i`` of this batch, independent of the order in which samples run (the same
+        values as the sample kernel's ``SampleContext.rng``). With ``reuse`` one generator of this context is
+        re-keyed for the sample, which is cheaper; it is valid until the next ``sample_rng(..., reuse=True)`` call,
+        so use it at once, in one thread."""
+        if not reuse:
+            return _rng(self.seed, self.iteration, i + 1)
+        if self._rekeyed is None:
+            self._rekeyed = _RekeyedRng()
+        return self._rekeyed(self.seed, self.iteration, i + 1)
 
     def defer(self, check: Callable[[], None]) -> None:
         """Run ``check`` (it raises, e.g. a SampleError, when the batch is bad) before this iteration's outputs

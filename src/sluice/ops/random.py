@@ -36,7 +36,7 @@ def _draw(ctx: BatchContext, inputs: tuple[Batch, ...], args: BatchArgs, draw: A
         values = np.asarray(draw(ctx.rng, (n, *shapes[0]), args.sample(0))).astype(np_type)
         out = Batch.from_dense(torch.from_numpy(values))
     else:
-        out = Batch([torch.from_numpy(np.asarray(draw(ctx.sample_rng(i), shapes[i], args.sample(i))).astype(np_type))
+        out = Batch([torch.from_numpy(np.asarray(draw(ctx.sample_rng(i, reuse=True), shapes[i], args.sample(i))).astype(np_type))
                      for i in range(n)])
     return out.to(ctx.device) if ctx.device.type == "cuda" else out
 
@@ -181,6 +181,6 @@ def choice(ctx: BatchContext, a: Batch, *, args: BatchArgs) -> Batch:
             p = np.asarray(p, np.float64)
             if p.size != pool.size or np.any(p < 0) or not np.isclose(p.sum(), 1.0):
                 raise ValueError(f"p must have {pool.size} non-negative entries summing to 1, got {p.tolist()}")
-        idx = ctx.sample_rng(i).choice(pool.size, size=shape, p=p)
+        idx = ctx.sample_rng(i, reuse=True).choice(pool.size, size=shape, p=p)
         out.append(torch.from_numpy(np.asarray(pool[idx])))
     return Batch(out)

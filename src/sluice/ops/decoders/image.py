@@ -241,7 +241,7 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                     infos.append(probe(bufs[i], source=sources[i]))
                     if op != "decoders.image":
                         h, w, _ = infos[i].shape(adjust)
-                        rng = ctx.sample_rng(i) if op == "decoders.image_random_crop" else None
+                        rng = ctx.sample_rng(i, reuse=True) if op == "decoders.image_random_crop" else None
                         rois[i] = window(args.sample(i), h, w, rng, tuple(b[i].numpy() for b in extra))
                 except Exception as exc:  # noqa: BLE001 - re-raised naming the sample, as sample kernels do
                     raise SampleError(i, sources[i], exc) from exc

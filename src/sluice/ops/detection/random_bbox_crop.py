@@ -280,7 +280,7 @@ def random_bbox_crop_gpu(ctx, boxes: Batch, labels: Batch | None = None, *, args
     # A few numbers per sample: chosen on the host with the same per-sample generators as the CPU kernel (so both
     # devices give the same windows), then moved to the GPU in one copy per output.
     dev = ctx.device
-    rows = [_crop_one(ctx.sample_rng(i), boxes[i], None if labels is None else labels[i], args.sample(i))
+    rows = [_crop_one(ctx.sample_rng(i, reuse=True), boxes[i], None if labels is None else labels[i], args.sample(i))
             for i in range(len(boxes))]
     n_out = 3 + (labels is not None) + bool(args.const("output_bbox_indices"))
     if not rows:

@@ -72,5 +72,5 @@ def jitter_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 def jitter_gpu(ctx, images: Batch, *, args) -> Batch:
     """Per sample, with the same generators as the CPU kernel."""
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-    return Batch([jitter_one(s, layout, ctx.sample_rng(i), args.sample(i)) for i, s in enumerate(images.samples)],
+    return Batch([jitter_one(s, layout, ctx.sample_rng(i, reuse=True), args.sample(i)) for i, s in enumerate(images.samples)],
                  layout)

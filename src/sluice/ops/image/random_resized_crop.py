@@ -85,7 +85,7 @@ def random_resized_crop_gpu(ctx, images: Batch, *, args) -> Batch:
     if n == 0:
         return Batch([], layout)
     const = args.sample(0)
-    rois = np.array([_window(ctx.sample_rng(i), tuple(s.shape), layout, const) for i, s in enumerate(samples)])
+    rois = np.array([_window(ctx.sample_rng(i, reuse=True), tuple(s.shape), layout, const) for i, s in enumerate(samples)])
     outs = np.array([_size(const)] * n, dtype=np.int64)
     fmin, fmag = _filters(const)
     res = resample_batch(samples, rois, outs, fmin, fmag, const.get("antialias", True),
