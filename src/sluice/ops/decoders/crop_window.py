@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -46,6 +47,12 @@ def check_crop_ranges(random_area: Sequence[float], random_aspect_ratio: Sequenc
     return area, ratio  # type: ignore[return-value]
 
 
+@functools.lru_cache(maxsize=64)
+def _checked_ranges(random_area: tuple, random_aspect_ratio: tuple, num_attempts: int):
+    # The ranges are usually the same for every sample: validate each distinct set once.
+    return check_crop_ranges(random_area, random_aspect_ratio, num_attempts)
+
+
 def random_crop_window(rng: np.random.Generator, height: int, width: int,
                        random_area: Sequence[float] = (0.08, 1.0),
                        random_aspect_ratio: Sequence[float] = (3 / 4, 4 / 3),
@@ -58,7 +65,8 @@ def random_crop_window(rng: np.random.Generator, height: int, width: int,
     """
     if height <= 0 or width <= 0:
         return 0, 0, max(height, 0), max(width, 0)
-    (a_min, a_max), (r_min, r_max) = check_crop_ranges(random_area, random_aspect_ratio, num_attempts)
+    (a_min, a_max), (r_min, r_max) = _checked_ranges(tuple(random_area), tuple(random_aspect_ratio),
+                                                     int(num_attempts))
     H, W = int(height), int(width)
     widest = max(1, int(H * r_max))   # widest allowed window at full height
     tallest = max(1, int(W / r_min))  # tallest allowed window at full width
