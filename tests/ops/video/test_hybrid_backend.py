@@ -354,6 +354,21 @@ def test_cpu_jobs_in_processes(videos, fake_nvdec):
     assert backend._workers == [] and all(not _alive(p) for p in pids)
 
 
+def test_default_cpu_workers_share_the_host(monkeypatch):
+    from sluice.backends.video import hybrid
+
+    monkeypatch.delenv("SLUICE_VIDEO_CPU_WORKERS", raising=False)
+    monkeypatch.setattr(hybrid.os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert hybrid.default_cpu_workers() == hybrid.MAX_DEFAULT_CPU_WORKERS
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert hybrid.default_cpu_workers() == 16
+    monkeypatch.setattr(hybrid.os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
+    assert hybrid.default_cpu_workers() == 1  # 12 cores, 8 ranks
+    monkeypatch.setenv("SLUICE_VIDEO_CPU_WORKERS", "5")
+    assert hybrid.default_cpu_workers() == 5
+
+
 def test_processes_are_the_default(monkeypatch):
     monkeypatch.delenv("SLUICE_VIDEO_CPU_PROCESSES")
     assert HybridBackend(sessions=0, cpu_workers=1).cpu_processes

@@ -68,9 +68,23 @@ class _Job:
         return max(self.frames) - self.key + 1
 
 
+#: Most CPU decoder workers a hybrid backend starts by default (each is a process of ~60 MB).
+MAX_DEFAULT_CPU_WORKERS = 16
+
+
 def default_cpu_workers() -> int:
-    """CPU decoder threads of the hybrid backend: ``$SLUICE_VIDEO_CPU_WORKERS``, else one per core."""
-    return int(os.environ.get("SLUICE_VIDEO_CPU_WORKERS", "0")) or (os.cpu_count() or 1)
+    """CPU decoder workers of the hybrid backend: ``$SLUICE_VIDEO_CPU_WORKERS``, else this process's share of the
+    cores it may run on (divided among the ``$LOCAL_WORLD_SIZE`` ranks of the host that torchrun starts), at most
+    MAX_DEFAULT_CPU_WORKERS: eight ranks on a 128-core host get 16 workers each, not 128."""
+    configured = int(os.environ.get("SLUICE_VIDEO_CPU_WORKERS", "0"))
+    if configured > 0:
+        return configured
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(1, min(MAX_DEFAULT_CPU_WORKERS, cores // ranks))
 
 
 class HybridBackend:
