@@ -141,5 +141,11 @@ def test_bad_paths_are_named(tmp_path):
         reader_pipe(file_root=str(tmp_path / "empty")).build()
     with pytest.raises(PipelineError, match=r"cannot read '.*missing.jpg'"):
         reader_pipe(batch_size=1, files=[str(tmp_path / "missing.jpg")]).run()
+    for k in range(40):  # one unreadable file among many: the error names its sample and file
+        (tmp_path / f"f{k}.bin").write_bytes(bytes([k]))
+    files = [str(tmp_path / f"f{k}.bin") for k in range(40)]
+    files[37] = str(tmp_path / "gone.bin")
+    with pytest.raises(PipelineError, match=r"on sample 37 \(file '.*gone.bin'\).*cannot read"):
+        reader_pipe(batch_size=40, files=files).run()
     with pytest.raises(ArgumentError, match="shard_id must be in"):
         reader_pipe(files=["a"], shard_id=3, num_shards=2).build()

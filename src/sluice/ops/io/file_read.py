@@ -14,7 +14,7 @@ import os
 import torch
 
 from sluice.errors import SampleError
-from sluice.ops.readers.file import read_file
+from sluice.ops.readers.file import read_files
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
@@ -78,17 +78,5 @@ def file_read_cpu(ctx: BatchContext, filepaths: Batch, *, args: BatchArgs) -> Ba
             paths.append(decode_path(filepaths[i]))
         except Exception as exc:  # noqa: BLE001 - named with its sample, as sample kernels are
             raise SampleError(i, sources[i], exc) from exc
-    if n > 1 and ctx.thread_pool is not None:
-        futures = [ctx.thread_pool.submit(read_file, p) for p in paths]
-    else:
-        futures = None
-    data: list[torch.Tensor] = []
-    for i, path in enumerate(paths):
-        try:
-            data.append(futures[i].result() if futures is not None else read_file(path))
-        except Exception as exc:  # noqa: BLE001 - named with its file
-            if futures is not None:
-                for f in futures[i + 1:]:
-                    f.cancel()
-            raise SampleError(i, path, exc) from exc
+    data = read_files(paths, ctx.thread_pool)
     return Batch(data, layout="", source_info=paths)

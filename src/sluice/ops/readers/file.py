@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice.errors import ArgumentError
+from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
@@ -156,6 +156,34 @@ def read_file(path: str) -> torch.Tensor:
     return torch.from_numpy(buf[:got])
 
 
+#: The files of a batch are read in at most this many thread-pool tasks (contiguous runs of files): a task per
+#: file cost more in the pool's hand-offs than the read itself (6.6k vs 15.1k files/s of 69 KB here).
+READ_TASKS = 32
+
+
+def read_files(paths: list[str], pool=None, sources: list[str] | None = None) -> list[torch.Tensor]:
+    """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
+    SampleError naming the sample's index and the file."""
+    n = len(paths)
+    if pool is None or n < 2:
+        runs = [range(n)]
+    else:
+        size = -(-n // min(n, READ_TASKS))
+        runs = [range(start, min(start + size, n)) for start in range(0, n, size)]
+
+    def read_run(run: range) -> list[torch.Tensor]:
+        out = []
+        for i in run:
+            try:
+                out.append(read_file(paths[i]))
+            except Exception as exc:  # noqa: BLE001 - named with its sample
+                raise SampleError(i, sources[i] if sources else paths[i], exc) from exc
+        return out
+
+    parts = list(pool.map(read_run, runs)) if pool is not None and len(runs) > 1 else [read_run(r) for r in runs]
+    return [t for part in parts for t in part]
+
+
 class ReaderBase(Operator):
     """A reader: a list of samples read in the order of :class:`SampleOrder`. Subclasses fill ``self.count``
     and implement ``load(index) -> tuple of tensors``."""
@@ -202,7 +230,6 @@ class FileReader(ReaderBase):
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
         pool = ctx.thread_pool
-        data = list(pool.map(read_file, paths)) if pool is not None and len(paths) > 1 else \
-            [read_file(p) for p in paths]
+        data = read_files(paths, pool)
         labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
         return Batch(data, "", paths), Batch.from_dense(labels, "", paths)
