@@ -5,11 +5,11 @@ Workload (issue 6): 64 clips of 16 frames, stride 60, random starts, from the 12
 per frame, each in 16 threads. Every returned frame is checked by its barcode (a wrong frame fails the run).
 sluice rows: ``sluice-nvdec-N`` (N NVDEC sessions, a clip per client thread), ``sluice-cpu`` (PyAV, a clip per
 thread), ``sluice-hybrid-N`` (the 64 clips as one batch whose groups of pictures N NVDEC sessions and 16 PyAV
-threads share; no group decoded for two clips: the work of 64 independent clips) and ``sluice-hybrid-shared-N``
-(the same batch with a group of pictures wanted by several clips decoded once: what a reader batch gets when clips
-overlap; on a short video they overlap a lot, so it is no length comparison); ``sluice-hybrid-proc-N`` runs the CPU
-jobs in 16 worker processes instead of threads (no GIL shared with the NVDEC threads). Also: sequential decode of the whole
-60 s video, frames/s, sluice NVDEC against OpenCV. Example::
+worker processes share, the default; no group decoded for two clips: the work of 64 independent clips),
+``sluice-hybrid-threads-N`` (the same with the PyAV work in threads, which share the GIL with the NVDEC threads)
+and ``sluice-hybrid-shared-N`` (the default with a group of pictures wanted by several clips decoded once: what a
+reader batch gets when clips overlap; on a short video they overlap a lot, so it is no length comparison). Also:
+sequential decode of the whole 60 s video, frames/s, sluice NVDEC against OpenCV. Example::
 
     python benchmarks/make_videos.py --out /tmp/bench_videos
     python benchmarks/video_clips.py --videos /tmp/bench_videos
@@ -104,13 +104,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--videos", default="/tmp/sluice_bench_videos")
     ap.add_argument("--peers", nargs="*", default=["opencv", "pyav-seek"])
     ap.add_argument("--no-gpu", action="store_true", help="skip NVDEC (CPU-only machines)")
-    ap.add_argument("--sessions", type=int, nargs="+", default=[7, 14],
+    ap.add_argument("--sessions", type=int, nargs="+", default=[7],
                     help="NVDEC decoder sessions (= client threads) to try; the H200 has 7 NVDEC engines")
     ap.add_argument("--only", type=int, nargs="*", help="durations (s) to run, e.g. --only 60 3000")
     ap.add_argument("--no-sequential", action="store_true", help="skip the sequential decode comparison")
     ap.add_argument("--no-hybrid", action="store_true", help="skip the hybrid (NVDEC + CPU) batch rows")
-    ap.add_argument("--hybrid-sessions", type=int, nargs="+", default=[7, 14],
-                    help="NVDEC sessions of the hybrid rows (beside 16 CPU threads); GOP sharing with the first")
+    ap.add_argument("--hybrid-sessions", type=int, nargs="+", default=[7],
+                    help="NVDEC sessions of the hybrid rows (beside 16 CPU workers); variants with the first")
     args = ap.parse_args(argv)
     import torch
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         for k, n in enumerate(args.hybrid_sessions if gpu else [0]):
             nvdec = backends.get(f"sluice-nvdec-{n}") or (NvdecBackend(device_id=0, sessions=n) if n else None)
             suffix = f"-{n}" if gpu else ""
-            variants = [("", False, False)] + ([("-shared", True, False), ("-proc", False, True)] if k == 0 else [])
+            variants = [("", False, True)] + ([("-shared", True, True), ("-threads", False, False)] if k == 0 else [])
             for name, share, procs in variants:
                 batched[f"sluice-hybrid{name}{suffix}"] = HybridBackend(
                     device_id=0, sessions=n, cpu_workers=THREADS, share_gops=share, cpu_processes=procs, nvdec=nvdec)
