@@ -96,15 +96,23 @@ class HybridBackend:
     worker thread, frames back through shared memory; see :mod:`.cpu_worker`) instead of in the threads, so that
     they share no GIL with the NVDEC threads (default: on, unless ``$SLUICE_VIDEO_CPU_PROCESSES`` is "0"; the
     processes run a small script of their own, so the caller's main module is never imported again). ``nvdec`` /
-    ``cpu`` replace the backends used (tests). ``close()`` ends the processes (so does garbage collection).
+    ``cpu`` replace the backends used (tests). ``output_device="cpu"`` keeps the frames on the CPU (the CPU video
+    reader: ``sessions=0``, PyAV in worker processes). ``close()`` ends the processes (so does garbage
+    collection).
     """
 
     device = "cuda"
 
     def __init__(self, device_id: int = 0, sessions: int = 7, cpu_workers: int | None = None, *,
                  share_gops: bool = True, cpu_processes: bool | None = None, nvdec: NvdecBackend | None = None,
-                 cpu: PyAVBackend | None = None) -> None:
+                 cpu: PyAVBackend | None = None, output_device: str | None = None) -> None:
+        if output_device not in (None, "cpu"):
+            raise ValueError(f"Invalid output_device ({output_device!r}). Supported values are None (the GPU when "
+                             "there is one) and 'cpu'.")
         self.device_id = int(device_id)
+        self._cpu_output = output_device == "cpu"
+        if self._cpu_output:
+            self.device = "cpu"
         self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions))
         self.nvdec_workers = self.nvdec.sessions if sessions else 0
         self.cpu = cpu if cpu is not None else PyAVBackend(threads=1, colors="nvdec")  # colours as NVDEC's
@@ -126,7 +134,9 @@ class HybridBackend:
 
     @property
     def out_device(self) -> torch.device:
-        return torch.device("cuda", self.device_id) if torch.cuda.is_available() else torch.device("cpu")
+        if self._cpu_output or not torch.cuda.is_available():
+            return torch.device("cpu")
+        return torch.device("cuda", self.device_id)
 
     # ------------------------------------------------------------------------------------------------ API
     def decode(self, source: Source, idx: VideoIndex, frames: Sequence[int]) -> dict[int, torch.Tensor]:
