@@ -169,3 +169,27 @@ def test_class_folders_and_checkpoint(videos, tmp_path):
     again = restored.run()
     assert [int(x[0]) for x in again[2]] == [int(x[0]) for x in second[2]]
     assert [int(x[0]) for x in again[1]] == [int(x[0]) for x in second[1]]
+
+
+def test_cpu_reader_decodes_in_worker_processes_and_ends_them(videos, monkeypatch):
+    """The CPU reader's PyAV work runs in worker processes (the default outside these tests), giving the same
+    frames as in threads; closing the pipeline ends them."""
+    import os
+
+    files = [str(videos["h264-mp4"]), str(videos["hevc-mkv"])]
+    kwargs = dict(batch_size=3, iterations=2, filenames=files, sequence_length=5, stride=2, step=7,
+                  enable_frame_num=True)
+    _, threads = run_reader(**kwargs)
+    monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "1")
+    p, procs = run_reader(**kwargs)
+    backend = p.executor.operator("Reader").backend
+    pids = [w.pid for w in backend._workers]
+    assert backend.cpu_processes and pids and backend.last_stats["cpu"]["jobs"] > 0
+    for (va, _, fa), (vb, _, fb) in zip(threads, procs):
+        assert [int(f[0]) for f in fa] == [int(f[0]) for f in fb]
+        for i in range(len(va)):
+            assert torch.equal(va[i], vb[i]) and codes(vb[i]) == list(range(int(fb[i][0]), int(fb[i][0]) + 10, 2))
+    p.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

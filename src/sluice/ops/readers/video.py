@@ -212,6 +212,11 @@ class VideoReader(ReaderBase):
         return HybridBackend(sessions=0, cpu_workers=max(1, spec.num_threads), cpu=PyAVBackend(threads=1),
                              output_device="cpu")
 
+    def close(self) -> None:
+        """End the CPU backend's worker processes (the GPU backend is shared by the process's operators)."""
+        if self.spec.device == "cpu" and hasattr(self.backend, "close"):
+            self.backend.close()
+
     def _entries(self, a: dict[str, Any]) -> list[tuple[str, int, float | None, float | None]]:
         if a["file_list"] is not None:
             if a["filenames"] is not None:
