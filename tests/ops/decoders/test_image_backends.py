@@ -289,6 +289,14 @@ def test_batch_scan_check_agrees_with_the_per_image_check(device):
     assert got == [True, False, True, True, True, False, False, True, False]
     assert check([]) == [] and check(good[:2]) == [True, True]
     assert BatchScanCheck(torch.device("cpu"), "cpu")(batch) == got
+    import sluice.backends.image.scan_check as scan_check
+
+    for chunk in (7, 100, 1000):  # classified in small chunks: pairs across chunk edges are still seen
+        old, scan_check.CHUNK_BYTES = scan_check.CHUNK_BYTES, chunk
+        try:
+            assert check(batch) == got
+        finally:
+            scan_check.CHUNK_BYTES = old
 
 
 def test_ycck_jpeg():

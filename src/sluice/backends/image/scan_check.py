@@ -26,6 +26,9 @@ from .formats import as_bytes, jpeg_scan_is_plausible, jpeg_scan_start
 
 __all__ = ["BatchScanCheck"]
 
+#: Bytes classified per step (the comparisons' temporaries are a few times this).
+CHUNK_BYTES = 64 << 20
+
 
 def _as_tensor(view: memoryview) -> torch.Tensor:
     if not len(view):
@@ -98,9 +101,17 @@ class BatchScanCheck:
 
     @staticmethod
     def _classify(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # In chunks, so that the comparisons' temporaries stay small for batches of large files.
+        found = [BatchScanCheck._classify_chunk(data[start: start + CHUNK_BYTES + 1], start)
+                 for start in range(0, max(1, data.numel() - 1), CHUNK_BYTES)]
+        return torch.cat([f[0] for f in found]), torch.cat([f[1] for f in found])
+
+    @staticmethod
+    def _classify_chunk(data: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pairs whose first byte lies in ``data[:-1]`` (the last byte only follows)."""
         follower = data[1:]
         # 0x01-0xBF: reserved or SOF-family codes (the DHT marker C4 between scans is allowed); D8: a second SOI;
         # D0-D7: restart markers, allowed only with a restart interval (decided per image on the host).
         suspicious = ((follower >= 0x01) & (follower <= 0xBF)) | ((follower >= 0xD0) & (follower <= 0xD8))
         pos = torch.nonzero((data[:-1] == 0xFF) & suspicious).flatten()
-        return pos, follower[pos]
+        return pos + offset, follower[pos]
