@@ -403,6 +403,21 @@ def test_worker_process_errors_name_the_file(videos, tmp_path):
         shm.unlink()
 
 
+def test_workers_that_cannot_start_fall_back_to_threads(videos, fake_nvdec, monkeypatch, caplog):
+    from sluice.backends.video import cpu_worker
+
+    path = videos["h264-mp4"]
+    reqs = _requests(path, 4, seed=12)
+    monkeypatch.setattr(cpu_worker.sys, "executable", "/bin/false")  # an "interpreter" that exits at once
+    backend = HybridBackend(sessions=0, cpu_workers=1, cpu_processes=True)
+    try:
+        clips = _clips(backend, path, reqs)
+    finally:
+        backend.close()
+    assert [read_barcodes(c.frames) for c in clips] == reqs
+    assert not backend.cpu_processes and "cannot start" in caplog.text
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -34,7 +34,12 @@ _HEADER = struct.Struct("<Q")
 
 
 class WorkerDied(RuntimeError):
-    """The worker process exited (crashed or was killed) while decoding."""
+    """The worker process exited (crashed or was killed) while decoding; ``at_start``: before answering any request
+    (it could not start: the interpreter or its imports failed)."""
+
+    def __init__(self, message: str, at_start: bool = False):
+        super().__init__(message)
+        self.at_start = at_start
 
 
 def _send(stream, message: Any) -> None:
@@ -78,6 +83,7 @@ class WorkerProcess:
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        self._answered = 0  # requests the current process answered
 
     @property
     def pid(self) -> int | None:
@@ -86,6 +92,7 @@ class WorkerProcess:
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             # stdin/stdout carry the protocol; stderr is the caller's, so a crash's output is seen.
+            self._answered = 0
             self._proc = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__)], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, close_fds=True)
         return self._proc
@@ -98,10 +105,11 @@ class WorkerProcess:
             try:
                 _send(proc.stdin, ("decode", os.fspath(path), list(frames), shm_name, tuple(shape), colors))
                 kind, payload = _receive(proc.stdout)
+                self._answered += 1
             except (EOFError, BrokenPipeError, OSError) as exc:
                 code = proc.wait(timeout=5) if proc.poll() is None else proc.returncode
                 raise WorkerDied(f"the CPU video decoder process {proc.pid} exited (code {code}) while decoding "
-                                 f"'{path}' ({type(exc).__name__}: {exc})") from None
+                                 f"'{path}' ({type(exc).__name__}: {exc})", at_start=self._answered == 0) from None
         if kind == "error":
             raise _rebuild_error(*payload)
         return kind, payload

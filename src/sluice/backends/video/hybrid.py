@@ -39,7 +39,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .cpu_worker import WorkerProcess
+from .cpu_worker import WorkerDied, WorkerProcess
 from .index import Source, VideoError, VideoIndex
 from .nvdec import NVDEC_CODECS, NvdecBackend, NvdecUnsupported
 from .pyav import PyAVBackend
@@ -279,8 +279,16 @@ class HybridBackend:
 
     def _decode_cpu(self, job: _Job) -> dict[int, torch.Tensor]:
         if self.cpu_processes and isinstance(job.source, (str, os.PathLike)):
-            with self._decode_in_process(job) as frames:
-                return self._to_device(frames)
+            try:
+                with self._decode_in_process(job) as frames:
+                    return self._to_device(frames)
+            except WorkerDied as exc:
+                if not exc.at_start:
+                    raise
+                # The worker could not start (its interpreter or imports failed; its error is on stderr): decode
+                # in the threads from now on rather than fail every job.
+                self.cpu_processes = False
+                logger.warning("video CPU worker processes cannot start (%s); decoding in threads instead", exc)
         return self._to_device(self.cpu.decode(job.source, job.idx, sorted(job.frames)))
 
     def _to_device(self, frames: dict[int, np.ndarray]) -> dict[int, torch.Tensor]:
