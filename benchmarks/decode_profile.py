@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_diag import best
 from decode_images import batches, load, sluice_mixed_pass
 
 from sluice.backends.image import cpu as scpu
@@ -56,16 +57,17 @@ class PhaseClock:
         self.calls.clear()
 
 
-def rate(fn, n_images: int, repeat: int = 3) -> float:
-    fn()
-    torch.cuda.synchronize()
-    best = 0.0
-    for _ in range(repeat):
-        s = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        best = max(best, n_images / (time.perf_counter() - s))
-    return best
+def rate(fn, n_images: int) -> float:
+    """Best of three timed passes after a warm-up, images/s (decode_diag's timing)."""
+    return best(fn, n_images, repeat=3)
+
+
+def wrap_decoder(clock: PhaseClock, dec, prefix: str = "") -> None:
+    """Time a GpuImageDecoder's phases: the batch, each GPU path's decode call and finishing, the scan check."""
+    clock.wrap(dec, "_decode_on", f"{prefix}gpu decode call (per path)")
+    clock.wrap(dec, "_run_gpu_path", f"{prefix}gpu path incl. finishing (per path)")
+    clock.wrap(dec, "_scan_check", f"{prefix}scan check (helper thread)")
+    clock.wrap(dec, "decode", f"{prefix}GpuImageDecoder.decode")
 
 
 def main() -> None:
@@ -120,10 +122,7 @@ def main() -> None:
     dec._hw_share, dec.validate_scans = 0.9, True
 
     clock = PhaseClock()
-    clock.wrap(dec, "_decode_on", "gpu decode call (per path)")
-    clock.wrap(dec, "_run_gpu_path", "gpu path incl. finishing (per path)")
-    clock.wrap(dec, "_scan_check", "scan check (helper thread)")
-    clock.wrap(dec, "decode", "GpuImageDecoder.decode")
+    wrap_decoder(clock, dec)
     clock.wrap(scpu, "probe", "probe (summed)")
     import sluice.ops.decoders.image as dimg
     clock.wrap(dimg, "probe", "operator probes")
@@ -139,10 +138,7 @@ def main() -> None:
     dec_rc.validate_scans = False
     print(f"PROFILE image_random_crop operator, scan check off: {rate(run_rc, n):,.0f} img/s", flush=True)
     dec_rc.validate_scans = True
-    clock.wrap(dec_rc, "_decode_on", "rc: gpu decode call (per path)")
-    clock.wrap(dec_rc, "_run_gpu_path", "rc: gpu path incl. finishing (per path)")
-    clock.wrap(dec_rc, "_scan_check", "rc: scan check (helper thread)")
-    clock.wrap(dec_rc, "decode", "rc: GpuImageDecoder.decode")
+    wrap_decoder(clock, dec_rc, "rc: ")
     clock.wrap(dimg, "random_crop_window", "rc: window draws")
     run_rc()
     torch.cuda.synchronize()
