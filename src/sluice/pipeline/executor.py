@@ -14,6 +14,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -193,17 +194,12 @@ class Executor:
                            self.pool, self.seeds[node.id], iteration)
         args = BatchArgs(node.const_args, per_sample, batch_size)
         ctx.deferred = []
-        try:
-            result = op.run(ctx, *inputs, args=args)
-            outs = _finish_outputs(node.schema, op.spec, result, inputs)
-        except (EndOfEpoch, StopIteration):
-            raise EndOfEpoch() from None
-        except SampleError as e:
-            raise _wrap(node, e.cause, iteration, e.index, e.source) from e.cause
-        except PipelineError:
-            raise
-        except Exception as e:  # noqa: BLE001 - every failure reaches the caller, named
-            raise _wrap(node, e, iteration, None, "") from e
+        with _failures_named(node, iteration):
+            try:
+                result = op.run(ctx, *inputs, args=args)
+                outs = _finish_outputs(node.schema, op.spec, result, inputs)
+            except StopIteration:
+                raise EndOfEpoch() from None
         if len(outs) != len(node.outputs):
             raise PipelineError(f"{node.describe()} produced {len(outs)} outputs, expected {len(node.outputs)}",
                                 node.schema.name)
@@ -417,17 +413,25 @@ def _arg_values(kind: Any, batch: Batch) -> list[Any]:
     return out
 
 
+@contextmanager
+def _failures_named(node: OpNode, iteration: int):
+    """Re-raise a kernel's or a deferred check's failure as a PipelineError naming the operator, the sample and the
+    file (an end of epoch and an already named failure pass through)."""
+    try:
+        yield
+    except (EndOfEpoch, PipelineError):
+        raise
+    except SampleError as e:
+        raise _wrap(node, e.cause, iteration, e.index, e.source) from e.cause
+    except Exception as e:  # noqa: BLE001 - every failure reaches the caller, named
+        raise _wrap(node, e, iteration, None, "") from e
+
+
 def _named_check(node: OpNode, check: Callable[[], None], iteration: int) -> Callable[[], None]:
     """A deferred check whose failure names the operator, the sample and the file, as a failing kernel's does."""
     def run() -> None:
-        try:
+        with _failures_named(node, iteration):
             check()
-        except SampleError as e:
-            raise _wrap(node, e.cause, iteration, e.index, e.source) from e.cause
-        except PipelineError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise _wrap(node, e, iteration, None, "") from e
     return run
 
 

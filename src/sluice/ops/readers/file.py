@@ -161,7 +161,7 @@ def read_file(path: str) -> torch.Tensor:
 READ_TASKS = 32
 
 
-def read_files(paths: list[str], pool=None, sources: list[str] | None = None) -> list[torch.Tensor]:
+def read_files(paths: list[str], pool=None) -> list[torch.Tensor]:
     """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
     SampleError naming the sample's index and the file."""
     n = len(paths)
@@ -177,7 +177,7 @@ def read_files(paths: list[str], pool=None, sources: list[str] | None = None) ->
             try:
                 out.append(read_file(paths[i]))
             except Exception as exc:  # noqa: BLE001 - named with its sample
-                raise SampleError(i, sources[i] if sources else paths[i], exc) from exc
+                raise SampleError(i, paths[i], exc) from exc
         return out
 
     parts = list(pool.map(read_run, runs)) if pool is not None and len(runs) > 1 else [read_run(r) for r in runs]
@@ -229,7 +229,6 @@ class FileReader(ReaderBase):
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        pool = ctx.thread_pool
-        data = read_files(paths, pool)
+        data = read_files(paths, ctx.thread_pool)
         labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
         return Batch(data, "", paths), Batch.from_dense(labels, "", paths)
