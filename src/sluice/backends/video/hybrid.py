@@ -110,9 +110,8 @@ class HybridBackend:
             raise ValueError(f"Invalid output_device ({output_device!r}). Supported values are None (the GPU when "
                              "there is one) and 'cpu'.")
         self.device_id = int(device_id)
-        self._cpu_output = output_device == "cpu"
-        if self._cpu_output:
-            self.device = "cpu"
+        if output_device == "cpu":
+            self.device = "cpu"  # where the frames end (the class says "cuda")
         self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions))
         self.nvdec_workers = self.nvdec.sessions if sessions else 0
         self.cpu = cpu if cpu is not None else PyAVBackend(threads=1, colors="nvdec")  # colours as NVDEC's
@@ -134,7 +133,7 @@ class HybridBackend:
 
     @property
     def out_device(self) -> torch.device:
-        if self._cpu_output or not torch.cuda.is_available():
+        if self.device == "cpu" or not torch.cuda.is_available():
             return torch.device("cpu")
         return torch.device("cuda", self.device_id)
 
