@@ -30,6 +30,8 @@ for step in "$@"; do
             python3 benchmarks/decode_diag.py /tmp/imagenet_like 2>&1 | grep --line-buffered -v '^INFO' ;;
     decode-profile) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
             python3 benchmarks/decode_profile.py /tmp/imagenet_like 2>&1 | grep --line-buffered -E '^(PROFILE|PHASE)|Error|error' ;;
+    profile) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
+            python3 benchmarks/stack_profile.py /tmp/imagenet_like --seconds ${PROFILE_SECONDS:-12} 2>&1 | grep -v '^INFO' ;;
     scan-micro) python3 benchmarks/scan_check_micro.py ;;
     train) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
            python3 benchmarks/train_pipeline.py /tmp/imagenet_like --memory-seconds ${MEMORY_SECONDS:-120} 2>&1 | grep -v "^INFO" ;;

@@ -73,13 +73,16 @@ def random_crop_window(rng: np.random.Generator, height: int, width: int,
     smallest_area = a_min * H * W
     if H * widest < smallest_area:      # image too wide for any allowed window of the smallest area
         h, w = H, widest
+        draws = rng.random(2).tolist()
     elif W * tallest < smallest_area:   # image too tall
         h, w = tallest, W
+        draws = rng.random(2).tolist()
     else:
         log_lo, log_hi = math.log(r_min), math.log(r_max)
-        # All the attempts' draws in one call (a call per draw cost more than the arithmetic); the same values
-        # rng.uniform would give, in the same order: area, ratio, area, ratio ...
-        draws = rng.random(2 * int(num_attempts)).tolist()
+        # All the draws in one call, the same values in the same order as a call per draw (area, ratio, area,
+        # ratio ..., then the position): each call releases the GIL, and under a busy pipeline getting it back
+        # costs far more than the arithmetic.
+        draws = rng.random(2 * int(num_attempts) + 2).tolist()
         for k in range(int(num_attempts)):
             area = (a_min + (a_max - a_min) * draws[2 * k]) * H * W
             ratio = math.exp(log_lo + (log_hi - log_lo) * draws[2 * k + 1])
@@ -98,7 +101,7 @@ def random_crop_window(rng: np.random.Generator, height: int, width: int,
             shrink = math.sqrt(min(1.0, a_max * H * W / (h * w)))
             h, w = max(1, int(h * shrink)), max(1, int(w * shrink))
     h, w = min(h, H), min(w, W)
-    u, v = rng.random(2).tolist()
+    u, v = draws[-2:]
     y = min(int(u * (H - h + 1)), H - h)  # uniform over the H - h + 1 places
     x = min(int(v * (W - w + 1)), W - w)
     return y, x, h, w
