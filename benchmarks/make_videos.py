@@ -3,7 +3,8 @@
 Long videos are encoded in parallel: the frame range is cut into chunks, each chunk is encoded by its own
 libx264 process (one thread each, identical settings, so identical SPS/PPS), and the chunks' packets are
 concatenated into one mp4 by stream copy with shifted timestamps. Every chunk starts with a keyframe; inside a
-chunk the GOP is libx264's default (keyint 250, scene cuts). Example::
+chunk the GOP is libx264's default (keyint 250, scene cuts); chunks are 1200 frames in every video, so
+videos of any length have the same pattern of groups of pictures. Example::
 
     python benchmarks/make_videos.py --out /tmp/bench_videos --durations 60 300 3000 --fps 60 --size 1280x720
 
@@ -22,9 +23,11 @@ from fractions import Fraction
 
 import numpy as np
 
-# Chunks of 1200..6000 frames (20..100 s at 60 fps), so that every worker has one: a forced keyframe that often
-# barely changes libx264's default GOP (keyint 250). SLUICE_CHUNK_FRAMES fixes the size (for quick tests).
-MIN_CHUNK, MAX_CHUNK = 1200, 6000
+# Chunks of 1200 frames (20 s at 60 fps) whatever the video's length: every chunk starts with a forced keyframe,
+# so a chunk size that grew with the video (as it once did, 1200 frames for 60 s, 6000 for 3000 s) gave longer
+# videos longer groups of pictures (mean 189 vs 209 frames) and so dearer clips for a reason that is not their
+# length. SLUICE_CHUNK_FRAMES sets another size (for quick tests).
+CHUNK_FRAMES = 1200
 
 
 def _background(width: int, height: int) -> np.ndarray:
@@ -90,7 +93,7 @@ def concat(chunks: list[tuple[str, int]], path: str, fps: int) -> None:
 
 def make_video(path: str, seconds: float, fps: int, width: int, height: int, preset: str, workers: int) -> int:
     total = int(round(seconds * fps))
-    chunk = int(os.environ.get("SLUICE_CHUNK_FRAMES", 0)) or max(MIN_CHUNK, min(MAX_CHUNK, -(-total // workers)))
+    chunk = int(os.environ.get("SLUICE_CHUNK_FRAMES", 0)) or CHUNK_FRAMES
     starts = list(range(0, total, chunk))
     tmp = tempfile.mkdtemp(prefix="sluice_chunks_", dir=os.path.dirname(os.path.abspath(path)))
     try:

@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-hybrid", action="store_true", help="skip the hybrid (NVDEC + CPU) batch rows")
     ap.add_argument("--hybrid-sessions", type=int, nargs="+", default=[7],
                     help="NVDEC sessions of the hybrid rows (beside 16 CPU workers); variants with the first")
+    ap.add_argument("--cpu-workers", type=int, nargs="+", default=[],
+                    help="extra hybrid rows with this many CPU worker processes (default rows: 16)")
+    ap.add_argument("--no-variants", action="store_true",
+                    help="skip the shared-GOP, threads and single-path diagnostic hybrid rows")
     args = ap.parse_args(argv)
     import torch
 
@@ -134,11 +138,16 @@ def main(argv: list[str] | None = None) -> None:
         for k, n in enumerate(args.hybrid_sessions if gpu else [0]):
             nvdec = backends.get(f"sluice-nvdec-{n}") or (NvdecBackend(device_id=0, sessions=n) if n else None)
             suffix = f"-{n}" if gpu else ""
-            variants = [("", False, True)] + ([("-shared", True, True), ("-threads", False, False)] if k == 0 else [])
-            for name, share, procs in variants:
-                batched[f"sluice-hybrid{name}{suffix}"] = HybridBackend(
-                    device_id=0, sessions=n, cpu_workers=THREADS, share_gops=share, cpu_processes=procs, nvdec=nvdec)
-        if gpu:  # each path alone through the same batch machinery (shortest video only): is the hybrid additive?
+            variants = [("", False, True, THREADS)]
+            if k == 0 and not args.no_variants:
+                variants += [("-shared", True, True, THREADS), ("-threads", False, False, THREADS)]
+            if k == 0:
+                variants += [(f"-w{w}", False, True, w) for w in args.cpu_workers]
+            for name, share, procs, workers in variants:
+                label = f"sluice-hybrid{suffix}{name}" if name.startswith("-w") else f"sluice-hybrid{name}{suffix}"
+                batched[label] = HybridBackend(device_id=0, sessions=n, cpu_workers=workers, share_gops=share,
+                                               cpu_processes=procs, nvdec=nvdec)
+        if gpu and not args.no_variants:  # each path alone through the same batch machinery (shortest video only): is the hybrid additive?
             n = args.hybrid_sessions[0]
             nvdec = backends.get(f"sluice-nvdec-{n}") or NvdecBackend(device_id=0, sessions=n)
             diagnostic = {f"sluice-batch-nvdec-{n}": HybridBackend(device_id=0, sessions=n, cpu_workers=0,
