@@ -299,6 +299,10 @@ class Operator:
     """Runs one node of a graph. Kernels declared as functions are wrapped in subclasses of this; stateful
     operators (readers, sources) subclass it directly."""
 
+    #: Set by the executor on a CPU operator whose outputs a GPU or mixed operator takes: it may then put them in
+    #: page-locked memory, which the GPU copies from by DMA (readers.file reads its batch into one such buffer).
+    pin_outputs: bool = False
+
     def __init__(self, spec: OpSpec):
         self.spec = spec
 

@@ -131,6 +131,11 @@ class Executor:
             spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
                           pipeline.num_threads, self.device_id, seed, pipeline)
             self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
+        if self.uses_gpu:
+            for node in self.nodes:
+                if node.device == "cpu" and any(n.device in ("gpu", "mixed") and self._needs(n, [node])
+                                                for n in self.nodes):
+                    self.operators[node.id].pin_outputs = True
         # Split into a CPU stage and a device stage when no CPU operator depends on a GPU result.
         cpu_nodes, dev_nodes = [], []
         for node in self.nodes:

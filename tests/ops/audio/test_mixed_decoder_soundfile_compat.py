@@ -41,8 +41,18 @@ def as_tensor(data: bytes) -> torch.Tensor:
 
 
 def mixed_on_cpu(files: list[bytes], per: list[dict]):
-    audio, rate = decode_batch([as_tensor(f) for f in files], [f"f{i}.wav" for i in range(len(files))], per,
-                               device=torch.device("cpu"))
+    """The mixed decoder's batch work on the CPU, both ways: staged on the host (files anywhere) and copied row by
+    row straight from the files (as from readers.file's page-locked batch buffer); the two must agree exactly."""
+    sources = [f"f{i}.wav" for i in range(len(files))]
+    audio, rate = decode_batch([as_tensor(f) for f in files], sources, per, device=torch.device("cpu"))
+    buffer = torch.frombuffer(bytearray(b"".join(files) or b"\0"), dtype=torch.uint8)
+    ends = np.cumsum([0] + [len(f) for f in files]).tolist()
+    views = [buffer[a:b] for a, b in zip(ends[:-1], ends[1:])]
+    direct, direct_rate = decode_batch(views, sources, per, device=torch.device("cpu"), direct=True)
+    assert [float(r) for r in direct_rate] == [float(r) for r in rate]
+    for a, b in zip(audio, direct):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
     return audio, rate
 
 

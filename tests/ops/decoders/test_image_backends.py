@@ -297,6 +297,11 @@ def test_batch_scan_check_agrees_with_the_per_image_check(device):
             assert check(batch) == got
         finally:
             scan_check.CHUNK_BYTES = old
+    # The streams already back to back in one buffer (readers.file's batch buffer): the same answers, no gather.
+    region = torch.frombuffer(bytearray(b"".join(bytes(b) for b in batch)), dtype=torch.uint8)
+    assert check(batch, region=region) == got
+    with pytest.raises(ValueError, match="region holds"):
+        check(batch, region=region[1:])
 
 
 def test_ycck_jpeg():

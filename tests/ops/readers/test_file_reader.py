@@ -149,3 +149,112 @@ def test_bad_paths_are_named(tmp_path):
         reader_pipe(batch_size=40, files=files).run()
     with pytest.raises(ArgumentError, match="shard_id must be in"):
         reader_pipe(files=["a"], shard_id=3, num_shards=2).build()
+
+
+def test_one_buffer_reads_a_batch_back_to_back(tmp_path, caplog):
+    """For a GPU consumer the batch is read into one (page-locked) buffer: the same bytes, the samples lie back to
+    back in order, and contiguous_bytes finds that stretch; samples read apart, or out of order, have none."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    import sluice.ops.readers.file as file_mod
+    from sluice.ops.readers.file import contiguous_bytes, read_files
+
+    rng = np.random.default_rng(0)
+    sizes = [0, 1, 700, 5, 0, 4096, 33] * 7
+    paths = []
+    for k, n in enumerate(sizes):
+        (tmp_path / f"f{k}.bin").write_bytes(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+        paths.append(str(tmp_path / f"f{k}.bin"))
+    with ThreadPoolExecutor(3) as pool:
+        plain = read_files(paths, pool)
+        one = read_files(paths, pool, one_buffer=True)
+    assert [t.numpy().tobytes() for t in one] == [t.numpy().tobytes() for t in plain]
+    assert [t.numel() for t in one] == sizes
+    region = contiguous_bytes(one)
+    assert region is not None and region.numpy().tobytes() == b"".join(t.numpy().tobytes() for t in plain)
+    assert contiguous_bytes(one[3:9]).numpy().tobytes() == b"".join(t.numpy().tobytes() for t in plain[3:9])
+    assert contiguous_bytes(plain[1:4]) is None          # separate allocations
+    assert contiguous_bytes([one[3], one[2]]) is None    # out of order
+    assert contiguous_bytes([one[2], one[5]]) is None    # a gap
+    assert contiguous_bytes([]) is None
+    # pin=True without a usable GPU: ordinary memory, a warning once, the same bytes.
+    file_mod._pinning_failed = False
+    if not torch.cuda.is_available():
+        with caplog.at_level("WARNING"):
+            pinned = read_files(paths, None, pin=True)
+        assert [t.numpy().tobytes() for t in pinned] == [t.numpy().tobytes() for t in plain]
+        assert "cannot page-lock" in caplog.text
+        file_mod._pinning_failed = False
+
+
+def test_one_buffer_names_a_missing_file_and_closes_the_rest(tmp_path):
+    """A missing file among many fails the batch naming its sample and file; the files opened before are closed."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sluice.errors import SampleError
+    from sluice.ops.readers.file import read_files
+
+    paths = []
+    for k in range(50):
+        (tmp_path / f"f{k}.bin").write_bytes(bytes([k]) * (k + 1))
+        paths.append(str(tmp_path / f"f{k}.bin"))
+    paths[37] = str(tmp_path / "gone.bin")
+    fd_dir = "/proc/self/fd"
+    before = len(os.listdir(fd_dir)) if os.path.isdir(fd_dir) else None
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            with pytest.raises(SampleError, match=r"cannot read '.*gone.bin'") as err:
+                read_files(paths, pool, one_buffer=True)
+            assert (err.value.index, err.value.source) == (37, paths[37])
+    if before is not None:
+        assert len(os.listdir(fd_dir)) == before
+
+
+@pytest.mark.cuda
+def test_gpu_pipeline_reads_its_batches_into_page_locked_memory(tmp_path):
+    """A reader feeding GPU operators reads each batch into one page-locked buffer; the mixed decoders take the
+    fast paths on it (the audio rows copied straight from it, the image scan check copying it whole) and give
+    what the CPU decoders give."""
+    import io
+
+    import simplejpeg
+    import soundfile
+    import torch
+
+    from sluice import pipeline_def, types
+
+    rng = np.random.default_rng(3)
+    wavs, jpgs = [], []
+    for k in range(6):
+        buf = io.BytesIO()
+        soundfile.write(buf, (rng.standard_normal(800 + 37 * k) * 0.2).astype(np.float32), 8000, format="WAV",
+                        subtype="PCM_16")
+        (tmp_path / f"a{k}.wav").write_bytes(buf.getvalue())
+        wavs.append(str(tmp_path / f"a{k}.wav"))
+        yy, xx = np.mgrid[0:48 + 8 * k, 0:64]
+        img = np.stack([xx * 3, yy * 2, (xx + yy + 20 * k) % 256], axis=2).clip(0, 255).astype(np.uint8)
+        (tmp_path / f"i{k}.jpg").write_bytes(simplejpeg.encode_jpeg(img, quality=90))
+        jpgs.append(str(tmp_path / f"i{k}.jpg"))
+
+    @pipeline_def(batch_size=6, num_threads=2, device_id=0, seed=1)
+    def pipe():
+        a, _ = fn.readers.file(files=wavs, name="Audio")
+        i, _ = fn.readers.file(files=jpgs, name="Images")
+        mixed_audio, _ = fn.decoders.audio(a, device="mixed", dtype=types.FLOAT)
+        cpu_audio, _ = fn.decoders.audio(a, dtype=types.FLOAT)
+        return (a.gpu(), mixed_audio, cpu_audio.gpu(), fn.decoders.image(i, device="mixed"),
+                fn.decoders.image(i).gpu())
+
+    p = pipe()
+    p.build()
+    assert p._executor.operator("Audio").pin_outputs and p._executor.operator("Images").pin_outputs
+    for _ in range(2):
+        raw, mixed_audio, cpu_audio, mixed_img, cpu_img = p.run()
+        for k in range(6):
+            assert raw[k].cpu().numpy().tobytes() == open(wavs[k], "rb").read()
+            torch.testing.assert_close(mixed_audio[k], cpu_audio[k], rtol=0, atol=0)
+            diff = (mixed_img[k].int() - cpu_img[k].int()).abs()
+            assert diff.float().mean() < 3.0   # nvJPEG vs libjpeg-turbo on a smooth picture

@@ -360,7 +360,8 @@ class GpuImageDecoder:
                rois: Sequence[Roi | None] | None = None, infos: Sequence[cpu.ImageInfo] | None = None,
                sources: Sequence[str] | None = None, thread_pool: Executor | None = None,
                stream: torch.cuda.Stream | None = None,
-               defer: Callable[[Callable[[], None]], None] | None = None) -> list[torch.Tensor]:
+               defer: Callable[[Callable[[], None]], None] | None = None,
+               region: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Decode a batch. ``rois`` are (y, x, h, w) windows of the upright images; ``infos`` the probes (made
         here when absent). Returns CUDA HWC tensors (uint8; uint16 for 16-bit non-JPEG sources) on ``stream``
         (default: the current stream).
@@ -368,7 +369,8 @@ class GpuImageDecoder:
         The scan check of the JPEGs sent to nvJPEG finishes on the GPU after this returns. Without ``defer`` it
         is waited for here and flagged streams are decoded again on the CPU. With ``defer`` (a pipeline's
         ``BatchContext.defer``) the wait is handed over: the check raises, naming the file, when a flagged
-        stream proves damaged, before the batch reaches the caller."""
+        stream proves damaged, before the batch reaches the caller. ``region``: the batch's bytes back to back in
+        one tensor (readers.file's page-locked batch buffer), which the scan check copies as it is."""
         n = len(data)
         stream = stream or _cuda.current_stream(self.device)
         sources = list(sources) if sources is not None else [""] * n
@@ -427,8 +429,14 @@ class GpuImageDecoder:
         on_gpu = groups["hw"] + groups["cuda"]
         # nvJPEG decodes some damaged streams without an error: those whose entropy-coded data holds markers that
         # cannot be there are decoded again by libjpeg-turbo (strict), which names the damage.
-        scan_future = (self._gpu_threads.submit(self._scan_check, [bufs[i] for i in on_gpu])
-                       if self.validate_scans and on_gpu else None)
+
+        def scan_on_gpu() -> list[bool]:
+            if region is not None:  # the whole batch as it lies in memory; only the GPU's streams are read back
+                ok = self._scan_check(bufs, region=region)
+                return [ok[i] for i in on_gpu]
+            return self._scan_check([bufs[i] for i in on_gpu])
+
+        scan_future = self._gpu_threads.submit(scan_on_gpu) if self.validate_scans and on_gpu else None
 
         # CPU share of the eligible JPEGs: decode into one pinned buffer, then one copy.
         cpu_idx = groups["cpu"]

@@ -6,8 +6,9 @@ decoder sends JPEGs whose entropy-coded data holds markers that cannot be there 
 names the damage. Per image on the CPU that check costs ~45 us of NumPy, and threads running it contend for the
 GIL with the GPU paths' host work (measured on the H200: one thread 44 us/image, 16 threads 151 us/image of wall
 time, and the mixed decoder fell from 12.9k to 4.7k images/s). Here the batch's streams are gathered into one
-pinned buffer (one ``torch.cat``, without the GIL), copied to the GPU, and every (FF, follower) pair is classified
-there; only the positions of marker pairs come back, and the host keeps those inside an entropy-coded segment.
+pinned buffer (one ``torch.cat``, without the GIL; not even that when readers.file read them back to back into
+page-locked memory), copied to the GPU, and every (FF, follower) pair is classified there; only the positions of
+marker pairs come back, and the host keeps those inside an entropy-coded segment.
 
 Example::
 
@@ -51,9 +52,12 @@ class BatchScanCheck:
         self._cuda = device.type == "cuda" and where == "gpu"
         self._stream = torch.cuda.Stream(device, priority=-1) if self._cuda else None
 
-    def __call__(self, bufs: Sequence) -> list[bool]:
+    def __call__(self, bufs: Sequence, region: torch.Tensor | None = None) -> list[bool]:
         """Whether each stream's entropy-coded data holds only markers that may appear there (see
-        ``jpeg_scan_is_plausible``). Blocks until the answer is back (call it from a helper thread)."""
+        ``jpeg_scan_is_plausible``). Blocks until the answer is back (call it from a helper thread).
+
+        ``region``: the streams' bytes already back to back in one tensor (readers.file's batch buffer, see
+        ``contiguous_bytes``), copied to the GPU as they are instead of gathered first."""
         if self.where == "cpu":
             return [jpeg_scan_is_plausible(b) for b in bufs]
         views = [as_bytes(b) for b in bufs]
@@ -72,7 +76,9 @@ class BatchScanCheck:
             total += len(view)
         if total < 2:
             return ok
-        marker_pos, marker_code = self._marker_pairs(views, total)
+        if region is not None and region.numel() != total:
+            raise ValueError(f"scan check: the region holds {region.numel()} bytes, the streams {total}")
+        marker_pos, marker_code = self._marker_pairs(views, total, region)
         if marker_pos.size == 0:
             return ok
         # The image each pair lies in; a pair counts when both of its bytes lie in that image's entropy segment.
@@ -84,12 +90,16 @@ class BatchScanCheck:
             ok[int(k)] = False
         return ok
 
-    def _marker_pairs(self, views: list[memoryview], total: int) -> tuple[np.ndarray, np.ndarray]:
+    def _marker_pairs(self, views: list[memoryview], total: int,
+                      region: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Positions (in the concatenated streams) of FF bytes followed by a byte that is not allowed inside
         entropy-coded data, or by a restart marker (allowed when the image defines a restart interval), and
         those followers."""
-        host = torch.empty(total, dtype=torch.uint8, pin_memory=self._cuda)
-        torch.cat([_as_tensor(v) for v in views], out=host)  # one parallel copy, without the GIL
+        if region is not None:
+            host = region
+        else:
+            host = torch.empty(total, dtype=torch.uint8, pin_memory=self._cuda)
+            torch.cat([_as_tensor(v) for v in views], out=host)  # one parallel copy, without the GIL
         if self._cuda:
             with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
                 data = host.to(self.device, non_blocking=True)

@@ -24,6 +24,7 @@ from sluice.errors import SampleError
 from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.kernels.audio.resample import resample_batch
+from sluice.ops.readers.file import contiguous_bytes
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -231,7 +232,7 @@ def _row_bytes(frames: int, channels: int, fmt: str, dtype: torch.dtype) -> int:
 
 
 def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], *, device: torch.device,
-                 pool=None, pin: bool = False) -> tuple[Batch, Batch]:
+                 pool=None, pin: bool = False, direct: bool | None = None) -> tuple[Batch, Batch]:
     """The mixed decoder's work for one batch, on any ``device`` (the operator runs it on the GPU; tests on the CPU).
 
     WAV payloads are not decoded on the CPU: their headers are parsed (:func:`parse_wav`), each window's bytes are
@@ -240,7 +241,11 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
     :func:`pcm_to_audio` per (format, channels) group then converts the whole group there. Other files are
     decoded on the CPU (:func:`decode_sample`, without resampling) and travel in the same staging buffer. Samples
     with a ``sample_rate`` are converted to float32, resampled on ``device`` (:func:`resample_batch`, one call per
-    rate pair) and converted to ``dtype`` as the CPU decoder does after soxr."""
+    rate pair) and converted to ``dtype`` as the CPU decoder does after soxr.
+
+    When the files already lie in page-locked memory (readers.file reads a GPU pipeline's batch into one such
+    buffer), nothing is staged on the host: each payload window is copied from there into its row on ``device``
+    by DMA (``direct``; None decides by that, True forces it, for tests)."""
     n = len(data)
     if n == 0:
         return Batch([]), Batch([])
@@ -273,24 +278,30 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
         row = _row_bytes(frames, channels, fmt, work)
         blocks.append((fmt, channels, work, idx, frames, row, offset))
         offset += row * len(idx)
-    staging = torch.empty(offset, dtype=torch.uint8, pin_memory=pin)
-    host = staging.numpy()
     rates = [item.target or item.rate for item in items]             # the rate output: after resampling
-    host[: 4 * n].view(np.float32)[:] = rates
-    rows = {}
-    for fmt, _, _, idx, _, row, start in blocks:
-        block = host[start: start + row * len(idx)].reshape(len(idx), row)
-        rows.update((i, (block[r], PAD_BYTE.get(fmt, 0))) for r, i in enumerate(idx))
+    if direct is None:
+        region = contiguous_bytes([data[i] for i in range(n)]) if pin and device.type == "cuda" else None
+        direct = region is not None and region.is_pinned()
+    if direct:
+        moved = _rows_on_device(data, items, blocks, rates, offset, device)
+    else:
+        staging = torch.empty(offset, dtype=torch.uint8, pin_memory=pin)
+        host = staging.numpy()
+        host[: 4 * n].view(np.float32)[:] = rates
+        rows = {}
+        for fmt, _, _, idx, _, row, start in blocks:
+            block = host[start: start + row * len(idx)].reshape(len(idx), row)
+            rows.update((i, (block[r], PAD_BYTE.get(fmt, 0))) for r, i in enumerate(idx))
 
-    def gather(i):
-        item, (dst, pad) = items[i], rows[i]
-        src = item.decoded.reshape(-1).view(torch.uint8).numpy() if item.decoded is not None else \
-            _bytes(data[i])[item.first: item.first + item.nbytes]
-        dst[: item.nbytes] = src
-        dst[item.nbytes:] = pad
+        def gather(i):
+            item, (dst, pad) = items[i], rows[i]
+            src = item.decoded.reshape(-1).view(torch.uint8).numpy() if item.decoded is not None else \
+                _bytes(data[i])[item.first: item.first + item.nbytes]
+            dst[: item.nbytes] = src
+            dst[item.nbytes:] = pad
 
-    _each(pool, gather, list(range(n)), sources)
-    moved = staging.to(device, non_blocking=True) if device.type != "cpu" else staging
+        _each(pool, gather, list(range(n)), sources)
+        moved = staging.to(device, non_blocking=True) if device.type != "cpu" else staging
     samples: list = [None] * n
     dense = None
     for fmt, channels, work, idx, frames, row, start in blocks:
@@ -305,6 +316,26 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
     if dense is not None and all(s.shape == dense.shape[1:] for s in samples):
         return Batch.from_dense(dense), rate_batch
     return Batch(samples), rate_batch
+
+
+def _rows_on_device(data, items: list[_Item], blocks: list, rates: list[float], size: int,
+                    device: torch.device) -> torch.Tensor:
+    """The staging layout of :func:`decode_batch` built on ``device`` straight from the samples: a fill per group
+    that has padding, then one copy per sample (from page-locked memory: DMA, queued without waiting)."""
+    moved = torch.empty(size, dtype=torch.uint8, device=device)
+    n = len(items)
+    moved[: 4 * n].view(torch.float32).copy_(torch.tensor(rates, dtype=torch.float32))
+    for fmt, _, _, idx, _, row, start in blocks:
+        block = moved[start: start + row * len(idx)].view(len(idx), row)
+        if any(items[i].nbytes < row for i in idx):
+            block.fill_(PAD_BYTE.get(fmt, 0))
+        for r, i in enumerate(idx):
+            item = items[i]
+            src = item.decoded.reshape(-1).view(torch.uint8) if item.decoded is not None else \
+                data[i][item.first: item.first + item.nbytes]
+            if item.nbytes:
+                block[r, : item.nbytes].copy_(src, non_blocking=True)
+    return moved
 
 
 def _resample(samples: list, items: list[_Item], dtype: torch.dtype, quality: float) -> torch.Tensor | None:

@@ -24,6 +24,7 @@ from sluice import types
 from sluice.backends.image import ImageDecodeError, ImageInfo, decode, probe
 from sluice.errors import SampleError
 from sluice.ops.decoders.crop_window import random_crop_window
+from sluice.ops.readers.file import contiguous_bytes
 from sluice.ops.tensor.slice import SCHEMA as SLICE
 from sluice.ops.tensor.slice import slice_bounds
 from sluice.pipeline.batch import Batch
@@ -257,9 +258,11 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                         raise
                     raise SampleError(index, exc.source, exc) from exc
 
+            region = contiguous_bytes(data.samples)  # readers.file's batch buffer: the scan check copies it as is
             images = named(lambda: decoder.decode(
                 bufs, output_type=const["output_type"].name, adjust_orientation=adjust, rois=rois, infos=infos,
-                sources=sources, thread_pool=pool, defer=lambda check: ctx.defer(lambda: named(check))))
+                sources=sources, thread_pool=pool, defer=lambda check: ctx.defer(lambda: named(check)),
+                region=region))
             return Batch([convert_image_dtype(t, const["dtype"]) for t in images], layout="HWC",
                          source_info=sources)
 

@@ -3,13 +3,17 @@
 Files come from ``file_root`` (its sorted sub-folders are the classes 0..N-1, as in DALI), from a ``file_list``
 (lines ``path label``, relative to ``file_root`` or to the list's folder), or from ``files`` (+ ``labels``).
 Outputs: the file's bytes (1-D UINT8) and its label (INT32 of shape [1]). Each sample carries its path as
-source info, so that a decoder's error names the file.
+source info, so that a decoder's error names the file. When the reader feeds GPU or mixed operators, each batch is
+read back to back into one page-locked buffer (up to 256 MiB a batch), from which the GPU copies by DMA: the mixed
+audio decoder copies each payload straight into its row, and the image decoder's scan check copies the batch whole.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
+from concurrent.futures import wait
 from typing import Any
 
 import numpy as np
@@ -19,6 +23,8 @@ from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_FILTERS = ["*.jpg", "*.jpeg", "*.png", "*.bmp", "*.tif", "*.tiff", "*.pnm", "*.ppm", "*.pgm", "*.pbm",
                    "*.jp2", "*.webp", "*.gif", "*.flac", "*.ogg", "*.wav", "*.mp3", "*.opus"]
@@ -161,15 +167,33 @@ def read_file(path: str) -> torch.Tensor:
 READ_TASKS = 32
 
 
-def read_files(paths: list[str], pool=None) -> list[torch.Tensor]:
-    """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
-    SampleError naming the sample's index and the file."""
-    n = len(paths)
+def _runs(n: int, pool) -> list[range]:
     if pool is None or n < 2:
-        runs = [range(n)]
-    else:
-        size = -(-n // min(n, READ_TASKS))
-        runs = [range(start, min(start + size, n)) for start in range(0, n, size)]
+        return [range(n)]
+    size = -(-n // min(n, READ_TASKS))
+    return [range(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _run_all(pool, fn, runs: list[range]) -> list:
+    """``fn`` over ``runs`` in ``pool``; every task finishes before the first failure (in order) is raised, so
+    that no task still works on what the caller cleans up."""
+    if pool is None or len(runs) < 2:
+        return [fn(r) for r in runs]
+    futures = [pool.submit(fn, r) for r in runs]
+    wait(futures)
+    return [f.result() for f in futures]
+
+
+def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bool = False) -> list[torch.Tensor]:
+    """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
+    SampleError naming the sample's index and the file.
+
+    With ``one_buffer`` (implied by ``pin``) the files are read back to back into one buffer, page-locked with
+    ``pin``, and the samples are views of it (:func:`contiguous_bytes` finds that stretch again): a GPU consumer
+    then copies the whole batch, or any part of it, by DMA without staging it first."""
+    if pin or one_buffer:
+        return _read_into_one_buffer(paths, pool, pin)
+    runs = _runs(len(paths), pool)
 
     def read_run(run: range) -> list[torch.Tensor]:
         out = []
@@ -180,8 +204,85 @@ def read_files(paths: list[str], pool=None) -> list[torch.Tensor]:
                 raise SampleError(i, paths[i], exc) from exc
         return out
 
-    parts = list(pool.map(read_run, runs)) if pool is not None and len(runs) > 1 else [read_run(r) for r in runs]
-    return [t for part in parts for t in part]
+    return [t for part in _run_all(pool, read_run, runs) for t in part]
+
+
+_pinning_failed = False
+
+#: Larger batches (of videos, say) are read into ordinary memory: page-locked memory is scarce, and torch's
+#: host allocator keeps what it has handed out.
+MAX_PINNED_BATCH_BYTES = 256 << 20
+
+
+def _host_buffer(nbytes: int, pin: bool) -> torch.Tensor:
+    global _pinning_failed
+    if pin and not _pinning_failed and nbytes <= MAX_PINNED_BATCH_BYTES:
+        try:
+            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        except RuntimeError as exc:  # no CUDA, or page-locked memory exhausted: read into ordinary memory
+            _pinning_failed = True
+            logger.warning("fn.readers.file: cannot page-lock a %d-byte batch buffer (%s); reading into ordinary "
+                           "memory from now on", nbytes, exc)
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
+def _read_into_one_buffer(paths: list[str], pool, pin: bool) -> list[torch.Tensor]:
+    n = len(paths)
+    runs = _runs(n, pool)
+    fds: list[int | None] = [None] * n
+    sizes = [0] * n
+
+    def open_run(run: range) -> None:
+        for i in run:
+            try:
+                fds[i] = os.open(paths[i], os.O_RDONLY)
+                sizes[i] = os.fstat(fds[i]).st_size
+            except OSError as e:
+                raise SampleError(i, paths[i], OSError(f"cannot read '{paths[i]}': {e.strerror or e}")) from None
+
+    try:
+        _run_all(pool, open_run, runs)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        buf = _host_buffer(max(1, offsets[-1]), pin)
+        host = buf.numpy()
+        got = [0] * n
+
+        def read_run(run: range) -> None:
+            for i in run:
+                view = host[offsets[i]: offsets[i + 1]]
+                try:
+                    while got[i] < view.size:  # short reads (pipes, network file systems): read on
+                        more = os.readv(fds[i], [view[got[i]:]])
+                        if not more:
+                            break
+                        got[i] += more
+                except OSError as e:
+                    raise SampleError(i, paths[i], OSError(f"cannot read '{paths[i]}': {e.strerror or e}")) from None
+
+        _run_all(pool, read_run, runs)
+    finally:
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
+    # A file that shrank since its size was read keeps a gap after its bytes; its sample is what was read.
+    return [buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
+
+
+def contiguous_bytes(samples) -> torch.Tensor | None:
+    """When ``samples`` (1-D uint8 tensors) lie back to back, in order, in one storage (as ``read_files`` reads a
+    batch for a GPU pipeline): that stretch as one tensor, else None. A consumer copies it in one transfer."""
+    if not samples:
+        return None
+    first = samples[0]
+    storage = first.untyped_storage()
+    base = storage.data_ptr()
+    start = pos = first.storage_offset()
+    for s in samples:
+        if (s.dtype != torch.uint8 or s.dim() != 1 or s.storage_offset() != pos
+                or (s.numel() > 1 and s.stride(0) != 1) or s.untyped_storage().data_ptr() != base):
+            return None
+        pos += s.numel()
+    return first.new_empty(0).set_(storage, start, (pos - start,), (1,))
 
 
 class ReaderBase(Operator):
@@ -229,6 +330,6 @@ class FileReader(ReaderBase):
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        data = read_files(paths, ctx.thread_pool)
+        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs)
         labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
         return Batch(data, "", paths), Batch.from_dense(labels, "", paths)
