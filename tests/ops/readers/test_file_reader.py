@@ -183,7 +183,7 @@ def test_one_buffer_reads_a_batch_back_to_back(tmp_path, caplog):
     file_mod._pinning_failed = False
     if not torch.cuda.is_available():
         with caplog.at_level("WARNING"):
-            pinned = read_files(paths, None, pin=True)
+            pinned = read_files(paths, None, pin=True, device_id=0)
         assert [t.numpy().tobytes() for t in pinned] == [t.numpy().tobytes() for t in plain]
         assert "cannot page-lock" in caplog.text
         file_mod._pinning_failed = False

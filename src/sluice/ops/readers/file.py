@@ -184,15 +184,17 @@ def _run_all(pool, fn, runs: list[range]) -> list:
     return [f.result() for f in futures]
 
 
-def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bool = False) -> list[torch.Tensor]:
+def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bool = False,
+               device_id: int | None = None) -> list[torch.Tensor]:
     """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
     SampleError naming the sample's index and the file.
 
     With ``one_buffer`` (implied by ``pin``) the files are read back to back into one buffer, page-locked with
     ``pin``, and the samples are views of it (:func:`contiguous_bytes` finds that stretch again): a GPU consumer
-    then copies the whole batch, or any part of it, by DMA without staging it first."""
+    then copies the whole batch, or any part of it, by DMA without staging it first. ``device_id``: the GPU the
+    pipeline uses (page-locking must not create a CUDA context on another GPU)."""
     if pin or one_buffer:
-        return _read_into_one_buffer(paths, pool, pin)
+        return _read_into_one_buffer(paths, pool, pin, device_id)
     runs = _runs(len(paths), pool)
 
     def read_run(run: range) -> list[torch.Tensor]:
@@ -214,19 +216,24 @@ _pinning_failed = False
 MAX_PINNED_BATCH_BYTES = 256 << 20
 
 
-def _host_buffer(nbytes: int, pin: bool) -> torch.Tensor:
+def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
     global _pinning_failed
     if pin and not _pinning_failed and nbytes <= MAX_PINNED_BATCH_BYTES:
         try:
-            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-        except RuntimeError as exc:  # no CUDA, or page-locked memory exhausted: read into ordinary memory
+            # On the pipeline's GPU: a first page-locked allocation would otherwise make a context on GPU 0 (in
+            # every rank's process, on a multi-GPU host).
+            if device_id is None:
+                return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            with torch.cuda.device(device_id):
+                return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        except (RuntimeError, AssertionError) as exc:  # no CUDA, or no page-locked memory left: ordinary memory
             _pinning_failed = True
             logger.warning("fn.readers.file: cannot page-lock a %d-byte batch buffer (%s); reading into ordinary "
                            "memory from now on", nbytes, exc)
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
-def _read_into_one_buffer(paths: list[str], pool, pin: bool) -> list[torch.Tensor]:
+def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> list[torch.Tensor]:
     n = len(paths)
     runs = _runs(n, pool)
     fds: list[int | None] = [None] * n
@@ -243,7 +250,7 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool) -> list[torch.Tenso
     try:
         _run_all(pool, open_run, runs)
         offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-        buf = _host_buffer(max(1, offsets[-1]), pin)
+        buf = _host_buffer(max(1, offsets[-1]), pin, device_id)
         host = buf.numpy()
         got = [0] * n
 
@@ -330,6 +337,6 @@ class FileReader(ReaderBase):
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs)
+        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id)
         labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
         return Batch(data, "", paths), Batch.from_dense(labels, "", paths)
