@@ -10,6 +10,7 @@ operator, the sample and its file; the pipeline is then marked broken, and nothi
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections import deque
@@ -131,7 +132,7 @@ class Executor:
             spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
                           pipeline.num_threads, self.device_id, seed, pipeline)
             self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
-        if self.uses_gpu:
+        if self.uses_gpu and os.environ.get("SLUICE_PIN_CPU_OUTPUTS", "1") != "0":  # =0: ordinary memory
             for node in self.nodes:
                 if node.device == "cpu" and any(n.device in ("gpu", "mixed") and self._needs(n, [node])
                                                 for n in self.nodes):
