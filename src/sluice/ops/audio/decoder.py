@@ -4,7 +4,6 @@ window, optionally resampled (soxr) and downmixed."""
 from __future__ import annotations
 
 import logging
-from concurrent.futures import wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +23,7 @@ from sluice.errors import SampleError
 from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.kernels.audio.resample import resample_batch
-from sluice.ops.readers.file import contiguous_bytes
+from sluice.ops.readers.file import contiguous_bytes, map_all
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -134,11 +133,7 @@ def _each(pool, fn, items: list, sources: list[str]) -> list:
         except Exception as exc:
             raise SampleError(i, sources[i], exc) from exc
 
-    if pool is None or len(items) < 2:
-        return [call(i) for i in items]
-    futures = [pool.submit(call, i) for i in items]
-    wait(futures)
-    return [f.result() for f in futures]
+    return map_all(pool, call, items)
 
 
 @SCHEMA.operator_class("cpu")
@@ -295,9 +290,7 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
 
         def gather(i):
             item, (dst, pad) = items[i], rows[i]
-            src = item.decoded.reshape(-1).view(torch.uint8).numpy() if item.decoded is not None else \
-                _bytes(data[i])[item.first: item.first + item.nbytes]
-            dst[: item.nbytes] = src
+            dst[: item.nbytes] = _payload(item, data[i]).numpy()
             dst[item.nbytes:] = pad
 
         _each(pool, gather, list(range(n)), sources)
@@ -318,6 +311,14 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
     return Batch(samples), rate_batch
 
 
+def _payload(item: _Item, sample: torch.Tensor) -> torch.Tensor:
+    """The bytes that go into a sample's row: its WAV payload window (a view of the file's bytes), or the samples
+    the CPU decoded."""
+    if item.decoded is not None:
+        return item.decoded.reshape(-1).view(torch.uint8)
+    return sample[item.first: item.first + item.nbytes]
+
+
 def _rows_on_device(data, items: list[_Item], blocks: list, rates: list[float], size: int,
                     device: torch.device) -> torch.Tensor:
     """The staging layout of :func:`decode_batch` built on ``device`` straight from the samples: a fill per group
@@ -330,11 +331,8 @@ def _rows_on_device(data, items: list[_Item], blocks: list, rates: list[float], 
         if any(items[i].nbytes < row for i in idx):
             block.fill_(PAD_BYTE.get(fmt, 0))
         for r, i in enumerate(idx):
-            item = items[i]
-            src = item.decoded.reshape(-1).view(torch.uint8) if item.decoded is not None else \
-                data[i][item.first: item.first + item.nbytes]
-            if item.nbytes:
-                block[r, : item.nbytes].copy_(src, non_blocking=True)
+            if items[i].nbytes:
+                block[r, : items[i].nbytes].copy_(_payload(items[i], data[i]), non_blocking=True)
     return moved
 
 

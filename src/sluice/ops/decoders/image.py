@@ -258,7 +258,8 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                         raise
                     raise SampleError(index, exc.source, exc) from exc
 
-            region = contiguous_bytes(data.samples)  # readers.file's batch buffer: the scan check copies it as is
+            # readers.file's batch buffer: the scan check copies it as it lies (found only when the check runs)
+            region = contiguous_bytes(data.samples) if decoder.validate_scans else None
             images = named(lambda: decoder.decode(
                 bufs, output_type=const["output_type"].name, adjust_orientation=adjust, rois=rois, infos=infos,
                 sources=sources, thread_pool=pool, defer=lambda check: ctx.defer(lambda: named(check)),
