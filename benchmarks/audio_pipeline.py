@@ -105,7 +105,8 @@ def torchaudio_cpu_procs(paths: list[str], procs: int = 16) -> tuple[float, np.n
 
 
 # ------------------------------------------------------------------------------------------------------ sluice
-def sluice_pipeline(root: str, batch: int, threads: int, device: str, decoder: str = "mixed", stop: str = ""):
+def sluice_pipeline(root: str, batch: int, threads: int, device: str, decoder: str = "mixed", stop: str = "",
+                    prefetch: int = 2):
     """The log-mel pipeline; ``decoder`` "mixed" or "cpu" (forced to "cpu" when ``device`` is "cpu"); ``stop``
     "reader" or "decoder" ends it after that stage (stage timings)."""
     from sluice import fn, pipeline_def, types
@@ -113,7 +114,7 @@ def sluice_pipeline(root: str, batch: int, threads: int, device: str, decoder: s
     decoder = decoder if device == "gpu" else "cpu"
 
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=0 if device == "gpu" else None, seed=1,
-                  prefetch_queue_depth=2)
+                  prefetch_queue_depth=prefetch)
     def logmel():
         data, _ = fn.readers.file(file_root=root, name="Reader")
         if stop == "reader":
@@ -210,7 +211,7 @@ def run_sluice(pipe, iterations: int):
 def time_sluice(root: str, n: int, args, device: str, decoder: str = "mixed", stop: str = "",
                 epochs: int | None = None) -> tuple[float, object]:
     """clips/s of one sluice pipeline over ``epochs`` epochs (after a two-batch warm-up) and its first batch."""
-    pipe = sluice_pipeline(root, args.batch, args.threads, device, decoder, stop)
+    pipe = sluice_pipeline(root, args.batch, args.threads, device, decoder, stop, args.prefetch)
     first = run_sluice(pipe, 1)                                       # warm-up: CUDA context, cuFFT plans
     first = first.as_tensor().clone() if stop == "" else None
     run_sluice(pipe, 1)
@@ -219,6 +220,28 @@ def time_sluice(root: str, n: int, args, device: str, decoder: str = "mixed", st
         run_sluice(pipe, iterations)
     pipe.close()                                                      # its threads stop prefetching
     return iterations * args.batch / t["seconds"], first
+
+
+def profile_sluice(root: str, args, device: str, stop: str = "") -> None:
+    """Run the mixed-decoder pipeline for ``args.profile`` seconds under benchmarks/stack_profile.py's sampler and
+    print where each thread group spends its time."""
+    import time
+
+    from stack_profile import StackSampler
+
+    pipe = sluice_pipeline(root, args.batch, args.threads, device, "mixed", stop, args.prefetch)
+    run_sluice(pipe, 4)
+    n = 0
+    with StackSampler(0.001) as sampler:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < args.profile:
+            run_sluice(pipe, 1)
+            n += 1
+        dt = time.perf_counter() - t0
+    print(f"PROFILE audio{' up to ' + stop if stop else ''}: {n * args.batch / dt:,.0f} clips/s over {n} batches "
+          f"(prefetch {args.prefetch}, {args.threads} threads)", flush=True)
+    sampler.report(12)
+    pipe.close()
 
 
 # ----------------------------------------------------------------------------------------------------- main
@@ -232,6 +255,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default=None, help="sluice device: gpu (default with CUDA) or cpu")
     ap.add_argument("--peers", nargs="*", default=["torchaudio-gpu", "torchaudio-cpu-16proc"])
     ap.add_argument("--sluice-cpu", action="store_true", help="also time sluice on the CPU only (one epoch)")
+    ap.add_argument("--prefetch", type=int, default=2, help="sluice's prefetch_queue_depth")
+    ap.add_argument("--profile", type=float, default=0.0,
+                    help="only profile sluice's threads for this many seconds (full pipeline, then up to the decoder)")
     ap.add_argument("--no-stages", dest="stages", action="store_false",
                     help="skip the per-stage rows (readers.file alone, + decoder)")
     args = ap.parse_args(argv)
@@ -247,6 +273,10 @@ def main(argv: list[str] | None = None) -> None:
     with ThreadPoolExecutor(args.threads) as pool:                   # warm the page cache for everyone
         list(pool.map(lambda p: open(p, "rb").read(), paths))
     n = len(paths)
+    if args.profile:
+        for stop in ("", "decoder"):
+            profile_sluice(args.root, args, device, stop)
+        return
     workload = f"log-mel {n} WAV 10 s 44.1 kHz -> 16 kHz, nfft 512, 80 mel, dB, batch {args.batch}"
 
     peers: dict[str, float] = {}

@@ -35,8 +35,14 @@ for step in "$@"; do
     scan-micro) python3 benchmarks/scan_check_micro.py ;;
     train) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
            python3 benchmarks/train_pipeline.py /tmp/imagenet_like --memory-seconds ${MEMORY_SECONDS:-120} 2>&1 | grep -v "^INFO" ;;
+    memory) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
+            python3 benchmarks/train_pipeline.py /tmp/imagenet_like --memory-only --memory-iters 10000 \
+              --memory-seconds ${MEMORY_SECONDS:-480} --memory-batch-size ${MEMORY_BATCH:-64} 2>&1 | grep -v "^INFO" ;;
     audio) python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
            python3 benchmarks/audio_pipeline.py --root /tmp/audio_bench --threads 16 --batch 64 ;;
+    audio-profile) [ -d /tmp/audio_bench ] || python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
+           python3 benchmarks/audio_pipeline.py --root /tmp/audio_bench --threads 16 --batch 64 \
+             --profile ${PROFILE_SECONDS:-12} ;;
     whisper) python3 examples/whisper_logmel.py --n-mels 80 --batch 32 --threads 16 ;;
     video) python3 benchmarks/make_videos.py --out /tmp/video_bench | tail -4
            python3 benchmarks/video_clips.py --videos /tmp/video_bench --sessions 7 ;;

@@ -21,7 +21,8 @@ Usage (files from the decoder issue's generator)::
 
     python benchmarks/make_imagenet_like.py /tmp/imagenet_like
     python benchmarks/train_pipeline.py /tmp/imagenet_like                  # ~4 minutes on an H200
-    python benchmarks/train_pipeline.py /tmp/imagenet_like --memory-iters 10000
+    python benchmarks/train_pipeline.py /tmp/imagenet_like --memory-only --memory-iters 10000 \
+        --memory-seconds 480 --memory-batch-size 64      # 10,000 iterations inside one device call
     python benchmarks/train_pipeline.py /tmp/small --cpu --batch-size 8 --iters 2 --memory-iters 4   # smoke test
 
 Rows go through benchmarks/common.py's ``report`` (and to $SLUICE_BENCH_OUT as JSON lines).
@@ -136,6 +137,34 @@ def torchvision_gpu_batches(files, bs, size, device):
             yield ((out.float() - mean) / std).half()
 
 
+def memory_check(it, iters: int, seconds: float, bs: int) -> None:
+    """Run the training iterator for ``iters`` iterations (or ``seconds``), sampling allocated GPU memory every
+    100; print the curve's ends, its growth and the peak, and report the peak."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    samples, start, done = [], time.perf_counter(), 0
+    gen = endless(it)
+    while done < iters and time.perf_counter() - start < seconds:
+        next(gen)
+        done += 1
+        if done % 100 == 0:
+            samples.append(torch.cuda.memory_allocated())
+        if done % 2000 == 0:
+            print(f"# memory: {done} iterations, allocated {samples[-1] / 2**20:.0f} MiB, reserved "
+                  f"{torch.cuda.memory_reserved() / 2**20:.0f} MiB, {time.perf_counter() - start:.0f} s", flush=True)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    first_mb = samples[0] / 2**20 if samples else float("nan")
+    last_mb = samples[-1] / 2**20 if samples else float("nan")
+    growth = (max(samples[len(samples) // 2:]) - max(samples[:len(samples) // 2])) / 2**20 \
+        if len(samples) >= 4 else float("nan")
+    print(f"# memory: {done} iterations of batch {bs}, allocated at 100 its {first_mb:.0f} MiB, at the end "
+          f"{last_mb:.0f} MiB, growth of the max (2nd half - 1st half) {growth:.1f} MiB, peak allocated "
+          f"{peak:.0f} MiB, reserved {torch.cuda.memory_reserved() / 2**20:.0f} MiB", flush=True)
+    report(f"training pipeline peak GPU memory allocated over {done} iterations (batch {bs})", "MiB", peak, {},
+           higher_is_better=False)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder")
@@ -148,6 +177,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--memory-iters", type=int, default=10000, help="training iterations of the memory check")
     p.add_argument("--memory-seconds", type=float, default=120.0, help="time cap of the memory check")
+    p.add_argument("--memory-only", action="store_true",
+                   help="only the memory check (with --memory-batch-size), nothing else")
+    p.add_argument("--memory-batch-size", type=int, default=None,
+                   help="batch size of a --memory-only check (default --batch-size)")
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--files", type=int, default=8192)
     p.add_argument("--skip-peers", action="store_true")
@@ -163,6 +196,15 @@ def main() -> None:
     common = dict(batch_size=bs, num_threads=a.threads, device_id=device_id, seed=1)
     where = f"{'GPU' if gpu else 'CPU'}, batch {bs}, {len(files)} files"
     print(f"# {machine()}", flush=True)
+    if a.memory_only:
+        mbs = a.memory_batch_size or bs
+        mpipe = train_pipe(files, decoder, dev, a.size, **{**common, "batch_size": mbs})
+        mit = DALIGenericIterator(mpipe, ["data", "label"], reader_name="Reader", auto_reset=True,
+                                  last_batch_policy=LastBatchPolicy.DROP)
+        if gpu:
+            memory_check(mit, a.memory_iters, a.memory_seconds, mbs)
+        mpipe.close()
+        return
 
     # sluice: decode only, then the whole training pipeline (pipe.run and through the PyTorch iterator)
     dpipe = decode_pipe(files, decoder, **common)
@@ -218,27 +260,8 @@ def main() -> None:
     print(f"# whole pipeline / decode-only = {train_run_ips / decode_ips:.1%} (pipe.run), "
           f"{train_ips / decode_ips:.1%} (through the iterator)", flush=True)
 
-    # GPU memory over many iterations
     if gpu:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        samples, start, done = [], time.perf_counter(), 0
-        gen = endless(it)
-        while done < a.memory_iters and time.perf_counter() - start < a.memory_seconds:
-            next(gen)
-            done += 1
-            if done % 100 == 0:
-                samples.append(torch.cuda.memory_allocated())
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() / 2**20
-        first_mb = samples[0] / 2**20 if samples else float("nan")
-        last_mb = samples[-1] / 2**20 if samples else float("nan")
-        growth = (max(samples[len(samples) // 2:]) - max(samples[:len(samples) // 2])) / 2**20 \
-            if len(samples) >= 4 else float("nan")
-        print(f"# memory: {done} iterations, allocated at 100 its {first_mb:.0f} MiB, at the end {last_mb:.0f} MiB, "
-              f"growth of the max (2nd half - 1st half) {growth:.1f} MiB, peak allocated {peak:.0f} MiB", flush=True)
-        report(f"training pipeline peak GPU memory allocated over {done} iterations", "MiB", peak, {},
-               higher_is_better=False)
+        memory_check(it, a.memory_iters, a.memory_seconds, bs)
     tpipe.close()
 
     # validation
