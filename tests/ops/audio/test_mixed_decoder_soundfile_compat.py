@@ -41,18 +41,21 @@ def as_tensor(data: bytes) -> torch.Tensor:
 
 
 def mixed_on_cpu(files: list[bytes], per: list[dict]):
-    """The mixed decoder's batch work on the CPU, both ways: staged on the host (files anywhere) and copied row by
-    row straight from the files (as from readers.file's page-locked batch buffer); the two must agree exactly."""
+    """The mixed decoder's batch work on the CPU, three ways: staged on the host, rows copied straight from the
+    files where they lie, and rows cut from the batch's one buffer moved whole (as from readers.file's
+    page-locked batch buffer); all must agree exactly."""
     sources = [f"f{i}.wav" for i in range(len(files))]
-    audio, rate = decode_batch([as_tensor(f) for f in files], sources, per, device=torch.device("cpu"))
+    separate = [as_tensor(f) for f in files]
+    audio, rate = decode_batch(separate, sources, per, device=torch.device("cpu"))
     buffer = torch.frombuffer(bytearray(b"".join(files) or b"\0"), dtype=torch.uint8)
     ends = np.cumsum([0] + [len(f) for f in files]).tolist()
     views = [buffer[a:b] for a, b in zip(ends[:-1], ends[1:])]
-    direct, direct_rate = decode_batch(views, sources, per, device=torch.device("cpu"), direct=True)
-    assert [float(r) for r in direct_rate] == [float(r) for r in rate]
-    for a, b in zip(audio, direct):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for data in (separate, views):
+        direct, direct_rate = decode_batch(data, sources, per, device=torch.device("cpu"), direct=True)
+        assert [float(r) for r in direct_rate] == [float(r) for r in rate]
+        for a, b in zip(audio, direct):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
     return audio, rate
 
 
@@ -218,6 +221,33 @@ def test_mixed_operator_equals_cpu_operator_on_gpu(subtype):
         for i in range(len(files)):
             torch.testing.assert_close(gpu_audio[i].cpu(), cpu_audio[i], rtol=0, atol=0)
         assert gpu_rate.as_tensor().tolist() == cpu_rate.as_tensor().tolist()
+
+
+@pytest.mark.cuda
+def test_mixed_decoder_reading_from_the_readers_page_locked_buffer_equals_cpu(tmp_path):
+    """readers.file puts a GPU pipeline's batch in one page-locked buffer; the mixed decoder then moves it in one
+    DMA and cuts the rows out on the GPU (a FLAC among the WAVs is decoded on the CPU and copied from there)."""
+    from sluice import fn, pipeline_def
+
+    subtypes = ["PCM_16", "PCM_24", "FLOAT", "PCM_U8", "PCM_32"]
+    for k, subtype in enumerate(subtypes):
+        (tmp_path / f"{k}.wav").write_bytes(encode(signal(RATE, 1 + k % 2, seed=k), RATE, "WAV", subtype))
+    (tmp_path / "5.flac").write_bytes(encode(signal(RATE, 2, seed=7), RATE, "FLAC", "PCM_16"))
+    names = sorted(q.name for q in tmp_path.iterdir())
+
+    def build(device):
+        @pipeline_def(batch_size=len(names), num_threads=2, device_id=0, seed=1)
+        def pipe():
+            data, _ = fn.readers.file(file_root=str(tmp_path), files=names)
+            audio, rate = fn.decoders.audio(data, device=device, dtype=types.FLOAT, downmix=True)
+            return audio, rate.cpu() if device == "mixed" else rate
+        return pipe()
+
+    gpu_audio, gpu_rate = build("mixed").run()
+    cpu_audio, cpu_rate = build("cpu").run()
+    for i in range(len(names)):
+        torch.testing.assert_close(gpu_audio[i].cpu(), cpu_audio[i], rtol=0, atol=0)
+    assert gpu_rate.as_tensor().tolist() == cpu_rate.as_tensor().tolist()
 
 
 @pytest.mark.cuda

@@ -179,6 +179,10 @@ def test_one_buffer_reads_a_batch_back_to_back(tmp_path, caplog):
     assert contiguous_bytes([one[3], one[2]]) is None    # out of order
     assert contiguous_bytes([one[2], one[5]]) is None    # a gap
     assert contiguous_bytes([]) is None
+    whole = torch.arange(64, dtype=torch.uint8)
+    assert contiguous_bytes([whole[:8], whole[8:40:2]]) is None      # a strided sample
+    assert contiguous_bytes([whole[:8], whole[8:8], whole[8:20]]).tolist() == list(range(20))  # an empty one
+    assert contiguous_bytes([whole[60:], torch.arange(4, dtype=torch.uint8)]) is None  # past the first storage
     # pin=True without a usable GPU: ordinary memory, a warning once, the same bytes.
     file_mod._pinning_failed = False
     if not torch.cuda.is_available():

@@ -239,8 +239,8 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
     rate pair) and converted to ``dtype`` as the CPU decoder does after soxr.
 
     When the files already lie in page-locked memory (readers.file reads a GPU pipeline's batch into one such
-    buffer), nothing is staged on the host: each payload window is copied from there into its row on ``device``
-    by DMA (``direct``; None decides by that, True forces it, for tests)."""
+    buffer), nothing is staged on the host: that buffer goes to ``device`` in one DMA and each payload window is
+    copied from there into its row (``direct``; None decides by that, True forces it, for tests)."""
     n = len(data)
     if n == 0:
         return Batch([]), Batch([])
@@ -274,11 +274,11 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
         blocks.append((fmt, channels, work, idx, frames, row, offset))
         offset += row * len(idx)
     rates = [item.target or item.rate for item in items]             # the rate output: after resampling
+    region = contiguous_bytes([data[i] for i in range(n)]) if direct or (pin and device.type == "cuda") else None
     if direct is None:
-        region = contiguous_bytes([data[i] for i in range(n)]) if pin and device.type == "cuda" else None
         direct = region is not None and region.is_pinned()
     if direct:
-        moved = _rows_on_device(data, items, blocks, rates, offset, device)
+        moved = _rows_on_device(data, items, blocks, rates, offset, device, region)
     else:
         staging = torch.empty(offset, dtype=torch.uint8, pin_memory=pin)
         host = staging.numpy()
@@ -320,19 +320,36 @@ def _payload(item: _Item, sample: torch.Tensor) -> torch.Tensor:
 
 
 def _rows_on_device(data, items: list[_Item], blocks: list, rates: list[float], size: int,
-                    device: torch.device) -> torch.Tensor:
+                    device: torch.device, region: torch.Tensor | None) -> torch.Tensor:
     """The staging layout of :func:`decode_batch` built on ``device`` straight from the samples: a fill per group
-    that has padding, then one copy per sample (from page-locked memory: DMA, queued without waiting)."""
+    that has padding, then every payload window into its row. When the files lie back to back in ``region``
+    (readers.file's page-locked batch buffer) that goes over in one DMA and the rows are cut from it on the device;
+    otherwise each window is copied from where it lies. The copies are made in one call each: a copy per sample
+    from Python gave the GIL up 64 times a batch, and the pipeline's other threads took it each time."""
     moved = torch.empty(size, dtype=torch.uint8, device=device)
     n = len(items)
     moved[: 4 * n].view(torch.float32).copy_(torch.tensor(rates, dtype=torch.float32))
+    on_device = region.to(device, non_blocking=True) if region is not None else None
+    base = region.data_ptr() if region is not None else 0
+    near, far = ([], []), ([], [])          # (rows, sources) copied on the device / from the host
     for fmt, _, _, idx, _, row, start in blocks:
         block = moved[start: start + row * len(idx)].view(len(idx), row)
         if any(items[i].nbytes < row for i in idx):
             block.fill_(PAD_BYTE.get(fmt, 0))
         for r, i in enumerate(idx):
-            if items[i].nbytes:
-                block[r, : items[i].nbytes].copy_(_payload(items[i], data[i]), non_blocking=True)
+            item = items[i]
+            if not item.nbytes:
+                continue
+            if on_device is not None and item.decoded is None:
+                at = data[i].data_ptr() - base + item.first
+                near[0].append(block[r, : item.nbytes])
+                near[1].append(on_device[at: at + item.nbytes])
+            else:
+                far[0].append(block[r, : item.nbytes])
+                far[1].append(_payload(item, data[i]))
+    for rows, sources in (near, far):
+        if rows:
+            torch._foreach_copy_(rows, sources, non_blocking=True)
     return moved
 
 
