@@ -256,11 +256,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--peers", nargs="*", default=["torchaudio-gpu", "torchaudio-cpu-16proc"])
     ap.add_argument("--sluice-cpu", action="store_true", help="also time sluice on the CPU only (one epoch)")
     ap.add_argument("--prefetch", type=int, default=2, help="sluice's prefetch_queue_depth")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval (seconds) for this process: how long a thread waiting for the GIL "
+                         "waits before it asks the holder to let go (Python's default 0.005)")
     ap.add_argument("--profile", type=float, default=0.0,
                     help="only profile sluice's threads for this many seconds (full pipeline, then up to the decoder)")
     ap.add_argument("--no-stages", dest="stages", action="store_false",
                     help="skip the per-stage rows (readers.file alone, + decoder)")
     args = ap.parse_args(argv)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     import torch
 
     device = args.device or ("gpu" if torch.cuda.is_available() else "cpu")

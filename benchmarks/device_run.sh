@@ -39,7 +39,7 @@ for step in "$@"; do
             python3 benchmarks/train_pipeline.py /tmp/imagenet_like --memory-only --memory-iters 10000 \
               --memory-seconds ${MEMORY_SECONDS:-480} --memory-batch-size ${MEMORY_BATCH:-64} 2>&1 | grep -v "^INFO" ;;
     audio) python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
-           python3 benchmarks/audio_pipeline.py --root /tmp/audio_bench --threads 16 --batch 64 ;;
+           python3 benchmarks/audio_pipeline.py --root /tmp/audio_bench --threads 16 --batch 64 ${AUDIO_ARGS:-} ;;
     audio-profile) [ -d /tmp/audio_bench ] || python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
            python3 benchmarks/audio_pipeline.py --root /tmp/audio_bench --threads 16 --batch 64 \
              --profile ${PROFILE_SECONDS:-12} ;;

@@ -190,7 +190,13 @@ def test_one_buffer_reads_a_batch_back_to_back(tmp_path, caplog):
             pinned = read_files(paths, None, pin=True, device_id=0)
         assert [t.numpy().tobytes() for t in pinned] == [t.numpy().tobytes() for t in plain]
         assert "cannot page-lock" in caplog.text
+        assert not file_mod.is_page_locked_buffer(contiguous_bytes(pinned))
         file_mod._pinning_failed = False
+    else:
+        pinned = read_files(paths, None, pin=True, device_id=0)
+        region = contiguous_bytes(pinned)
+        assert region.is_pinned() and file_mod.is_page_locked_buffer(region)
+        assert not file_mod.is_page_locked_buffer(contiguous_bytes(one))
 
 
 def test_one_buffer_names_a_missing_file_and_closes_the_rest(tmp_path):

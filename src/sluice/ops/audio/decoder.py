@@ -23,7 +23,7 @@ from sluice.errors import SampleError
 from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.kernels.audio.resample import resample_batch
-from sluice.ops.readers.file import contiguous_bytes, map_all
+from sluice.ops.readers.file import contiguous_bytes, is_page_locked_buffer, map_all
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -276,7 +276,7 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
     rates = [item.target or item.rate for item in items]             # the rate output: after resampling
     region = contiguous_bytes([data[i] for i in range(n)]) if direct or (pin and device.type == "cuda") else None
     if direct is None:
-        direct = region is not None and region.is_pinned()
+        direct = region is not None and is_page_locked_buffer(region)
     if direct:
         moved = _rows_on_device(data, items, blocks, rates, offset, device, region)
     else:

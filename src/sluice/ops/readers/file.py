@@ -221,6 +221,10 @@ def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bo
 
 
 _pinning_failed = False
+#: Start addresses of the page-locked batch buffers handed out. torch's host allocator keeps its blocks (they are
+#: reused, never given back to ordinary memory), so the set stays small and an address in it stays page-locked.
+#: Asking torch (``Tensor.is_pinned``) cost a CUDA driver query per batch on the GPU stage's thread.
+_page_locked: set[int] = set()
 
 #: Larger batches (of videos, say) are read into ordinary memory: page-locked memory is scarce, and torch's
 #: host allocator keeps what it has handed out.
@@ -234,9 +238,12 @@ def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
             # On the pipeline's GPU: a first page-locked allocation would otherwise make a context on GPU 0 (in
             # every rank's process, on a multi-GPU host).
             if device_id is None:
-                return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-            with torch.cuda.device(device_id):
-                return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+                buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            else:
+                with torch.cuda.device(device_id):
+                    buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            _page_locked.add(buf.data_ptr())
+            return buf
         except (RuntimeError, AssertionError) as exc:  # no CUDA, or no page-locked memory left: ordinary memory
             _pinning_failed = True
             logger.warning("fn.readers.file: cannot page-lock a %d-byte batch buffer (%s); reading into ordinary "
@@ -279,6 +286,11 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
                 os.close(fd)
     # A file that shrank since its size was read keeps a gap after its bytes; its sample is what was read.
     return [buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
+
+
+def is_page_locked_buffer(region: torch.Tensor) -> bool:
+    """Whether ``region`` (from :func:`contiguous_bytes`) lies in a page-locked batch buffer of this module."""
+    return region.untyped_storage().data_ptr() in _page_locked
 
 
 def contiguous_bytes(samples) -> torch.Tensor | None:
