@@ -68,6 +68,21 @@ def nvimgcodec_module():
     return nvimgcodec
 
 
+def nvimgcodec_host_threads(num_cpu_threads: int) -> int:
+    """nvImageCodec's own host threads (bitstream parsing for the hardware engines and nvJPEG's CPU stages):
+    SLUICE_NVIMGCODEC_THREADS, else a quarter of the pipeline's threads, at least 2."""
+    env = os.environ.get("SLUICE_NVIMGCODEC_THREADS")
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise ValueError(f"SLUICE_NVIMGCODEC_THREADS={env!r}: give a whole number of threads (>= 1)") from None
+        if value < 1:
+            raise ValueError(f"SLUICE_NVIMGCODEC_THREADS={env!r}: give a whole number of threads (>= 1)")
+        return value
+    return max(2, num_cpu_threads // 4)
+
+
 def _ends_with_eoi(buf: memoryview) -> bool:
     # A truncated JPEG lacks its EOI marker; nvJPEG may fill the missing part silently, libjpeg-turbo in strict
     # mode reports it, so such files go to the CPU. Some writers pad after EOI: look at the last 1 KiB.
@@ -147,8 +162,7 @@ class GpuImageDecoder:
         if self._nv is not None:
             nv = self._nv
             options = f":fancy_upsampling={int(bool(jpeg_fancy_upsampling))}"
-            # nvImageCodec's own host threads (bitstream parsing): few, the pipeline's threads decode on the CPU.
-            host_threads = max(2, num_cpu_threads // 4)
+            host_threads = nvimgcodec_host_threads(num_cpu_threads)
             for kinds in ([nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=1.0), nv.Backend(nv.BackendKind.GPU_ONLY)],
                           [nv.Backend(nv.BackendKind.HW_GPU_ONLY)]):
                 try:
