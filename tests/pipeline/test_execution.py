@@ -199,3 +199,19 @@ def test_checkpoint_of_an_earlier_iteration_and_restore_in_place():
     p.restore(ckpt)
     assert torch.equal(p.run()[0].as_tensor(), got[2])
     assert not p.epoch_ended
+def test_record_stream_once_per_allocation():
+    """A ragged GPU batch is marked for the caller's stream once per allocation its samples share, not per sample."""
+    from sluice.pipeline.batch import Batch
+    from sluice.pipeline.pipeline import _record_stream
+
+    calls = []
+
+    class Sample(torch.Tensor):
+        def record_stream(self, stream):
+            calls.append((self.untyped_storage().data_ptr(), stream))
+
+    one = torch.zeros(30, dtype=torch.uint8)
+    other = torch.zeros(4, dtype=torch.uint8)
+    samples = [one[:10], one[10:20], one[20:], other]
+    _record_stream(Batch([t.as_subclass(Sample) for t in samples]), "s")
+    assert sorted(calls) == sorted([(one.data_ptr(), "s"), (other.data_ptr(), "s")])

@@ -405,12 +405,19 @@ def _load_checkpoint(checkpoint: Any) -> dict[str, Any] | None:
 
 
 def _record_stream(batch: Batch, stream: torch.cuda.Stream) -> None:
+    """Mark the batch's memory as used on the caller's ``stream``, once per allocation: samples that share one
+    (a decoder's batch, views of one buffer) need one call; a call per sample, each giving up the GIL, took the
+    caller's thread 55 % of its time on a ragged batch of 256."""
     dense = batch.dense
     if dense is not None:
         dense.record_stream(stream)
         return
+    seen: set[int] = set()
     for sample in batch.samples:
-        sample.record_stream(stream)
+        key = sample.untyped_storage().data_ptr()
+        if key not in seen:
+            seen.add(key)
+            sample.record_stream(stream)
 
 
 _PIPELINE_ARGS = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}

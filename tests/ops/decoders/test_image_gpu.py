@@ -47,6 +47,8 @@ def test_mixed_jpeg_matches_cpu(fancy, mean_tol, max_tol):
     data = _jpegs()
     gpu = run_decoder("decoders.image", data, device="mixed", jpeg_fancy_upsampling=fancy)
     _check(gpu, run_decoder("decoders.image", data), mean_tol, max_tol)
+    # one allocation of torch's caching allocator for the batch (one record_stream protects it)
+    assert len({gpu[i].untyped_storage().data_ptr() for i in range(len(data))}) == 1
 
 
 def test_mixed_other_formats_and_fallbacks_exact():

@@ -321,3 +321,20 @@ def test_hardware_engines_decode_whole_images_and_the_window_is_cut_on_the_gpu(f
     for d, roi, t in zip(data, rois, out):
         np.testing.assert_array_equal(t.numpy(), decode(d, roi=roi))
     dec.close()
+
+
+def test_one_allocation_packs_a_batch_into_one_torch_buffer():
+    """Decoded images (crop views among them) come back contiguous, equal, and sharing one torch allocation, so
+    one record_stream covers the batch; mixed types keep their own storage, made contiguous."""
+    from sluice.backends.image.gpu import one_allocation
+
+    whole = torch.arange(5 * 7 * 3, dtype=torch.uint8).view(5, 7, 3)
+    images = [whole[1:4, 2:6], torch.full((2, 3, 3), 9, dtype=torch.uint8), whole]
+    packed = one_allocation(images)
+    assert [tuple(t.shape) for t in packed] == [(3, 4, 3), (2, 3, 3), (5, 7, 3)]
+    assert all(t.is_contiguous() for t in packed)
+    assert all(torch.equal(a, b) for a, b in zip(packed, images))
+    assert len({t.untyped_storage().data_ptr() for t in packed}) == 1
+    mixed = one_allocation([whole[1:4, 2:6], torch.zeros(2, 2, 3, dtype=torch.uint16)])
+    assert all(t.is_contiguous() for t in mixed) and torch.equal(mixed[0], whole[1:4, 2:6])
+    assert one_allocation([whole[1:4, 2:6]])[0].is_contiguous()

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
@@ -132,6 +134,45 @@ def _batched_hwc(chw: list[torch.Tensor]) -> list[torch.Tensor]:
     shapes = [t.shape for t in chw]
     parts = flat.split([s[1] * s[2] for s in shapes])  # views, made in one call
     return [p.view(s[1], s[2], c) for p, s in zip(parts, shapes)]
+
+
+_nested_lock = threading.Lock()
+_nested_ok: bool | None = None
+
+
+def _nested_available() -> bool:
+    """Whether torch's (strided) nested tensors work here. The first construction is made now, with the
+    "prototype stage" warning it gives once per process silenced, rather than in a user's batch."""
+    global _nested_ok
+    with _nested_lock:
+        if _nested_ok is None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    probe = torch.nested.as_nested_tensor([torch.zeros(1, 2, 3, dtype=torch.uint8),
+                                                           torch.ones(2, 1, 3, dtype=torch.uint8)])
+                    parts = probe.unbind()
+                _nested_ok = [tuple(t.shape) for t in parts] == [(1, 2, 3), (2, 1, 3)] and int(parts[1].sum()) == 6
+            except Exception:  # noqa: BLE001 - a torch without them: a copy per image
+                _nested_ok = False
+    return _nested_ok
+
+
+def one_allocation(images: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A decoded batch as contiguous images that share one allocation of torch's caching allocator.
+
+    nvImageCodec's images live in its own allocator, which frees them in order on the decoding stream: a consumer
+    on another stream that drops a batch before its kernels have read it could see the memory reused, and
+    ``record_stream`` cannot protect memory torch did not allocate. Copied into one torch allocation (two calls for
+    the whole batch, the per-image work in C++: a nested tensor, then its views), the batch is protected by one
+    ``record_stream`` and the crop views of the hardware path become contiguous on the way. Mixed types or
+    devices, or a torch without nested tensors: each image is made contiguous on its own."""
+    first = images[0] if images else None
+    same = (first is not None and len(images) > 1
+            and all(t.dim() == 3 and t.dtype == first.dtype and t.device == first.device for t in images))
+    if same and _nested_available():
+        return list(torch.nested.as_nested_tensor(images).unbind())
+    return [t if t.is_contiguous() else t.contiguous() for t in images]
 
 
 def _pixels(info: cpu.ImageInfo, roi: Roi | None) -> int:
@@ -415,7 +456,7 @@ class GpuImageDecoder:
         def finish(idx: list[int], tensors: list) -> list:
             if output_type in ("RGB", "GRAY") and not (adjust_orientation and any(infos[i].orientation != 1
                                                                                   for i in idx)):
-                return [t if t is None or t.is_contiguous() else t.contiguous() for t in tensors]
+                return tensors  # crop views are made contiguous with the whole batch, at the end
             done = []
             for i, t in zip(idx, tensors):
                 if t is not None:
@@ -536,7 +577,8 @@ class GpuImageDecoder:
         missing = [i for i in range(n) if out[i] is None]
         if missing:  # pragma: no cover - every branch above fills its samples
             raise ImageDecodeError("internal error: no output", source=sources[missing[0]], decoder=self.backend_name)
-        return out  # type: ignore[return-value]
+        with _cuda.device(self.device), _cuda.stream(stream):
+            return one_allocation(out)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Stop the helper threads and release nvImageCodec's decoders (and their threads) now, while the
