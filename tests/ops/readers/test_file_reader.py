@@ -268,3 +268,32 @@ def test_gpu_pipeline_reads_its_batches_into_page_locked_memory(tmp_path):
             torch.testing.assert_close(mixed_audio[k], cpu_audio[k], rtol=0, atol=0)
             diff = (mixed_img[k].int() - cpu_img[k].int()).abs()
             assert diff.float().mean() < 3.0   # nvJPEG vs libjpeg-turbo on a smooth picture
+
+
+def test_a_file_that_grew_since_its_size_was_taken_is_read_whole(tmp_path, monkeypatch):
+    """A file written to between the size query and the read is not cut at its old size (no silent loss): each
+    read asks for one spare byte, and a file found longer is read again whole, in both reading paths."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sluice.ops.readers.file import read_file, read_files
+
+    data = [bytes(range(256)) * 3, b"12345", bytes(range(256)) * 40, b""]
+    paths = []
+    for k, d in enumerate(data):
+        (tmp_path / f"g{k}.bin").write_bytes(d)
+        paths.append(str(tmp_path / f"g{k}.bin"))
+    real = os.fstat
+
+    def older(fd):  # the sizes the files had 10 bytes ago
+        st = real(fd)
+        return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid,
+                               max(0, st.st_size - 10), st.st_atime, st.st_mtime, st.st_ctime))
+
+    monkeypatch.setattr(os, "fstat", older)
+    assert read_file(paths[0]).numpy().tobytes() == data[0]
+    assert read_file(paths[1]).numpy().tobytes() == data[1]     # "empty" when its size was taken
+    with ThreadPoolExecutor(2) as pool:
+        for one_buffer in (False, True):
+            got = read_files(paths, pool, one_buffer=one_buffer)
+            assert [t.numpy().tobytes() for t in got] == data, one_buffer

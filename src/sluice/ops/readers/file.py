@@ -146,15 +146,18 @@ def _cannot_read(path: str, e: OSError) -> OSError:
     return OSError(f"cannot read '{path}': {e.strerror or e}")
 
 
-def _read_fully(fd: int, view: np.ndarray) -> int:
-    """Read into ``view`` until it is full or the file ends; the bytes read."""
-    got = 0
-    while got < view.size:  # a short read (pipes, network file systems): read on
-        more = os.readv(fd, [view[got:]])
-        if not more:
-            break
+def _read_fully(fd: int, view: np.ndarray) -> tuple[int, bool]:
+    """Read into ``view`` until it is full or the file ends: (the bytes read, whether the file holds more than
+    ``view``, having grown since its size was taken). Each read asks for one byte more than is left, into a spare
+    byte, so growth is seen without another system call."""
+    got, spare = 0, bytearray(1)
+    while True:  # a short read (pipes, network file systems): read on
+        more = os.readv(fd, [view[got:], spare])
+        if got + more > view.size:
+            return view.size, True
         got += more
-    return got
+        if not more or got == view.size:
+            return got, False
 
 
 def read_file(path: str) -> torch.Tensor:
@@ -165,7 +168,12 @@ def read_file(path: str) -> torch.Tensor:
         fd = os.open(path, os.O_RDONLY)
         try:
             buf = np.empty(os.fstat(fd).st_size, np.uint8)
-            got = _read_fully(fd, buf)
+            got, grew = _read_fully(fd, buf)
+            if grew:  # written to since its size was taken: read it whole, however long it is now
+                os.lseek(fd, 0, os.SEEK_SET)
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    buf = np.frombuffer(bytearray(f.read()), np.uint8)
+                got = buf.size
         finally:
             os.close(fd)
     except OSError as e:
@@ -272,11 +280,14 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
         buf = _host_buffer(max(1, offsets[-1]), pin, device_id)
         host = buf.numpy()
         got = [0] * n
+        grown: dict[int, torch.Tensor] = {}
 
         def read_run(run: range) -> None:
             for i in run:
                 try:
-                    got[i] = _read_fully(fds[i], host[offsets[i]: offsets[i + 1]])
+                    got[i], grew = _read_fully(fds[i], host[offsets[i]: offsets[i + 1]])
+                    if grew:  # written to since its size was taken: read whole, apart from the batch buffer
+                        grown[i] = read_file(paths[i])
                 except OSError as e:
                     raise SampleError(i, paths[i], _cannot_read(paths[i], e)) from None
 
@@ -286,7 +297,7 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
             if fd is not None:
                 os.close(fd)
     # A file that shrank since its size was read keeps a gap after its bytes; its sample is what was read.
-    return [buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
+    return [grown[i] if i in grown else buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
 
 
 def is_page_locked_buffer(region: torch.Tensor) -> bool:
