@@ -43,6 +43,8 @@ for step in "$@"; do
     audio-profile) [ -d /tmp/audio_bench ] || python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
            python3 benchmarks/audio_pipeline.py --root /tmp/audio_bench --threads 16 --batch 64 \
              --profile ${PROFILE_SECONDS:-12} ;;
+    read-sweep) [ -d /tmp/audio_bench ] || python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
+           python3 benchmarks/read_sweep.py /tmp/audio_bench --threads 1 2 4 8 16 ;;
     whisper) python3 examples/whisper_logmel.py --n-mels 80 --batch 32 --threads 16 ;;
     video) python3 benchmarks/make_videos.py --out /tmp/video_bench | tail -4
            python3 benchmarks/video_clips.py --videos /tmp/video_bench --sessions 7 ;;
