@@ -46,8 +46,8 @@ for step in "$@"; do
     read-sweep) [ -d /tmp/audio_bench ] || python3 benchmarks/make_audio.py --out /tmp/audio_bench | tail -2
            python3 benchmarks/read_sweep.py /tmp/audio_bench --threads 1 2 4 8 16 ;;
     whisper) python3 examples/whisper_logmel.py --n-mels 80 --batch 32 --threads 16 ;;
-    video) python3 benchmarks/make_videos.py --out /tmp/video_bench | tail -4
-           python3 benchmarks/video_clips.py --videos /tmp/video_bench --sessions 7 ;;
+    video) python3 benchmarks/make_videos.py --out /tmp/video_bench --durations ${VIDEO_DURATIONS:-60 300 3000} | tail -4
+           python3 benchmarks/video_clips.py --videos /tmp/video_bench --sessions 7 ${VIDEO_ARGS:-} ;;
     video-diag) python3 benchmarks/make_videos.py --out /tmp/video_bench --durations 60 | tail -2
            python3 benchmarks/video_nvdec_diag.py --video /tmp/video_bench/h264_1280x720_60fps_60s.mp4 ${DIAG_ARGS:-}
            python3 benchmarks/video_clips.py --videos /tmp/video_bench --only 60 --no-sequential --no-variants ;;

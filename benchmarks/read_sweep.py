@@ -70,7 +70,7 @@ def main(argv=None):
                 for b in batches:
                     offs = np.concatenate([[0], np.cumsum([os.path.getsize(p) for p in b])]).tolist()
                     step = -(-len(b) // n)
-                    list(pool.map(lambda lo: _read_batch(b, buf, offs, lo, min(lo + step, len(b))),
+                    list(pool.map(lambda lo, b=b, offs=offs, step=step: _read_batch(b, buf, offs, lo, min(lo + step, len(b))),
                                   range(0, len(b), step)))
                     count += len(b)
             dt = time.perf_counter() - t0

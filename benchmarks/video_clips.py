@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
             failures += check(f"{label} on {name}", requests, results)
             per_clip.setdefault(label, {})[name] = seconds / CLIPS
             report(f"clips 16x stride 60, {name}, {label}", "clips/s", CLIPS / seconds, peers)
+            if getattr(backend, "stats", None):
+                print(f"{label} runs: {backend.stats}", flush=True)
         for label, backend in {**batched, **(diagnostic if path == videos[0] else {})}.items():
             def batch(reqs, backend=backend):
                 with timed() as t:

@@ -63,6 +63,33 @@ class _Decoder:
         return [_Frame(_nvdec_rgb(f), f.pts) for f in frames]
 
 
+class SimpleDecoder:
+    """PyNvVideoCodec's file decoder: frames by presentation number (PyAV decodes the whole file once).
+    ``misnumber`` shifts the numbering by one (a decoder that counts frames differently from the index);
+    ``fail_open`` makes opening raise (as for streams without a frame count)."""
+
+    misnumber = False
+    fail_open = False
+
+    def __init__(self, path, gpu_id=0, use_device_memory=True, output_color_type="NATIVE", **_):
+        assert output_color_type == "RGB" and use_device_memory
+        if SimpleDecoder.fail_open:
+            raise RuntimeError("Elementary streams not supported by Simple Decoder. Invalid input stream.")
+        self.opened, self.calls = [], 0
+        self.reconfigure_decoder(path)
+
+    def reconfigure_decoder(self, path) -> None:
+        with av.open(str(path)) as c:
+            frames = sorted(c.decode(c.streams.video[0]), key=lambda f: f.pts)
+            self._frames = [_Frame(_nvdec_rgb(f), f.pts) for f in frames]
+        self.opened.append(str(path))
+
+    def get_batch_frames_by_index(self, indices):
+        self.calls += 1
+        shift = 1 if SimpleDecoder.misnumber else 0
+        return [self._frames[min(i + shift, len(self._frames) - 1)] for i in indices]
+
+
 def _nvdec_rgb(frame) -> np.ndarray:
     """RGB as NVDEC's output converts it: the matrix the stream names, BT.601 when it names none (as measured on
     the H200), limited range unless flagged full."""
@@ -73,7 +100,7 @@ def _nvdec_rgb(frame) -> np.ndarray:
                           dst_color_range="JPEG").to_ndarray()
 
 
-def make_module(created: list) -> types.ModuleType:
+def make_module(created: list, with_simple: bool = False) -> types.ModuleType:
     mod = types.ModuleType("PyNvVideoCodec")
     mod.PacketData = PacketData
     mod.cudaVideoCodec = types.SimpleNamespace(**{k: k for k in _DECODERS})
@@ -90,6 +117,13 @@ def make_module(created: list) -> types.ModuleType:
         return {"supported": 1, "width_min": max(48, small) if codec != "H264" else 48, "height_min": small,
                 "width_max": 8192, "height_max": 8192}
 
+    def make_simple(*args, **kwargs):
+        dec = SimpleDecoder(*args, **kwargs)
+        created.append(dec)
+        return dec
+
     mod.CreateDecoder = CreateDecoder
     mod.GetDecoderCaps = GetDecoderCaps
+    if with_simple:
+        mod.SimpleDecoder = make_simple
     return mod

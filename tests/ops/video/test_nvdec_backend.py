@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -210,3 +211,108 @@ def test_open_gop_leading_pictures_exact(tmp_path, fake_nvdec, monkeypatch, code
             clip = read_frames(path, frames=req, backend=backend)
             for k, f in enumerate(req):
                 np.testing.assert_array_equal(np.asarray(clip.frames[k]), ref[f], err_msg=f"frame {f}")
+
+
+# --- files through PyNvVideoCodec's SimpleDecoder (the stand-in numbers frames as PyAV presents them) -----------
+@pytest.fixture
+def fake_files(monkeypatch):
+    created: list = []
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake_nvc.make_module(created, with_simple=True))
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "misnumber", False)
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "fail_open", False)
+    return created
+
+
+def _simple(created):
+    return [d for d in created if isinstance(d, fake_nvc.SimpleDecoder)]
+
+
+def test_files_go_through_the_file_decoder(gpu_videos, fake_files):
+    backend = NvdecBackend(sessions=2)
+    rng = np.random.default_rng(11)
+    counted = 0
+    for name, path in gpu_videos.items():
+        req = rng.integers(0, NUM_FRAMES, 8).tolist() + [NUM_FRAMES - 1, 0]
+        clip = read_frames(path, frames=req, backend=backend)
+        assert [read_barcode(f) for f in clip.frames] == req, name
+        counted += get_index(path).count_frames
+    # AVI without presentation times is numbered by counting frames: packet by packet; the rest by file
+    assert backend.stats["packet_runs"] == counted >= 1
+    assert backend.stats["file_decoder_runs"] == len(gpu_videos) - counted
+    files = _simple(fake_files)
+    assert len(files) <= 2 and sum(len(d.opened) for d in files) == len(gpu_videos) - counted  # switched, not new
+
+
+def test_file_decoders_shared_between_threads(gpu_videos, fake_files):
+    backend = NvdecBackend(sessions=3)
+    paths = [gpu_videos["h264-mp4"], gpu_videos["hevc-mkv"], gpu_videos["h264-mov"]]
+    reqs = [(paths[i % 3], [i, i + 5, i + 11]) for i in range(0, 24, 2)]
+    with ThreadPoolExecutor(6) as pool:
+        clips = list(pool.map(lambda r: read_frames(r[0], frames=r[1], backend=backend), reqs))
+    for (_, r), c in zip(reqs, clips):
+        assert [read_barcode(f) for f in c.frames] == r
+    assert 1 <= len(_simple(fake_files)) <= 3 and backend.stats["packet_runs"] == 0
+
+
+def test_encoded_bytes_go_packet_by_packet(videos, fake_files):
+    backend = NvdecBackend()
+    clip = read_frames(videos["h264-mp4"].read_bytes(), frames=[3, 17], backend=backend)
+    assert [read_barcode(f) for f in clip.frames] == [3, 17]
+    assert backend.stats == {"file_decoder_runs": 0, "packet_runs": 1} and not _simple(fake_files)
+
+
+def test_file_numbered_differently_is_decoded_by_packets(videos, fake_files, monkeypatch, caplog):
+    """A file decoder whose frame numbers disagree with the packet index (by pts) is not trusted for that file."""
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "misnumber", True)
+    backend = NvdecBackend()
+    path = videos["h264-mp4"]
+    with caplog.at_level("INFO", logger="sluice.backends.video.nvdec"):
+        for req in ([4, 9], [20, 2]):
+            assert [read_barcode(f) for f in read_frames(path, frames=req, backend=backend).frames] == req
+    assert "h264.mp4: decoded packet by packet from now on" in caplog.text and "the index says" in caplog.text
+    assert _simple(fake_files)[0].calls == 1  # not asked again for that file
+    assert backend.stats == {"file_decoder_runs": 0, "packet_runs": 2}
+
+
+def test_file_decoder_that_cannot_open_falls_back(gpu_videos, fake_files, monkeypatch):
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "fail_open", True)
+    backend = NvdecBackend()
+    clip = read_frames(gpu_videos["hevc-mkv"], frames=[7, 1], backend=backend)
+    assert [read_barcode(f) for f in clip.frames] == [7, 1] and backend.stats["packet_runs"] == 1
+
+
+def test_file_decoder_can_be_turned_off(videos, fake_files, monkeypatch):
+    monkeypatch.setenv("SLUICE_NVDEC_SIMPLE", "0")
+    backend = NvdecBackend()
+    assert [read_barcode(f) for f in read_frames(videos["h264-mp4"], frames=[5], backend=backend).frames] == [5]
+    assert not _simple(fake_files) and backend.stats["packet_runs"] == 1
+
+
+def test_file_decoder_vfr_timestamps(vfr_videos, fake_files):
+    t = np.array(VFR_PTS) / 1000.0
+    backend = NvdecBackend()
+    clip = read_frames(vfr_videos["mkv"], timestamps=[t[9], t[9] + 0.001, t[3]], backend=backend)
+    assert [read_barcode(f) for f in clip.frames] == [9, 9, 3] and backend.stats["file_decoder_runs"] == 1
+
+
+@pytest.mark.cuda
+def test_real_file_decoder_exact_and_same_pixels(nvdec_videos, vfr_videos, monkeypatch):
+    """On the GPU: mp4/mkv files (and a VFR mp4) go through PyNvVideoCodec's SimpleDecoder, exactly (by barcode)
+    and with the pixels the packet path gives (the hybrid mixes both)."""
+    pytest.importorskip("PyNvVideoCodec")
+    backend = NvdecBackend(device_id=0)
+    rng = np.random.default_rng(8)
+    for name, path in {**nvdec_videos, "vfr-mp4": vfr_videos["mp4"]}.items():
+        n = get_index(path).num_frames
+        req = sorted(set(rng.integers(0, n, 6).tolist()))
+        clip = read_frames(path, frames=req, backend=backend)
+        assert [read_barcode(f) for f in clip.frames] == req, name
+        monkeypatch.setenv("SLUICE_NVDEC_SIMPLE", "0")
+        ref = read_frames(path, frames=req, backend=backend).frames
+        monkeypatch.delenv("SLUICE_NVDEC_SIMPLE")
+        diff = (clip.frames.float() - ref.float()).abs()
+        print(f"{name}: file decoder vs packets, mean |diff| {diff.mean().item():.3f}, max {diff.max().item():.0f}")
+        assert diff.mean().item() < 0.5, name
+    print("refused:", sorted(backend._files_refused), "stats:", backend.stats)
+    refused = {os.path.basename(p) for p in backend._files_refused}
+    assert not refused & {"gpu_h264.mp4", "gpu_hevc.mkv", "vfr.mp4"}, refused

@@ -1,5 +1,8 @@
 """GPU video backend: NVDEC through PyNvVideoCodec, behind the same interface as the PyAV backend.
 
+For a video file (a path) with timestamps, PyNvVideoCodec's ``SimpleDecoder`` demuxes, seeks and decodes the
+wanted frames in C++ with the GIL released; every frame it returns is checked against the packet index by its
+timestamp, and a file where they disagree (or that it cannot open) goes the other way from then on. Otherwise
 PyAV demuxes (it already knows where every keyframe is from the packet index); the packets of each wanted group
 of pictures go, from its keyframe, to an NVDEC decoder session (H.264/HEVC converted to Annex B by FFmpeg's
 ``*_mp4toannexb`` bitstream filters, codec headers prepended for MPEG-4 and AV1). NVDEC converts NV12 to RGB on the
@@ -13,6 +16,7 @@ GPU's NVDEC engines (7 on an H200) work in parallel when the pipeline decodes se
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -125,13 +129,82 @@ class _Session:
 
     def to_rgb(self, frame) -> torch.Tensor:
         """A decoded frame as an owned ``(H, W, 3)`` uint8 CUDA tensor (the decoder reuses its surfaces)."""
-        t = torch.from_dlpack(frame)
         if self.rgb_native:
-            if t.dim() == 3 and t.shape[0] == 3 and t.shape[-1] != 3:  # planar output: CHW -> HWC
-                t = t.permute(1, 2, 0)
-            return t[: self.height, : self.width].clone(memory_format=torch.contiguous_format)
-        nv12 = t.reshape(1, -1, t.shape[-1])
-        return nv12_to_rgb(nv12, self.height, self.width)[0, :, : self.width]
+            return owned_rgb(frame, self.height, self.width)
+        t = torch.from_dlpack(frame)
+        return nv12_to_rgb(t.reshape(1, -1, t.shape[-1]), self.height, self.width)[0, :, : self.width]
+
+
+def owned_rgb(frame, height: int, width: int) -> torch.Tensor:
+    """An RGB frame of PyNvVideoCodec (DLPack, HWC or planar CHW) as an owned ``(H, W, 3)`` uint8 CUDA tensor."""
+    t = torch.from_dlpack(frame)
+    if t.dim() == 3 and t.shape[0] == 3 and t.shape[-1] != 3:  # planar output: CHW -> HWC
+        t = t.permute(1, 2, 0)
+    return t[:height, :width].clone(memory_format=torch.contiguous_format)
+
+
+def frame_pts(frame) -> int:
+    """The timestamp PyNvVideoCodec gives a decoded frame (the packet's pts)."""
+    ts = getattr(frame, "timestamp", None)
+    return int(ts if ts is not None else frame.getPTS())
+
+
+def simple_decoder_enabled() -> bool:
+    """Whether files are decoded through PyNvVideoCodec's SimpleDecoder ($SLUICE_NVDEC_SIMPLE=0 turns it off)."""
+    return os.environ.get("SLUICE_NVDEC_SIMPLE", "1").lower() not in ("0", "off", "false", "no")
+
+
+class _FileDecoders:
+    """Up to ``limit`` PyNvVideoCodec ``SimpleDecoder``s, each open on one file and switched to another
+    (``reconfigure_decoder``, which reuses its NVDEC sessions) when a request for a file no free one holds comes.
+
+    SimpleDecoder demuxes, seeks and decodes in C++ with the GIL released. On the H200 (60 s 720p H.264,
+    clips of 16 frames, stride 60) 7 threads fetched 10.4 clips/s through it against 5.7 feeding packets from
+    Python, whose per-packet work held the GIL (1 thread: 1.69 against 1.72)."""
+
+    def __init__(self, device_id: int, limit: int) -> None:
+        self.device_id, self.limit = device_id, limit
+        self._free: list = []
+        self._created = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, nvc, path: str):
+        """A decoder open on ``path``: a free one already on it, a new one while fewer than ``limit`` exist, else
+        the first free one, switched to ``path``."""
+        switch = None
+        with self._cond:
+            while True:
+                same = next((k for k, dec in enumerate(self._free) if dec.sluice_path == path), None)
+                if same is not None:
+                    return self._free.pop(same)
+                if self._created < self.limit:
+                    self._created += 1
+                    break
+                if self._free:
+                    switch = self._free.pop(0)
+                    break
+                if not self._cond.wait(SESSION_WAIT_S):
+                    raise VideoError(f"{path}: no NVDEC decoder became free in {SESSION_WAIT_S:.0f} s")
+        try:
+            if switch is not None:
+                switch.reconfigure_decoder(path)
+                dec = switch
+            else:
+                dec = nvc.SimpleDecoder(path, gpu_id=self.device_id, use_device_memory=True,
+                                        output_color_type=nvc.OutputColorType.RGB)
+        except BaseException:
+            self.release(None, broken=True)
+            raise
+        dec.sluice_path = path
+        return dec
+
+    def release(self, dec, broken: bool = False) -> None:
+        with self._cond:
+            if broken:
+                self._created -= 1
+            else:
+                self._free.append(dec)
+            self._cond.notify()
 
 
 class NvdecBackend:
@@ -147,6 +220,10 @@ class NvdecBackend:
         self._lock = threading.Lock()
         self._nvc = None
         self._split_pool: ThreadPoolExecutor | None = None
+        self._files = _FileDecoders(self.device_id, self.sessions)
+        self._files_refused: set[str] = set()  # files SimpleDecoder could not open or numbered differently
+        self._caps_checked: set[tuple] = set()
+        self.stats = {"file_decoder_runs": 0, "packet_runs": 0}
 
     # ---------------------------------------------------------------------------------------------- sessions
     def _acquire(self, codec: str, width: int, height: int, name: str) -> tuple[tuple, _Session]:
@@ -212,7 +289,80 @@ class NvdecBackend:
         return out
 
     def _decode_plan(self, source: Source, idx: VideoIndex, plan, wanted: set) -> dict[int, torch.Tensor]:
-        """Decode ``plan`` (groups of pictures in stream order) on one decoder session."""
+        """Decode ``plan`` (groups of pictures in stream order): through a file decoder when the source is a
+        file it handles, else on one decoder session fed packet by packet."""
+        out = self._decode_file(source, idx, sorted(f for _, group in plan for f in group))
+        with self._lock:
+            self.stats["file_decoder_runs" if out is not None else "packet_runs"] += 1
+        return out if out is not None else self._decode_packets(source, idx, plan, wanted)
+
+    def _decode_file(self, source: Source, idx: VideoIndex, frames: list[int]) -> dict[int, torch.Tensor] | None:
+        """The ``frames`` of a video file through PyNvVideoCodec's SimpleDecoder, or None where it does not apply
+        (not a file, no timestamps, turned off) or does not agree with the packet index: each returned frame
+        must carry the pts the index gives that frame number, else the file is decoded packet by packet from
+        then on."""
+        if not isinstance(source, (str, os.PathLike)) or idx.count_frames or not simple_decoder_enabled():
+            return None
+        path = os.fspath(source)
+        if path in self._files_refused:
+            return None
+        with self._lock:
+            if self._nvc is None:
+                self._nvc = _import_nvc()
+        nvc = self._nvc
+        if not hasattr(nvc, "SimpleDecoder") or not self._caps_ok(nvc, idx):
+            return None
+        try:
+            dec = self._files.acquire(nvc, path)
+        except VideoError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a file it cannot open (elementary streams, no frame count)
+            self._refuse(path, f"it cannot open the file ({e})")
+            return None
+        broken = True
+        try:
+            device = torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext()
+            with device:
+                decoded = dec.get_batch_frames_by_index(frames)
+                if len(decoded) != len(frames):
+                    self._refuse(path, f"it returned {len(decoded)} frames for {len(frames)}")
+                    broken = False
+                    return None
+                out = {}
+                for f, frame in zip(frames, decoded):
+                    if frame_pts(frame) != int(idx.pts[f]):
+                        self._refuse(path, f"its frame {f} has pts {frame_pts(frame)}, the index says "
+                                           f"{int(idx.pts[f])}")
+                        broken = False
+                        return None
+                    out[f] = owned_rgb(frame, idx.height, idx.width)
+            broken = False
+            return out
+        except Exception as e:  # noqa: BLE001 - decoded again packet by packet, which names what is wrong
+            self._refuse(path, f"it failed ({type(e).__name__}: {e})")
+            return None
+        finally:
+            self._files.release(dec, broken)
+
+    def _caps_ok(self, nvc, idx: VideoIndex) -> bool:
+        """Whether NVDEC decodes this codec at this size (else the packet path raises the error that says so)."""
+        fmt = (idx.codec, idx.width, idx.height)
+        if fmt not in self._caps_checked:
+            try:
+                check_caps(nvc, nvdec_codec(idx.codec, idx.name), self.device_id, idx.width, idx.height)
+            except VideoError:
+                return False
+            self._caps_checked.add(fmt)
+        return True
+
+    def _refuse(self, path: str, why: str) -> None:
+        if path not in self._files_refused:
+            self._files_refused.add(path)
+            logger.info("%s: decoded packet by packet from now on: PyNvVideoCodec's SimpleDecoder is not used for "
+                        "it because %s", path, why)
+
+    def _decode_packets(self, source: Source, idx: VideoIndex, plan, wanted: set) -> dict[int, torch.Tensor]:
+        """Decode ``plan`` on one decoder session, fed packet by packet."""
         out: dict[int, torch.Tensor] = {}
         key, session = self._acquire(nvdec_codec(idx.codec, idx.name), idx.width, idx.height, idx.name)
         broken = True
