@@ -70,6 +70,7 @@ class SimpleDecoder:
 
     misnumber = False
     fail_open = False
+    clock = None  # None: frames carry the stream's pts; else their time in units of 1/clock s (NVIDIA's demuxer)
 
     def __init__(self, path, gpu_id=0, use_device_memory=True, output_color_type="NATIVE", **_):
         assert output_color_type == "RGB" and use_device_memory
@@ -81,7 +82,8 @@ class SimpleDecoder:
     def reconfigure_decoder(self, path) -> None:
         with av.open(str(path)) as c:
             frames = sorted(c.decode(c.streams.video[0]), key=lambda f: f.pts)
-            self._frames = [_Frame(_nvdec_rgb(f), f.pts) for f in frames]
+            clock = SimpleDecoder.clock
+            self._frames = [_Frame(_nvdec_rgb(f), f.pts if clock is None else round(f.time * clock)) for f in frames]
         self.opened.append(str(path))
 
     def get_batch_frames_by_index(self, indices):

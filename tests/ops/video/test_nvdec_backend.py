@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from fractions import Fraction
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -220,6 +221,7 @@ def fake_files(monkeypatch):
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake_nvc.make_module(created, with_simple=True))
     monkeypatch.setattr(fake_nvc.SimpleDecoder, "misnumber", False)
     monkeypatch.setattr(fake_nvc.SimpleDecoder, "fail_open", False)
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "clock", None)
     return created
 
 
@@ -269,7 +271,7 @@ def test_file_numbered_differently_is_decoded_by_packets(videos, fake_files, mon
     with caplog.at_level("INFO", logger="sluice.backends.video.nvdec"):
         for req in ([4, 9], [20, 2]):
             assert [read_barcode(f) for f in read_frames(path, frames=req, backend=backend).frames] == req
-    assert "h264.mp4: decoded packet by packet from now on" in caplog.text and "the index says" in caplog.text
+    assert "h264.mp4: decoded packet by packet from now on" in caplog.text and "the index says pts" in caplog.text
     assert _simple(fake_files)[0].calls == 1  # not asked again for that file
     assert backend.stats == {"file_decoder_runs": 0, "packet_runs": 2}
 
@@ -288,7 +290,18 @@ def test_file_decoder_can_be_turned_off(videos, fake_files, monkeypatch):
     assert not _simple(fake_files) and backend.stats["packet_runs"] == 1
 
 
-def test_file_decoder_vfr_timestamps(vfr_videos, fake_files):
+def test_file_decoder_on_a_millisecond_clock(videos, fake_files, monkeypatch):
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "clock", 1000)
+    backend = NvdecBackend()
+    path = videos["h264-mp4"]
+    assert get_index(path).time_base != Fraction(1, 1000)
+    assert [read_barcode(f) for f in read_frames(path, frames=[6, 2, 19], backend=backend).frames] == [6, 2, 19]
+    assert backend.stats == {"file_decoder_runs": 1, "packet_runs": 0}
+
+
+@pytest.mark.parametrize("clock", [None, 1000])
+def test_file_decoder_vfr_timestamps(vfr_videos, fake_files, monkeypatch, clock):
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "clock", clock)
     t = np.array(VFR_PTS) / 1000.0
     backend = NvdecBackend()
     clip = read_frames(vfr_videos["mkv"], timestamps=[t[9], t[9] + 0.001, t[3]], backend=backend)
@@ -296,10 +309,11 @@ def test_file_decoder_vfr_timestamps(vfr_videos, fake_files):
 
 
 @pytest.mark.cuda
-def test_real_file_decoder_exact_and_same_pixels(nvdec_videos, vfr_videos, monkeypatch):
+def test_real_file_decoder_exact_and_same_pixels(nvdec_videos, vfr_videos, monkeypatch, caplog):
     """On the GPU: mp4/mkv files (and a VFR mp4) go through PyNvVideoCodec's SimpleDecoder, exactly (by barcode)
     and with the pixels the packet path gives (the hybrid mixes both)."""
     pytest.importorskip("PyNvVideoCodec")
+    caplog.set_level("INFO", logger="sluice.backends.video.nvdec")
     backend = NvdecBackend(device_id=0)
     rng = np.random.default_rng(8)
     for name, path in {**nvdec_videos, "vfr-mp4": vfr_videos["mp4"]}.items():
@@ -313,6 +327,20 @@ def test_real_file_decoder_exact_and_same_pixels(nvdec_videos, vfr_videos, monke
         diff = (clip.frames.float() - ref.float()).abs()
         print(f"{name}: file decoder vs packets, mean |diff| {diff.mean().item():.3f}, max {diff.max().item():.0f}")
         assert diff.mean().item() < 0.5, name
-    print("refused:", sorted(backend._files_refused), "stats:", backend.stats)
+    print("stats:", backend.stats, "refused:", caplog.text)
     refused = {os.path.basename(p) for p in backend._files_refused}
     assert not refused & {"gpu_h264.mp4", "gpu_hevc.mkv", "vfr.mp4"}, refused
+
+
+def test_timestamps_agree_on_the_stream_clock_or_milliseconds(vfr_videos):
+    from sluice.backends.video.nvdec import timestamps_agree
+
+    idx = get_index(vfr_videos["mp4"])
+    frames = [3, 9, 10]
+    pts = idx.pts[frames].tolist()
+    ms = np.round(idx.times[frames] * 1000).astype(int).tolist()
+    assert timestamps_agree(pts, frames, idx) and timestamps_agree(ms, frames, idx)
+    assert not timestamps_agree(idx.pts[[4, 9, 10]].tolist(), frames, idx)  # one frame off
+    assert not timestamps_agree([0, 0, 0], frames, idx) and timestamps_agree([], [], idx)
+    ms_next = np.round(idx.times[[4, 10, 11]] * 1000).astype(int).tolist()
+    assert not timestamps_agree(ms_next, frames, idx)
