@@ -34,7 +34,7 @@ from video_clips import CLIPS, check, make_requests  # noqa: E402
 from sluice.backends.video import get_index  # noqa: E402
 from sluice.backends.video.barcode import read_barcodes  # noqa: E402
 from sluice.backends.video.index import reusable_container, video_stream  # noqa: E402
-from sluice.backends.video.nvdec import NvdecBackend, _Session  # noqa: E402
+from sluice.backends.video.nvdec import NvdecBackend, _Session, frame_pts  # noqa: E402
 
 
 def section(name):
@@ -171,7 +171,7 @@ def seekpts(path, idx):
         got += session.feed(None, 0)
         torch_sync()
         dt = time.perf_counter() - t0
-        numbers = [idx.frame_of_pts(int(_pts(f))) for f in got]
+        numbers = [idx.frame_of_pts(frame_pts(f)) for f in got]
         return dt, numbers, got
 
     for label, seek in (("plain", None), ("SetSeekPTS(target)", int(idx.pts[target])), ("plain again", None),
@@ -191,11 +191,6 @@ def seekpts(path, idx):
         except Exception as e:  # noqa: BLE001
             print(f"{label}: {type(e).__name__}: {e}", flush=True)
     backend._release(ck, session, True)
-
-
-def _pts(frame):
-    ts = getattr(frame, "timestamp", None)
-    return ts if ts is not None else frame.getPTS()
 
 
 def torch_sync():

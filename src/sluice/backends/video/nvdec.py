@@ -156,24 +156,27 @@ TIMESTAMP_CLOCKS = (1000, 90000, 1_000_000)
 
 def timestamps_agree(stamps: Sequence[int], frames: Sequence[int], idx: VideoIndex) -> bool:
     """Whether decoded frames carrying ``stamps`` are the index's ``frames``: the stamps equal the frames' pts (or
-    those shifted by the stream's dts lead), or their presentation times on a clock of :data:`TIMESTAMP_CLOCKS` (within a tick) that is fine enough to tell
-    the video's closest frames apart (three ticks or more between them)."""
+    those shifted by the stream's dts lead), or their presentation times on a clock of :data:`TIMESTAMP_CLOCKS`
+    (within a tick) that is fine enough to tell the video's closest frames apart (three ticks or more between
+    them)."""
     if not len(frames):
         return True
+    wanted = np.asarray(frames)
     got = np.asarray(stamps, np.int64)
-    pts = idx.pts[np.asarray(frames)]
-    # the stream's pts, or the same clock shifted as FFmpeg shifts it when it makes the first dts 0 (no edit
-    # list applied: mp4 with B-frames; measured on the H200, frames right by their barcodes, pts 1024 ticks
-    # = 2 frames lower); the shift comes from the index, it is not fitted to the stamps
-    shift = int(idx.dts.min()) - int(idx.pts.min()) if idx.num_frames else 0
-    if np.array_equal(got, pts) or (shift and np.array_equal(got, pts + shift)):
+    pts = idx.pts[wanted]
+    if np.array_equal(got, pts):
+        return True
+    # the same clock shifted as FFmpeg shifts it when it makes the first dts 0 (no edit list applied: mp4 with
+    # B-frames; measured on the H200, frames right by their barcodes, stamps two frames below the pts); the shift
+    # comes from the index, it is not fitted to the stamps
+    shift = int(idx.dts.min()) - int(idx.pts.min())
+    if shift and np.array_equal(got, pts + shift):
         return True
     times = idx.times
     closest = float(np.diff(times).min()) if len(times) > 1 else 1.0
-    for clock in TIMESTAMP_CLOCKS:
-        if closest * clock >= 3 and np.all(np.abs(got - np.round(times[np.asarray(frames)] * clock)) <= 1):
-            return True
-    return False
+    seconds = times[wanted]
+    return any(closest * clock >= 3 and np.all(np.abs(got - np.round(seconds * clock)) <= 1)
+               for clock in TIMESTAMP_CLOCKS)
 
 
 def simple_decoder_enabled() -> bool:
@@ -253,18 +256,24 @@ class NvdecBackend:
         self.stats = {"file_decoder_runs": 0, "packet_runs": 0}
 
     # ---------------------------------------------------------------------------------------------- sessions
-    def _acquire(self, codec: str, width: int, height: int, name: str) -> tuple[tuple, _Session]:
-        key = (codec, width, height)
+    def _module(self):
+        """PyNvVideoCodec, imported on first use (a clear error when it or the driver is missing)."""
         with self._lock:
             if self._nvc is None:
                 self._nvc = _import_nvc()
+            return self._nvc
+
+    def _acquire(self, codec: str, width: int, height: int, name: str) -> tuple[tuple, _Session]:
+        key = (codec, width, height)
+        nvc = self._module()
+        with self._lock:
             pool = self._pools.setdefault(key, queue.Queue())
             create = pool.empty() and self._created.get(key, 0) < self.sessions
             if create:
                 self._created[key] = self._created.get(key, 0) + 1
         if create:
             try:
-                return key, _Session(self._nvc, codec, self.device_id, width, height)
+                return key, _Session(nvc, codec, self.device_id, width, height)
             except Exception as e:
                 with self._lock:
                     self._created[key] -= 1
@@ -333,10 +342,7 @@ class NvdecBackend:
         path = os.fspath(source)
         if path in self._files_refused:
             return None
-        with self._lock:
-            if self._nvc is None:
-                self._nvc = _import_nvc()
-        nvc = self._nvc
+        nvc = self._module()
         if not hasattr(nvc, "SimpleDecoder") or not self._caps_ok(nvc, idx):
             return None
         try:
@@ -351,18 +357,17 @@ class NvdecBackend:
             device = torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext()
             with device:
                 decoded = dec.get_batch_frames_by_index(frames)
-                if len(decoded) != len(frames):
-                    self._refuse(path, f"it returned {len(decoded)} frames for {len(frames)}")
-                    broken = False
-                    return None
                 stamps = [frame_pts(frame) for frame in decoded]
-                if not timestamps_agree(stamps, frames, idx):
-                    self._refuse(path, f"the timestamps of its frames {frames[:4]} are {stamps[:4]}; the index "
-                                       f"says pts {idx.pts[frames[:4]].tolist()} (time base {idx.time_base})")
-                    broken = False
-                    return None
-                out = {f: owned_rgb(frame, idx.height, idx.width) for f, frame in zip(frames, decoded)}
+                why = None
+                if len(decoded) != len(frames):
+                    why = f"it returned {len(decoded)} frames for {len(frames)}"
+                elif not timestamps_agree(stamps, frames, idx):
+                    why = (f"the timestamps of its frames {frames[:4]} are {stamps[:4]}; the index says pts "
+                           f"{idx.pts[frames[:4]].tolist()} (time base {idx.time_base})")
+                out = None if why else {f: owned_rgb(fr, idx.height, idx.width) for f, fr in zip(frames, decoded)}
             broken = False
+            if why:
+                self._refuse(path, why)
             return out
         except Exception as e:  # noqa: BLE001 - decoded again packet by packet, which names what is wrong
             self._refuse(path, f"it failed ({type(e).__name__}: {e})")
@@ -486,8 +491,7 @@ class NvdecBackend:
             if numbers is not None:
                 i = numbers[k]
             else:
-                ts = getattr(frame, "timestamp", None)
-                i = idx.frame_of_pts(int(ts if ts is not None else frame.getPTS()))
+                i = idx.frame_of_pts(frame_pts(frame))
             if i < 0:
                 continue
             pos = max(pos, i)
