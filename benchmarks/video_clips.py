@@ -98,6 +98,24 @@ def run_clips(fn, path: str, requests: list[list[int]], threads: int) -> tuple[f
     return t["seconds"], results
 
 
+def _show_decoder_notes(limit: int) -> None:
+    """Print the NVDEC backend's first ``limit`` notes (file decoder reopened or refused, with the stamps)."""
+    import logging
+
+    seen = []
+
+    def first(record) -> bool:
+        seen.append(1)
+        return len(seen) <= limit
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.addFilter(first)
+    handler.setFormatter(logging.Formatter("NVDEC note: %(message)s"))
+    log = logging.getLogger("sluice.backends.video.nvdec")
+    log.setLevel(logging.DEBUG)
+    log.addHandler(handler)
+
+
 # ----------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -117,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="skip the shared-GOP, threads and single-path diagnostic hybrid rows")
     args = ap.parse_args(argv)
     import torch
+
+    _show_decoder_notes(limit=6)
 
     gpu = torch.cuda.is_available() and not args.no_gpu
     videos = sorted(glob.glob(os.path.join(args.videos, "h264_*s.mp4")),
@@ -200,6 +220,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"{s['seconds'] / (seconds * max(workers[p], 1)):.0%} of the batch" for p, s in stats.items()),
                 flush=True)
             report(f"clips 16x stride 60, {name}, {label}", "clips/s", CLIPS / seconds, peers)
+            if getattr(backend, "nvdec", None) is not None:
+                print(f"{label} NVDEC runs so far: {backend.nvdec.stats}", flush=True)
     if diagnostic:  # does each path scale with its workers? one worker on 4 clips against the full rows above
         path = videos[0]
         name, idx = os.path.basename(path), get_index(path)

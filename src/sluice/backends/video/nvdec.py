@@ -225,6 +225,8 @@ class _FileDecoders:
         except BaseException:
             self.release(None, broken=True)
             raise
+        if switch is not None or not hasattr(dec, "sluice_path"):
+            dec.sluice_requests = 0  # requests since the file was opened on it
         dec.sluice_path = path
         return dec
 
@@ -253,7 +255,7 @@ class NvdecBackend:
         self._files = _FileDecoders(self.device_id, self.sessions)
         self._files_refused: set[str] = set()  # files SimpleDecoder could not open or numbered differently
         self._caps_checked: set[tuple] = set()
-        self.stats = {"file_decoder_runs": 0, "packet_runs": 0}
+        self.stats = {"file_decoder_runs": 0, "packet_runs": 0, "file_decoder_reopens": 0}
 
     # ---------------------------------------------------------------------------------------------- sessions
     def _module(self):
@@ -356,14 +358,17 @@ class NvdecBackend:
         try:
             device = torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext()
             with device:
-                decoded = dec.get_batch_frames_by_index(frames)
-                stamps = [frame_pts(frame) for frame in decoded]
-                why = None
-                if len(decoded) != len(frames):
-                    why = f"it returned {len(decoded)} frames for {len(frames)}"
-                elif not timestamps_agree(stamps, frames, idx):
-                    why = (f"the timestamps of its frames {frames[:4]} are {stamps[:4]}; the index says pts "
-                           f"{idx.pts[frames[:4]].tolist()} (time base {idx.time_base})")
+                decoded, why = self._frames_by_index(dec, idx, frames)
+                if why and dec.sluice_requests > 1:
+                    # a decoder that served earlier requests has numbered frames wrongly while a fresh one on
+                    # the same file gave the right ones (H200, 720p H.264, requests in random order): reopen the
+                    # file on it and ask once more before giving the file up
+                    logger.debug("%s: SimpleDecoder reopened after %d requests: %s", path, dec.sluice_requests, why)
+                    dec.reconfigure_decoder(path)
+                    dec.sluice_requests = 0
+                    decoded, why = self._frames_by_index(dec, idx, frames)
+                    with self._lock:
+                        self.stats["file_decoder_reopens"] += 1
                 out = None if why else {f: owned_rgb(fr, idx.height, idx.width) for f, fr in zip(frames, decoded)}
             broken = False
             if why:
@@ -374,6 +379,21 @@ class NvdecBackend:
             return None
         finally:
             self._files.release(dec, broken)
+
+    @staticmethod
+    def _frames_by_index(dec, idx: VideoIndex, frames: list[int]) -> tuple[list, str | None]:
+        """SimpleDecoder's frames for ``frames``, and why they are not the index's frames (None when they are)."""
+        dec.sluice_requests += 1
+        decoded = dec.get_batch_frames_by_index(frames)
+        if len(decoded) != len(frames):
+            return decoded, f"it returned {len(decoded)} frames for {len(frames)}"
+        stamps = [frame_pts(frame) for frame in decoded]
+        if timestamps_agree(stamps, frames, idx):
+            return decoded, None
+        bad = next((k for k, (s, f) in enumerate(zip(stamps, frames)) if s != idx.pts[f]), 0)
+        return decoded, (f"the timestamps of its frames {frames[bad:bad + 4]} are {stamps[bad:bad + 4]}; the index "
+                         f"says pts {idx.pts[frames[bad:bad + 4]].tolist()} (time base {idx.time_base}; request "
+                         f"{frames[0]}..{frames[-1]}, the decoder's request {dec.sluice_requests})")
 
     def _caps_ok(self, nvc, idx: VideoIndex) -> bool:
         """Whether NVDEC decodes this codec at this size (else the packet path raises the error that says so)."""
