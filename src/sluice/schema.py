@@ -302,6 +302,9 @@ class Operator:
     #: Set by the executor on a CPU operator whose outputs a GPU or mixed operator takes: it may then put them in
     #: page-locked memory, which the GPU copies from by DMA (readers.file reads its batch into one such buffer).
     pin_outputs: bool = False
+    #: With ``pin_outputs``: the CUDA stream on which the GPU operators copy those outputs (memory an operator
+    #: reuses must wait for the copies queued on it).
+    copy_stream: Any = None
 
     def __init__(self, spec: OpSpec):
         self.spec = spec

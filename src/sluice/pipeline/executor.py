@@ -137,6 +137,7 @@ class Executor:
                 if node.device == "cpu" and any(n.device in ("gpu", "mixed") and self._needs(n, [node])
                                                 for n in self.nodes):
                     self.operators[node.id].pin_outputs = True
+                    self.operators[node.id].copy_stream = self.stream
         # Split into a CPU stage and a device stage when no CPU operator depends on a GPU result.
         cpu_nodes, dev_nodes = [], []
         for node in self.nodes:

@@ -21,16 +21,23 @@ Example::
 from __future__ import annotations
 
 import os
-import pickle
-import struct
 import subprocess
 import sys
 import threading
 from typing import Any
 
-__all__ = ["WorkerProcess", "WorkerDied"]
+if __name__ == "__main__":  # run as the worker script: the protocol without importing sluice (and torch)
+    import importlib.util
 
-_HEADER = struct.Struct("<Q")
+    _spec = importlib.util.spec_from_file_location(
+        "_sluice_pipes", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "_pipes.py"))
+    _pipes = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_pipes)
+    _send, _receive = _pipes.send, _pipes.receive
+else:
+    from sluice._pipes import receive as _receive, send as _send
+
+__all__ = ["WorkerProcess", "WorkerDied"]
 
 
 class WorkerDied(RuntimeError):
@@ -40,23 +47,6 @@ class WorkerDied(RuntimeError):
     def __init__(self, message: str, at_start: bool = False):
         super().__init__(message)
         self.at_start = at_start
-
-
-def _send(stream, message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
-
-
-def _receive(stream) -> Any:
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError("the pipe closed")
-    (size,) = _HEADER.unpack(header)
-    data = stream.read(size)
-    if len(data) < size:
-        raise EOFError("the pipe closed mid-message")
-    return pickle.loads(data)
 
 
 def _rebuild_error(error_type: str, message: str) -> Exception:

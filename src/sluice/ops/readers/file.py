@@ -22,6 +22,7 @@ import torch
 
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
+from sluice.ops.readers.read_processes import ProcessReader, read_processes_default
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -209,16 +210,17 @@ def map_all(pool, fn, items: list) -> list:
 
 
 def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bool = False,
-               device_id: int | None = None) -> list[torch.Tensor]:
+               device_id: int | None = None, processes: ProcessReader | None = None) -> list[torch.Tensor]:
     """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
     SampleError naming the sample's index and the file.
 
     With ``one_buffer`` (implied by ``pin``) the files are read back to back into one buffer, page-locked with
     ``pin``, and the samples are views of it (:func:`contiguous_bytes` finds that stretch again): a GPU consumer
     then copies the whole batch, or any part of it, by DMA without staging it first. ``device_id``: the GPU the
-    pipeline uses (page-locking must not create a CUDA context on another GPU)."""
-    if pin or one_buffer:
-        return _read_into_one_buffer(paths, pool, pin, device_id)
+    pipeline uses (page-locking must not create a CUDA context on another GPU). ``processes``: read that buffer
+    with these worker processes (see :mod:`.read_processes`) when one of its buffers is free."""
+    if pin or one_buffer or processes is not None:
+        return _read_into_one_buffer(paths, pool, pin, device_id, processes)
     runs = _runs(len(paths), pool)
 
     def read_run(run: range) -> list[torch.Tensor]:
@@ -265,7 +267,8 @@ def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
-def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> list[torch.Tensor]:
+def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None,
+                          processes: ProcessReader | None = None) -> list[torch.Tensor]:
     # Sizes first, here (a stat costs microseconds), then one pass of the pool that opens, reads and closes each
     # file: a pass to open the files and a second to read them cost 35-40 % of the speed in hand-offs.
     n = len(paths)
@@ -276,6 +279,13 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
         except OSError as e:
             raise SampleError(i, path, _cannot_read(path, e)) from None
     offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    read = processes.read(paths, sizes, offsets) if processes is not None and n else None
+    if read is not None:
+        buf, got, grew = read
+        if processes.pinned:
+            _page_locked.add(buf.data_ptr())
+        grown = {i: read_file(paths[i]) for i in grew}
+        return [grown[i] if i in grown else buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
     buf = _host_buffer(max(1, offsets[-1]), pin, device_id)
     host = buf.numpy()
     got = [0] * n
@@ -366,10 +376,25 @@ class FileReader(ReaderBase):
             raise ArgumentError(f"{self.op_name}: no files found in '{where}' (file_filters="
                                 f"{spec.args['file_filters']})")
         self.setup_order(len(self.paths))
+        self._reader: ProcessReader | None = None
+
+    def _processes(self) -> ProcessReader | None:
+        """The worker processes that read this reader's batches for a GPU pipeline (made on first use)."""
+        if self._reader is None and self.pin_outputs and self.copy_stream is not None:
+            count = read_processes_default()
+            if count:
+                self._reader = ProcessReader(count, self.spec.device_id, self.copy_stream)
+        return self._reader
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id)
+        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id,
+                          processes=self._processes())
         labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
         return Batch(data, "", paths), Batch.from_dense(labels, "", paths)
