@@ -66,11 +66,9 @@ class _Decoder:
 class SimpleDecoder:
     """PyNvVideoCodec's file decoder: frames by presentation number (PyAV decodes the whole file once).
     ``misnumber`` shifts the numbering by one (a decoder that counts frames differently from the index);
-    ``misnumber_after`` does so once a decoder has served that many requests since it opened its file (as a reused
-    SimpleDecoder did on the H200); ``fail_open`` makes opening raise (as for streams without a frame count)."""
+    ``fail_open`` makes opening raise (as for streams without a frame count)."""
 
     misnumber = False
-    misnumber_after = None
     fail_open = False
     clock = None  # None: frames carry the stream's pts; else their time in units of 1/clock s (NVIDIA's demuxer)
 
@@ -87,13 +85,10 @@ class SimpleDecoder:
             clock = SimpleDecoder.clock
             self._frames = [_Frame(_nvdec_rgb(f), f.pts if clock is None else round(f.time * clock)) for f in frames]
         self.opened.append(str(path))
-        self.served = 0
 
     def get_batch_frames_by_index(self, indices):
         self.calls += 1
-        self.served += 1
-        after = SimpleDecoder.misnumber_after
-        shift = 1 if SimpleDecoder.misnumber or (after is not None and self.served > after) else 0
+        shift = 1 if SimpleDecoder.misnumber else 0
         return [self._frames[min(i + shift, len(self._frames) - 1)] for i in indices]
 
 

@@ -272,24 +272,8 @@ def test_file_numbered_differently_is_decoded_by_packets(videos, fake_files, mon
         for req in ([4, 9], [20, 2]):
             assert [read_barcode(f) for f in read_frames(path, frames=req, backend=backend).frames] == req
     assert "h264.mp4: decoded packet by packet from now on" in caplog.text and "the index says pts" in caplog.text
-    assert _simple(fake_files)[0].calls == 1  # not asked again for that file (a fresh decoder was wrong: no reopen)
-    assert backend.stats == {"file_decoder_runs": 0, "packet_runs": 2, "file_decoder_reopens": 0}
-
-
-def test_reused_file_decoder_that_misnumbers_is_reopened(videos, fake_files, monkeypatch, caplog):
-    """A decoder right on its first requests and wrong later is reopened on the file and asked again; the file
-    stays on the file decoder."""
-    monkeypatch.setattr(fake_nvc.SimpleDecoder, "misnumber_after", 2)
-    backend = NvdecBackend(sessions=1)
-    path = videos["h264-mp4"]
-    reqs = [[4, 9], [20, 2], [7, 8, 30], [1], [25, 3]]
-    with caplog.at_level("DEBUG", logger="sluice.backends.video.nvdec"):
-        for req in reqs:
-            assert [read_barcode(f) for f in read_frames(path, frames=req, backend=backend).frames] == req
-    assert backend.stats == {"file_decoder_runs": 5, "packet_runs": 0, "file_decoder_reopens": 2}
-    assert "SimpleDecoder reopened after 3 requests" in caplog.text and "decoded packet by packet" not in caplog.text
-    dec, = _simple(fake_files)
-    assert dec.opened == [str(path)] * 3
+    assert _simple(fake_files)[0].calls == 1  # not asked again for that file
+    assert backend.stats == {"file_decoder_runs": 0, "packet_runs": 2}
 
 
 def test_file_decoder_that_cannot_open_falls_back(gpu_videos, fake_files, monkeypatch):

@@ -255,7 +255,7 @@ class NvdecBackend:
         self._files = _FileDecoders(self.device_id, self.sessions)
         self._files_refused: set[str] = set()  # files SimpleDecoder could not open or numbered differently
         self._caps_checked: set[tuple] = set()
-        self.stats = {"file_decoder_runs": 0, "packet_runs": 0, "file_decoder_reopens": 0}
+        self.stats = {"file_decoder_runs": 0, "packet_runs": 0}
 
     # ---------------------------------------------------------------------------------------------- sessions
     def _module(self):
@@ -359,16 +359,6 @@ class NvdecBackend:
             device = torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext()
             with device:
                 decoded, why = self._frames_by_index(dec, idx, frames)
-                if why and dec.sluice_requests > 1:
-                    # a decoder that served earlier requests has numbered frames wrongly while a fresh one on
-                    # the same file gave the right ones (H200, 720p H.264, requests in random order): reopen the
-                    # file on it and ask once more before giving the file up
-                    logger.debug("%s: SimpleDecoder reopened after %d requests: %s", path, dec.sluice_requests, why)
-                    dec.reconfigure_decoder(path)
-                    dec.sluice_requests = 0
-                    decoded, why = self._frames_by_index(dec, idx, frames)
-                    with self._lock:
-                        self.stats["file_decoder_reopens"] += 1
                 out = None if why else {f: owned_rgb(fr, idx.height, idx.width) for f, fr in zip(frames, decoded)}
             broken = False
             if why:
