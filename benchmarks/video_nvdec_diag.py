@@ -11,7 +11,9 @@ Sections (each prints its own lines, a failure in one does not stop the others):
 - ``seekpts``: one group of pictures fed whole, with and without ``SetSeekPTS`` (which frames come back, and how
   long it takes): whether NVDEC can be told not to hand back the frames before a wanted one.
 - ``simple``: PyNvVideoCodec's own ``SimpleDecoder.get_batch_frames_by_index`` on the same clips in N threads,
-  every frame checked by its barcode: how fast NVDEC goes with no Python per packet. Example::
+  every frame checked by its barcode: how fast NVDEC goes with no Python per packet.
+- ``stamps`` (not by default): a fresh SimpleDecoder per clip, each clip's stamps against the index and its
+  frames' barcodes: which requests get stamps that do not prove their frames. Example::
 
     python benchmarks/video_nvdec_diag.py --video /tmp/video_bench/h264_1280x720_60fps_60s.mp4
 """
@@ -226,6 +228,32 @@ def simple(path, idx, requests, sessions):
         bad = check(f"simple-{n}", reqs, fixed)
         print(f"SimpleDecoder, {n} threads: {len(reqs) / wall:.2f} clips/s, shapes {shapes}, wrong frames {bad}",
               flush=True)
+
+
+@section("stamps")
+def stamps(path, idx, requests, sessions):
+    """Per request, a fresh SimpleDecoder: its frames' barcodes and stamps against the index (which frames
+    SimpleDecoder returns, and whether its stamps say so), with the request's keyframe and its place in the GOP."""
+    import PyNvVideoCodec as nvc
+    import torch
+
+    def one(req):
+        dec = nvc.SimpleDecoder(path, gpu_id=0, use_device_memory=True, output_color_type=nvc.OutputColorType.RGB)
+        frames = dec.get_batch_frames_by_index(req)
+        got = [frame_pts(f) for f in frames]
+        pix = torch.stack([torch.from_dlpack(f) for f in frames])
+        pix = pix if pix.shape[-1] == 3 else pix.permute(0, 2, 3, 1)
+        codes = read_barcodes(pix)
+        return req, got, codes
+
+    step = int(np.median(np.diff(idx.pts[np.argsort(idx.pts)])))
+    with ThreadPoolExecutor(sessions) as pool:
+        for req, got, codes in pool.map(one, requests):
+            key = int(idx.key_frames[np.searchsorted(idx.key_frames, req[0], side="right") - 1])
+            offs = sorted({(g - int(idx.pts[f])) / step for g, f in zip(got, req)})
+            wrong = sum(c != f for c, f in zip(codes, req))
+            print(f"STAMPS req {req[0]}..{req[-1]} key {key} (+{req[0] - key}): stamp - pts in frames {offs}; "
+                  f"wrong pixels {wrong}; first barcodes {list(codes[:3])}", flush=True)
 
 
 def main(argv=None):
