@@ -51,6 +51,8 @@ for step in "$@"; do
     video-diag) python3 benchmarks/make_videos.py --out /tmp/video_bench --durations 60 | tail -2
            python3 benchmarks/video_nvdec_diag.py --video /tmp/video_bench/h264_1280x720_60fps_60s.mp4 ${DIAG_ARGS:-}
            python3 benchmarks/video_clips.py --videos /tmp/video_bench --only 60 --no-sequential --no-variants ;;
+    video-stamps) python3 benchmarks/make_videos.py --out /tmp/video_bench --durations 60 | tail -1
+           python3 benchmarks/video_nvdec_diag.py --video /tmp/video_bench/h264_1280x720_60fps_60s.mp4 --sections stamps ;;
     torch) python3 examples/proxy_video_clips.py --device mixed --workers 4 ;;
     demo) python3 -m sluice.cli demo --output "$OUT/demo.png" 2>&1 | tr '\r' '\n' | grep -v 'batch/s' ;;
     *) echo "unknown step $step" ;;
