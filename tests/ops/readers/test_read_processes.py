@@ -127,6 +127,20 @@ def test_larger_batch_replaces_a_small_buffer(tmp_path, reader):
     assert len(reader.slots) == 1 and reader.slots[0].capacity >= 3 << 20
 
 
+def test_full_shared_memory_falls_back_to_threads(files, reader, monkeypatch, caplog):
+    """A /dev/shm too small for a batch (Docker's 64 MB default) is a warning and the threads' path, never a
+    SIGBUS."""
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            _same(read_files(files, processes=reader), files)
+    assert "is /dev/shm large enough" in caplog.text and caplog.text.count("No space left") == 1
+    assert reader.stats["thread_batches"] == 2 and not reader.slots
+
+
 def test_file_that_grew_is_read_whole(tmp_path):
     path = tmp_path / "grows.bin"
     path.write_bytes(b"abcdefgh")

@@ -93,6 +93,17 @@ class _Slot:
     def __init__(self, nbytes: int, device_id: int | None) -> None:
         self.shm = shared_memory.SharedMemory(create=True, size=max(nbytes, 1 << 20))
         self.capacity = self.shm.size
+        try:
+            # reserve the pages now: a full /dev/shm (64 MB in a default Docker container) is then an error
+            # here, not a SIGBUS in whichever process first writes past what it can hold
+            os.posix_fallocate(self.shm._fd, 0, self.capacity)  # noqa: SLF001
+        except OSError as e:
+            self.shm.close()
+            self.shm.unlink()
+            raise OSError(f"cannot reserve a {self.capacity >> 20} MiB shared batch buffer ({e.strerror or e}); "
+                          f"is /dev/shm large enough? (Docker: --shm-size)") from None
+        except AttributeError:  # no posix_fallocate (macOS)
+            pass
         self.device_id = device_id
         self.registered = False
         self.in_use = False
@@ -104,7 +115,10 @@ class _Slot:
                 code = torch.cuda.cudart().cudaHostRegister(self.base, self.capacity, 0)
             self.registered = int(code) == 0
             if not self.registered:
-                raise RuntimeError(f"cudaHostRegister of {self.capacity} bytes failed (error {int(code)})")
+                self.shm.close()
+                self.shm.unlink()
+                raise OSError(f"cannot page-lock a {self.capacity >> 20} MiB shared batch buffer "
+                              f"(cudaHostRegister error {int(code)})")
         del host
 
     def free(self) -> bool:
@@ -132,6 +146,7 @@ class ProcessReader:
         self._forget: list[str] = []  # slots closed since the workers last heard: they unmap them
         self._lock = threading.Lock()
         self._warned = False
+        self._broken = False  # a buffer could not be made: no new ones
         self.stats = {"process_batches": 0, "thread_batches": 0, "worker_restarts": 0}
         self._finalizer = weakref.finalize(self, ProcessReader._close, self.workers, self.slots)
 
@@ -154,8 +169,13 @@ class ProcessReader:
                 return None
             try:
                 got, grown = self._read_into(slot, paths, sizes, offsets)
-            except BaseException:
+            except SampleError:  # every answer was read: the workers are in step
                 slot.in_use = False
+                raise
+            except BaseException:  # interrupted mid-exchange: answers may be left unread, start the workers anew
+                slot.in_use = False
+                for worker in self.workers:
+                    worker.close()
                 raise
             self.stats["process_batches"] += 1
         # a fresh array over the slot per batch: its finaliser runs when the batch's last tensor is gone
@@ -164,16 +184,22 @@ class ProcessReader:
         return torch.from_numpy(host), got, grown
 
     def _take_slot(self, nbytes: int) -> _Slot | None:
-        for k, slot in enumerate(self.slots):
+        for slot in self.slots:
             if slot.free():
                 if slot.capacity < nbytes:  # too small for this batch: replace it
                     slot.close()
                     self._forget.append(slot.shm.name)
-                    slot = self.slots[k] = self._new_slot(nbytes)
+                    self.slots.remove(slot)
+                    break
                 slot.in_use, slot.event = True, None
                 return slot
-        if len(self.slots) < MAX_SLOTS:
-            slot = self._new_slot(nbytes)
+        if len(self.slots) < MAX_SLOTS and not self._broken:
+            try:
+                slot = self._new_slot(nbytes)
+            except OSError as e:  # no shared or page-locked memory for it: this reader's threads read from now on
+                self._broken = True
+                logger.warning("fn.readers.file: %s; batches are read by the pipeline's threads from now on", e)
+                return None
             self.slots.append(slot)
             slot.in_use = True
             return slot
