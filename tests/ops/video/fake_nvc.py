@@ -69,6 +69,7 @@ class SimpleDecoder:
     ``fail_open`` makes opening raise (as for streams without a frame count)."""
 
     misnumber = False
+    stamp_offsets = None  # stamps moved by these many frame intervals, in turn (right frames, stamps off)
     fail_open = False
     clock = None  # None: frames carry the stream's pts; else their time in units of 1/clock s (NVIDIA's demuxer)
 
@@ -85,10 +86,21 @@ class SimpleDecoder:
             clock = SimpleDecoder.clock
             self._frames = [_Frame(_nvdec_rgb(f), f.pts if clock is None else round(f.time * clock)) for f in frames]
         self.opened.append(str(path))
+        stamps = [f.timestamp for f in self._frames]
+        self._step = int(np.median(np.diff(stamps))) if len(stamps) > 1 else 1
 
     def get_batch_frames_by_index(self, indices):
         self.calls += 1
         shift = 1 if SimpleDecoder.misnumber else 0
+        if SimpleDecoder.stamp_offsets:
+            offsets, step = SimpleDecoder.stamp_offsets, self._step
+            out = []
+            for k, i in enumerate(indices):
+                f = self._frames[min(i + shift, len(self._frames) - 1)]
+                moved = _Frame.__new__(_Frame)
+                moved._rgb, moved.timestamp = f._rgb, f.timestamp + offsets[k % len(offsets)] * step
+                out.append(moved)
+            return out
         return [self._frames[min(i + shift, len(self._frames) - 1)] for i in indices]
 
 

@@ -271,9 +271,39 @@ def test_file_numbered_differently_is_decoded_by_packets(videos, fake_files, mon
     with caplog.at_level("INFO", logger="sluice.backends.video.nvdec"):
         for req in ([4, 9], [20, 2]):
             assert [read_barcode(f) for f in read_frames(path, frames=req, backend=backend).frames] == req
-    assert "h264.mp4: decoded packet by packet from now on" in caplog.text and "the index says pts" in caplog.text
+    assert "h264.mp4: decoded packet by packet from now on" in caplog.text
+    assert "differ in pixels from the packet path's" in caplog.text  # stamps one frame late: near, then checked
     assert _simple(fake_files)[0].calls == 1  # not asked again for that file
-    assert backend.stats == {"file_decoder_runs": 0, "packet_runs": 2}
+    assert backend.stats == {"file_decoder_runs": 0, "packet_runs": 1, "pixel_checks": 1}
+
+
+@pytest.mark.parametrize("offsets", [[-1, 0, 1], [0, -1]])
+def test_near_stamps_trusted_after_pixel_checks(videos, fake_files, monkeypatch, offsets):
+    """SimpleDecoder stamping the right frames a frame or so off (B-pyramid H.264 on the H200): the first
+    requests are checked against the packet path's pixels, later ones taken."""
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "stamp_offsets", offsets)
+    backend = NvdecBackend(sessions=1)
+    path = videos["h264-mp4"]
+    for req in ([4, 9, 30], [20, 2], [7, 8], [1, 25]):
+        assert [read_barcode(f) for f in read_frames(path, frames=req, backend=backend).frames] == req
+    assert backend.stats == {"file_decoder_runs": 2, "packet_runs": 0, "pixel_checks": 2}
+
+
+def test_far_stamps_refused_without_pixel_check(videos, fake_files, monkeypatch):
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "stamp_offsets", [-5])
+    backend = NvdecBackend()
+    assert [read_barcode(f) for f in read_frames(videos["h264-mp4"], frames=[9, 3], backend=backend).frames] == [9, 3]
+    assert backend.stats == {"file_decoder_runs": 0, "packet_runs": 1, "pixel_checks": 0}
+
+
+def test_near_stamps_on_vfr_refused(vfr_videos, fake_files, monkeypatch):
+    """On a variable-frame-rate file near stamps prove nothing (SimpleDecoder numbers frames at a constant
+    rate): packet by packet."""
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "stamp_offsets", [-1])
+    backend = NvdecBackend()
+    path = next(iter(vfr_videos.values()))
+    assert [read_barcode(f) for f in read_frames(path, frames=[2, 5], backend=backend).frames] == [2, 5]
+    assert backend.stats["pixel_checks"] == 0 and backend.stats["packet_runs"] == 1
 
 
 def test_file_decoder_that_cannot_open_falls_back(gpu_videos, fake_files, monkeypatch):

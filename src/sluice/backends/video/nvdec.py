@@ -179,6 +179,27 @@ def timestamps_agree(stamps: Sequence[int], frames: Sequence[int], idx: VideoInd
                for clock in TIMESTAMP_CLOCKS)
 
 
+#: PyNvVideoCodec 2.2.4's SimpleDecoder stamps the frames of B-pyramid H.264 one to three frames below their pts
+#: (measured on the H200: every one of 64 clips of the benchmark video, each frame right by its barcode), so its
+#: stamps cannot prove which frames it returned. On a constant-frame-rate file whose stamps lie near the expected
+#: ones (:func:`stamps_near`), the first PIXEL_CHECKS such requests are decoded packet by
+#: packet as well and must give the same pixels; after that the file is taken on near stamps.
+PIXEL_CHECKS = 2
+
+
+def stamps_near(stamps: Sequence[int], frames: Sequence[int], idx: VideoIndex) -> bool:
+    """Whether each of ``stamps`` lies between two frames and the stream's dts lead below its frame's pts and one
+    frame above it, on a constant-frame-rate stream. (Not whether they rise: the stamps SimpleDecoder gives the
+    right frames do not always.)"""
+    if idx.is_vfr or len(stamps) != len(frames) or idx.num_frames < 2:
+        return False
+    got = np.asarray(stamps, np.int64)
+    step = int(np.median(idx.frame_intervals))
+    lead = min(0, int(idx.dts.min()) - int(idx.pts.min()))
+    pts = idx.pts[np.asarray(frames)]
+    return bool(np.all(got >= pts + lead - 2 * step) and np.all(got <= pts + step))
+
+
 def simple_decoder_enabled() -> bool:
     """Whether files are decoded through PyNvVideoCodec's SimpleDecoder ($SLUICE_NVDEC_SIMPLE=0 turns it off)."""
     return os.environ.get("SLUICE_NVDEC_SIMPLE", "1").lower() not in ("0", "off", "false", "no")
@@ -225,8 +246,6 @@ class _FileDecoders:
         except BaseException:
             self.release(None, broken=True)
             raise
-        if switch is not None or not hasattr(dec, "sluice_path"):
-            dec.sluice_requests = 0  # requests since the file was opened on it
         dec.sluice_path = path
         return dec
 
@@ -254,8 +273,9 @@ class NvdecBackend:
         self._split_pool: ThreadPoolExecutor | None = None
         self._files = _FileDecoders(self.device_id, self.sessions)
         self._files_refused: set[str] = set()  # files SimpleDecoder could not open or numbered differently
+        self._pixel_checked: dict[str, int] = {}  # file -> requests whose near stamps gave the packet path's pixels
         self._caps_checked: set[tuple] = set()
-        self.stats = {"file_decoder_runs": 0, "packet_runs": 0}
+        self.stats = {"file_decoder_runs": 0, "packet_runs": 0, "pixel_checks": 0}
 
     # ---------------------------------------------------------------------------------------------- sessions
     def _module(self):
@@ -329,61 +349,83 @@ class NvdecBackend:
     def _decode_plan(self, source: Source, idx: VideoIndex, plan, wanted: set) -> dict[int, torch.Tensor]:
         """Decode ``plan`` (groups of pictures in stream order): through a file decoder when the source is a
         file it handles, else on one decoder session fed packet by packet."""
-        out = self._decode_file(source, idx, sorted(f for _, group in plan for f in group))
+        out, check = self._decode_file(source, idx, sorted(f for _, group in plan for f in group))
         with self._lock:
-            self.stats["file_decoder_runs" if out is not None else "packet_runs"] += 1
-        return out if out is not None else self._decode_packets(source, idx, plan, wanted)
+            self.stats["packet_runs" if out is None else "pixel_checks" if check else "file_decoder_runs"] += 1
+        if out is None:
+            return self._decode_packets(source, idx, plan, wanted)
+        if check:
+            return self._pixel_check(os.fspath(source), idx, out, self._decode_packets(source, idx, plan, wanted))
+        return out
 
-    def _decode_file(self, source: Source, idx: VideoIndex, frames: list[int]) -> dict[int, torch.Tensor] | None:
-        """The ``frames`` of a video file through PyNvVideoCodec's SimpleDecoder, or None where it does not apply
-        (not a file, no timestamps, turned off) or does not agree with the packet index: each returned frame
-        must carry the pts the index gives that frame number, else the file is decoded packet by packet from
-        then on."""
+    def _pixel_check(self, path: str, idx: VideoIndex, got: dict, exact: dict) -> dict[int, torch.Tensor]:
+        """The packet path's frames ``exact``; the file decoder's ``got`` for the same frames must equal them to the
+        last pixel (both are NVDEC's RGB), else the file is refused."""
+        differ = sorted(f for f in exact if f not in got or not torch.equal(got[f], exact[f]))
+        with self._lock:
+            if not differ:
+                self._pixel_checked[path] = self._pixel_checked.get(path, 0) + 1
+        if differ:
+            self._refuse(path, f"its frames {differ[:4]} differ in pixels from the packet path's (its timestamps "
+                               f"were near the index's, not equal)")
+        return exact
+
+    def _decode_file(self, source: Source, idx: VideoIndex, frames: list[int]) -> tuple[dict | None, bool]:
+        """The ``frames`` of a video file through PyNvVideoCodec's SimpleDecoder, and whether they still need a
+        pixel check; None where it does not apply (not a file, no timestamps, turned off) or does not agree with
+        the packet index. Each returned frame must carry the pts the index gives that frame number, or (constant
+        frame rate) a stamp near it on a file whose first near-stamped requests gave the packet path's pixels
+        (see :data:`PIXEL_CHECKS`); else the file is decoded packet by packet from then on."""
         if not isinstance(source, (str, os.PathLike)) or idx.count_frames or not simple_decoder_enabled():
-            return None
+            return None, False
         path = os.fspath(source)
         if path in self._files_refused:
-            return None
+            return None, False
         nvc = self._module()
         if not hasattr(nvc, "SimpleDecoder") or not self._caps_ok(nvc, idx):
-            return None
+            return None, False
         try:
             dec = self._files.acquire(nvc, path)
         except VideoError:
             raise
         except Exception as e:  # noqa: BLE001 - a file it cannot open (elementary streams, no frame count)
             self._refuse(path, f"it cannot open the file ({e})")
-            return None
+            return None, False
         broken = True
         try:
             device = torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext()
             with device:
-                decoded, why = self._frames_by_index(dec, idx, frames)
+                decoded, why, near = self._frames_by_index(dec, idx, frames)
+                check = False
+                if why and near:
+                    with self._lock:
+                        check = self._pixel_checked.get(path, 0) < PIXEL_CHECKS
+                    why = None
                 out = None if why else {f: owned_rgb(fr, idx.height, idx.width) for f, fr in zip(frames, decoded)}
             broken = False
             if why:
                 self._refuse(path, why)
-            return out
+            return out, check
         except Exception as e:  # noqa: BLE001 - decoded again packet by packet, which names what is wrong
             self._refuse(path, f"it failed ({type(e).__name__}: {e})")
-            return None
+            return None, False
         finally:
             self._files.release(dec, broken)
 
     @staticmethod
-    def _frames_by_index(dec, idx: VideoIndex, frames: list[int]) -> tuple[list, str | None]:
-        """SimpleDecoder's frames for ``frames``, and why they are not the index's frames (None when they are)."""
-        dec.sluice_requests += 1
+    def _frames_by_index(dec, idx: VideoIndex, frames: list[int]) -> tuple[list, str | None, bool]:
+        """SimpleDecoder's frames for ``frames``, why their stamps do not prove them the index's frames (None when
+        they do), and whether the stamps are near (:func:`stamps_near`)."""
         decoded = dec.get_batch_frames_by_index(frames)
         if len(decoded) != len(frames):
-            return decoded, f"it returned {len(decoded)} frames for {len(frames)}"
+            return decoded, f"it returned {len(decoded)} frames for {len(frames)}", False
         stamps = [frame_pts(frame) for frame in decoded]
         if timestamps_agree(stamps, frames, idx):
-            return decoded, None
+            return decoded, None, False
         bad = next((k for k, (s, f) in enumerate(zip(stamps, frames)) if s != idx.pts[f]), 0)
         return decoded, (f"the timestamps of its frames {frames[bad:bad + 4]} are {stamps[bad:bad + 4]}; the index "
                          f"says pts {idx.pts[frames[bad:bad + 4]].tolist()} (time base {idx.time_base}; request "
-                         f"{frames[0]}..{frames[-1]}, the decoder's request {dec.sluice_requests})")
+                         f"{frames[0]}..{frames[-1]})"), stamps_near(stamps, frames, idx)
 
     def _caps_ok(self, nvc, idx: VideoIndex) -> bool:
         """Whether NVDEC decodes this codec at this size (else the packet path raises the error that says so)."""
