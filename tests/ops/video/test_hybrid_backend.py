@@ -311,6 +311,27 @@ def test_batch_state_order_and_guard():
     assert s.take("cpu") is None and len(s.shared) == 2
 
 
+def test_last_jobs_not_left_by_both_paths():
+    """Each path would leave the last job to the other (a CPU job takes twice an NVDEC one, and NVDEC has fewer
+    workers): the workers that leave first hand it on; the last worker standing takes it, so it is never left
+    for the caller to decode alone after every worker stopped."""
+    from collections import deque
+
+    from sluice.backends.video.hybrid import _BatchState, _Job
+
+    s = _BatchState(deque([_Job(source="x", idx=None, key=0, frames={9})]), deque(), {"nvdec": 2, "cpu": 2},
+                    {"nvdec": 3.0, "cpu": 2.0})
+    # 10 frames: an NVDEC worker needs 30 s, the CPU's two workers 10 s: both NVDEC workers leave it
+    assert s.take("nvdec") is None and s.take("nvdec") is None
+    assert s.active["nvdec"] == 0
+    assert s.take("cpu").weight == 10  # no NVDEC worker left: the CPU takes it, whatever the estimate
+    s = _BatchState(deque([_Job(source="x", idx=None, key=0, frames={9})]), deque(), {"nvdec": 1, "cpu": 16},
+                    {"nvdec": 1.0, "cpu": 2.0})
+    # 10 frames: NVDEC needs 10 s, the CPU alone 10 * 2 / 16 = 1.25 s: NVDEC leaves it; each CPU worker needs 20 s
+    # against NVDEC's 10 s, but NVDEC has left: the first CPU worker takes it
+    assert s.take("nvdec") is None and s.take("cpu").weight == 10 and not s.shared
+
+
 @pytest.mark.cuda
 def test_real_gpu_operators_use_hybrid(gpu_videos):
     """fn.readers.video on the GPU goes through the hybrid backend: exact sequences, work on both paths."""

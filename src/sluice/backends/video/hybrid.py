@@ -232,12 +232,14 @@ class HybridBackend:
     def _worker(self, kind: str, state: "_BatchState") -> None:
         while True:
             if kind == "nvdec" and self._nvdec_broken is not None:
+                state.leave(kind)
                 return
             job = state.take(kind)
             if job is None:
                 return
             self._do(job, kind, state)
             if state.error is not None:
+                state.leave(kind)
                 return
 
     def _do(self, job: _Job, kind: str, state: "_BatchState") -> None:
@@ -372,6 +374,7 @@ class _BatchState:
     def __init__(self, shared: deque, cpu_only: deque, workers: dict[str, int], spf: dict[str, float]) -> None:
         self.shared, self.cpu_only = shared, cpu_only
         self.workers, self.spf = workers, spf
+        self.active = dict(workers)  # workers of each path still taking jobs
         self.remaining = sum(j.weight for j in shared)  # frames queued for either path
         self.remaining_cpu_only = sum(j.weight for j in cpu_only)
         self.lock = threading.Lock()
@@ -383,31 +386,44 @@ class _BatchState:
 
         The path whose worker is faster per frame takes the heaviest job, the other the lightest; a worker leaves
         a job to the other path when that path alone would finish everything queued for it before this worker
-        finished the job (the end of a batch), judged from the measured speeds."""
+        finished the job (the end of a batch), judged from the measured speeds, and only while that path still
+        has workers taking jobs (else both paths could leave the last jobs to each other). A worker given None
+        has left the batch."""
         with self.lock:
-            if self.error is not None:
-                return None
-            if kind == "cpu" and self.cpu_only:
-                job = self.cpu_only.popleft()
-                self.remaining_cpu_only -= job.weight
-                return job
-            if not self.shared or self.workers[kind] == 0:
-                return None
-            other = "cpu" if kind == "nvdec" else "nvdec"
-            mine, theirs = self.spf.get(kind), self.spf.get(other)
-            measured = mine is not None and theirs is not None and self.workers[other] > 0
-            heavy_first = mine <= theirs if measured else kind == "nvdec"
-            job = self.shared[0] if heavy_first else self.shared[-1]
-            if measured:
-                queued_for_other = self.remaining + (self.remaining_cpu_only if other == "cpu" else 0)
-                if job.weight * mine > queued_for_other * theirs / self.workers[other]:
-                    return None  # the other path alone finishes what is left before this job would be done here
-            if heavy_first:
-                self.shared.popleft()
-            else:
-                self.shared.pop()
-            self.remaining -= job.weight
+            job = self._next(kind)
+            if job is None:
+                self.active[kind] -= 1
             return job
+
+    def leave(self, kind: str) -> None:
+        """A worker of ``kind`` stops before ``take`` said so (NVDEC failed, or the batch failed)."""
+        with self.lock:
+            self.active[kind] -= 1
+
+    def _next(self, kind: str) -> _Job | None:
+        if self.error is not None:
+            return None
+        if kind == "cpu" and self.cpu_only:
+            job = self.cpu_only.popleft()
+            self.remaining_cpu_only -= job.weight
+            return job
+        if not self.shared or self.workers[kind] == 0:
+            return None
+        other = "cpu" if kind == "nvdec" else "nvdec"
+        mine, theirs = self.spf.get(kind), self.spf.get(other)
+        measured = mine is not None and theirs is not None and self.workers[other] > 0
+        heavy_first = mine <= theirs if measured else kind == "nvdec"
+        job = self.shared[0] if heavy_first else self.shared[-1]
+        if measured and self.active[other] > 0:
+            queued_for_other = self.remaining + (self.remaining_cpu_only if other == "cpu" else 0)
+            if job.weight * mine > queued_for_other * theirs / self.workers[other]:
+                return None  # the other path alone finishes what is left before this job would be done here
+        if heavy_first:
+            self.shared.popleft()
+        else:
+            self.shared.pop()
+        self.remaining -= job.weight
+        return job
 
     def give_back(self, job: _Job) -> None:
         with self.lock:
