@@ -249,12 +249,18 @@ def main(argv=None) -> None:
     print(f"# sluice / best peer = {ours / best_peer:.2f}x (target >= 1.3x)", flush=True)
     op.close()
 
-    try:
-        run, m = sluice_pipeline_pass(args.folder, n, args.batch, args.threads, args.device_id)
-        report(f"readers.file + decoders.image mixed pipeline, batch {args.batch}", "img/s",
-               best_rate(run, m, args.repeat), {})
-    except Exception as exc:  # noqa: BLE001
-        print(f"# pipeline run failed: {exc}", flush=True)
+    # the pipeline row with readers.file's default worker processes, then with its files read in the threads
+    for procs in (None, "0"):
+        if procs is not None:
+            os.environ["SLUICE_READ_PROCESSES"] = procs
+        how = "files read by the pipeline's threads" if procs == "0" else "files read by worker processes"
+        try:
+            run, m = sluice_pipeline_pass(args.folder, n, args.batch, args.threads, args.device_id)
+            report(f"readers.file + decoders.image mixed pipeline, batch {args.batch}, {how}", "img/s",
+                   best_rate(run, m, args.repeat), {})
+        except Exception as exc:  # noqa: BLE001
+            print(f"# pipeline run failed ({how}): {exc}", flush=True)
+    os.environ.pop("SLUICE_READ_PROCESSES", None)
 
 
 if __name__ == "__main__":
