@@ -1,16 +1,24 @@
-"""Length-prefixed pickles over a pipe: the protocol between sluice and its worker processes.
+"""Worker processes of sluice and their protocol: length-prefixed pickles over the process's stdin and stdout.
 
-Standard library only: worker scripts load this file by path (:func:`load_by_path`), so that they import neither
-sluice nor torch.
+A worker runs this file as its script (:func:`start`), which loads the worker's module by path under the name
+:data:`WORKER_MODULE` and calls its ``_serve()``: the worker imports neither sluice nor torch (a module checks
+``__name__ == WORKER_MODULE`` to import only what its worker side needs), starts in a fraction of a second, never
+imports the caller's main module, and exits when its stdin closes, so it cannot outlive the process that started
+it. Standard library only.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
+import subprocess
+import sys
+from collections.abc import Callable
 from typing import Any
 
 HEADER = struct.Struct("<Q")
+WORKER_MODULE = "_sluice_worker"
 
 
 def send(stream, message: Any) -> None:
@@ -28,3 +36,53 @@ def receive(stream) -> Any:
     if len(data) < size:
         raise EOFError("the pipe closed mid-message")
     return pickle.loads(data)
+
+
+def start(module_file: str) -> subprocess.Popen:
+    """A new worker process serving ``module_file``'s ``_serve()``. stdin/stdout carry the protocol; stderr is the
+    caller's, so a crash's output is seen."""
+    # -P: this file's folder (sluice's) must not go first on sys.path, where its types.py would hide the standard
+    # library's
+    return subprocess.Popen([sys.executable, "-u", "-P", os.path.abspath(__file__), os.path.abspath(module_file)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    """End a worker: it exits when its stdin closes; killed if it does not within 5 s."""
+    if proc is None:
+        return
+    try:
+        proc.stdin.close()
+        proc.wait(timeout=5)
+    except Exception:  # noqa: BLE001 - a hung or already gone process
+        proc.kill()
+        proc.wait()
+    finally:
+        proc.stdout.close()
+
+
+def serve(handle: Callable[[Any], Any]) -> None:
+    """The worker's loop: each request read from stdin is answered on stdout with ``handle(request)``, until stdin
+    closes. ``handle`` turns its own errors into answers."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
+    while True:
+        try:
+            request = receive(stdin)
+        except EOFError:
+            return
+        send(stdout, handle(request))
+
+
+def _run_worker(module_file: str) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(WORKER_MODULE, module_file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[WORKER_MODULE] = module
+    spec.loader.exec_module(module)
+    module._serve()
+
+
+if __name__ == "__main__":
+    _run_worker(sys.argv[1])

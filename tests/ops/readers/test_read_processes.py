@@ -14,7 +14,7 @@ import sluice
 from sluice import fn
 from sluice.errors import SampleError
 from sluice.ops.readers import read_processes
-from sluice.ops.readers.file import is_page_locked_buffer, contiguous_bytes, read_files
+from sluice.ops.readers.file import contiguous_bytes, is_page_locked_buffer, read_files
 from sluice.ops.readers.read_processes import ProcessReader, _read_here, _runs_by_bytes, read_processes_default
 
 
@@ -162,8 +162,8 @@ def test_close_ends_the_workers_and_frees_the_memory(files):
 
 
 def test_runs_balance_bytes():
-    assert _runs_by_bytes([10, 10, 10, 10], 2) == [range(0, 2), range(2, 4)]
-    assert _runs_by_bytes([100, 1, 1, 1], 3)[0] == range(0, 1)
+    assert _runs_by_bytes([10, 10, 10, 10], 2) == [range(2), range(2, 4)]
+    assert _runs_by_bytes([100, 1, 1, 1], 3)[0] == range(1)
     assert sum(len(r) for r in _runs_by_bytes([5] * 7, 16)) == 7
     assert _runs_by_bytes([0, 0, 0], 2) and _runs_by_bytes([], 4) == [range(0)]
 

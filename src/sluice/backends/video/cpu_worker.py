@@ -6,8 +6,8 @@ paths added up (9.97 and 14.92 clips/s on the 60 s and 300 s videos). A :class:`
 process, owned by one CPU worker thread: requests go down its stdin, answers come up its stdout (length-prefixed
 pickles), decoded frames come back through a shared memory block the caller made.
 
-The process runs this file as a script, not through ``multiprocessing``: it never imports the caller's main
-module (no ``if __name__ == "__main__":`` guard needed, no training script run twice) and never imports torch or
+The process runs this module's worker side through :mod:`sluice._pipes`, not ``multiprocessing``: it never imports
+the caller's main module (no ``if __name__ == "__main__":`` guard needed, no training script run twice) and never imports torch or
 the rest of sluice, only PyAV, NumPy and this package's index and PyAV modules. It exits when its stdin closes,
 so it cannot outlive the process that started it by more than one decode.
 
@@ -26,16 +26,10 @@ import sys
 import threading
 from typing import Any
 
-if __name__ == "__main__":  # run as the worker script: the protocol without importing sluice (and torch)
-    import importlib.util
-
-    _spec = importlib.util.spec_from_file_location(
-        "_sluice_pipes", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "_pipes.py"))
-    _pipes = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_pipes)
-    _send, _receive = _pipes.send, _pipes.receive
+if __name__ == "_sluice_worker":  # the worker process (see sluice._pipes): neither sluice nor torch
+    from __main__ import receive as _receive, send as _send, serve as _serve_requests
 else:
-    from sluice._pipes import receive as _receive, send as _send
+    from sluice._pipes import receive as _receive, send as _send, start as _start_worker, stop as _stop_worker
 
 __all__ = ["WorkerProcess", "WorkerDied"]
 
@@ -81,10 +75,8 @@ class WorkerProcess:
 
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            # stdin/stdout carry the protocol; stderr is the caller's, so a crash's output is seen.
             self._answered = 0
-            self._proc = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, close_fds=True)
+            self._proc = _start_worker(__file__)
         return self._proc
 
     def decode(self, path: str, frames: list[int], shm_name: str, shape: tuple, colors: str) -> tuple[str, Any]:
@@ -108,16 +100,7 @@ class WorkerProcess:
         """End the process (it exits when its stdin closes; killed if it does not within 5 s)."""
         with self._lock:
             proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            proc.stdin.close()
-            proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - a hung or already gone process
-            proc.kill()
-            proc.wait()
-        finally:
-            proc.stdout.close()
+        _stop_worker(proc)
 
 
 # ---------------------------------------------------------------------------------------------------- the process
@@ -165,19 +148,11 @@ def _decode(pyav, index, backends: dict, path: str, frames: list[int], shm_name:
 def _serve() -> None:
     pyav, index = _load_backend_modules()
     backends: dict = {}
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
-    while True:
+
+    def handle(request):
         try:
-            request = _receive(stdin)
-        except EOFError:
-            return
-        try:
-            answer = _decode(pyav, index, backends, *request[1:])
+            return _decode(pyav, index, backends, *request[1:])
         except Exception as exc:  # noqa: BLE001 - sent to the caller, which raises it naming the file
-            answer = ("error", (type(exc).__name__, str(exc)))
-        _send(stdout, answer)
+            return "error", (type(exc).__name__, str(exc))
 
-
-if __name__ == "__main__":
-    _serve()
+    _serve_requests(handle)

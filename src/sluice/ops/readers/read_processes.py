@@ -11,9 +11,9 @@ later batches. A slot is free again when every tensor of its batch is gone and t
 pipeline's stream are done (an event recorded when the last view dies). When all slots are in use (a consumer
 keeps batches) and no more may be made, the batch is read by the caller's threads instead: never a wait.
 
-Each worker runs this file as a script, without sluice or torch (the standard library only): it starts in a
-fraction of a second, never re-runs the training script, and exits when its stdin closes, so it cannot outlive the
-pipeline's process. A worker that dies is restarted; the files it had are read by the caller, so no batch is
+Each worker process runs this module's worker side through :mod:`sluice._pipes`, without sluice or torch (the
+standard library only): it starts in a fraction of a second, never re-runs the training script, and exits when its
+stdin closes, so it cannot outlive the pipeline's process. A worker that dies is restarted; the files it had are read by the caller, so no batch is
 lost. An error reading a file names it, as the thread path's does.
 """
 
@@ -22,24 +22,22 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import threading
 import weakref
 from multiprocessing import shared_memory
 
-if __name__ == "__main__":  # run as the worker script: the protocol without importing sluice (and torch)
-    import importlib.util
-
-    _spec = importlib.util.spec_from_file_location(
-        "_sluice_pipes", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "_pipes.py"))
-    _pipes = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_pipes)
-    _send, _receive = _pipes.send, _pipes.receive
+if __name__ == "_sluice_worker":  # the worker process (see sluice._pipes): neither sluice nor torch
+    from __main__ import receive as _receive
+    from __main__ import send as _send
+    from __main__ import serve as _serve_requests
 else:
     import numpy as np
     import torch
 
-    from sluice._pipes import receive as _receive, send as _send
+    from sluice._pipes import receive as _receive
+    from sluice._pipes import send as _send
+    from sluice._pipes import start as _start_worker
+    from sluice._pipes import stop as _stop_worker
     from sluice.errors import SampleError
 
 logger = logging.getLogger(__name__)
@@ -69,22 +67,12 @@ class _Worker:
 
     def start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, close_fds=True)
+            self.proc = _start_worker(__file__)
         return self.proc
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            proc.stdin.close()
-            proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - hung or already gone
-            proc.kill()
-            proc.wait()
-        finally:
-            proc.stdout.close()
+        _stop_worker(proc)
 
 
 class _Slot:
@@ -96,7 +84,7 @@ class _Slot:
         try:
             # reserve the pages now: a full /dev/shm (64 MB in a default Docker container) is then an error
             # here, not a SIGBUS in whichever process first writes past what it can hold
-            os.posix_fallocate(self.shm._fd, 0, self.capacity)  # noqa: SLF001
+            os.posix_fallocate(self.shm._fd, 0, self.capacity)
         except OSError as e:
             self.shm.close()
             self.shm.unlink()
@@ -327,14 +315,10 @@ def _read_here(buf, files: list[tuple[int, str, int, int]]) -> tuple[str, object
 
 
 def _serve() -> None:
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
     blocks: dict[str, shared_memory.SharedMemory] = {}
-    while True:
-        try:
-            _, name, files, forget = _receive(stdin)
-        except EOFError:
-            return
+
+    def handle(request):
+        _, name, files, forget = request
         for old in forget:
             if old in blocks:
                 blocks.pop(old).close()
@@ -342,10 +326,11 @@ def _serve() -> None:
             block = blocks.get(name)
             if block is None:
                 block = blocks[name] = _attach(name)
-            answer = _read_here(block.buf, files)
+            return _read_here(block.buf, files)
         except Exception as exc:  # noqa: BLE001 - sent to the caller
-            answer = ("error", (files[0][0] if files else 0, f"{type(exc).__name__}: {exc}"))
-        _send(stdout, answer)
+            return "error", (files[0][0] if files else 0, f"{type(exc).__name__}: {exc}")
+
+    _serve_requests(handle)
 
 
 def _attach(name: str) -> shared_memory.SharedMemory:
@@ -357,11 +342,8 @@ def _attach(name: str) -> shared_memory.SharedMemory:
 
         block = shared_memory.SharedMemory(name=name)
         try:
-            resource_tracker.unregister(block._name, "shared_memory")  # noqa: SLF001
+            resource_tracker.unregister(block._name, "shared_memory")
         except Exception:  # noqa: BLE001
             pass
         return block
 
-
-if __name__ == "__main__":
-    _serve()
