@@ -127,6 +127,24 @@ def test_larger_batch_replaces_a_small_buffer(tmp_path, reader):
     assert len(reader.slots) == 1 and reader.slots[0].capacity >= 3 << 20
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/PID/maps (Linux)")
+def test_replaced_buffer_unmapped_by_every_worker(tmp_path, reader):
+    """A buffer replaced by a larger one is unmapped by each worker at its next request, also by workers that had
+    no file in the batch that replaced it (else its memory stays held after the unlink)."""
+    small = [str(tmp_path / f"s{i}.bin") for i in range(3)]
+    for p in small:
+        open(p, "wb").write(b"x" * 100)
+    _same(read_files(small, processes=reader), small)
+    old = reader.slots[0].shm.name
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(3 << 20))
+    _same(read_files([str(big)], processes=reader), [str(big)])  # one file: only one worker is asked
+    _same(read_files(small, processes=reader), small)
+    for worker in reader.workers:
+        with open(f"/proc/{worker.proc.pid}/maps") as f:
+            assert old not in f.read()
+
+
 def test_full_shared_memory_falls_back_to_threads(files, reader, monkeypatch, caplog):
     """A /dev/shm too small for a batch (Docker's 64 MB default) is a warning and the threads' path, never a
     SIGBUS."""

@@ -13,8 +13,8 @@ keeps batches) and no more may be made, the batch is read by the caller's thread
 
 Each worker process runs this module's worker side through :mod:`sluice._pipes`, without sluice or torch (the
 standard library only): it starts in a fraction of a second, never re-runs the training script, and exits when its
-stdin closes, so it cannot outlive the pipeline's process. A worker that dies is restarted; the files it had are read by the caller, so no batch is
-lost. An error reading a file names it, as the thread path's does.
+stdin closes, so it cannot outlive the pipeline's process. A worker that dies is restarted; the files it had are
+read by the caller, so no batch is lost. An error reading a file names it, as the thread path's does.
 """
 
 from __future__ import annotations
@@ -64,10 +64,12 @@ class _Worker:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
+        self.forget: list[str] = []  # buffers closed since this process last heard: it unmaps them
 
     def start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = _start_worker(__file__)
+            self.forget = []  # a new process maps nothing yet
         return self.proc
 
     def close(self) -> None:
@@ -131,7 +133,6 @@ class ProcessReader:
         self.workers = [_Worker() for _ in range(max(1, processes))]
         self.device_id, self.stream = device_id, stream
         self.slots: list[_Slot] = []
-        self._forget: list[str] = []  # slots closed since the workers last heard: they unmap them
         self._lock = threading.Lock()
         self._warned = False
         self._broken = False  # a buffer could not be made: no new ones
@@ -176,7 +177,8 @@ class ProcessReader:
             if slot.free():
                 if slot.capacity < nbytes:  # too small for this batch: replace it
                     slot.close()
-                    self._forget.append(slot.shm.name)
+                    for worker in self.workers:
+                        worker.forget.append(slot.shm.name)
                     self.slots.remove(slot)
                     break
                 slot.in_use, slot.event = True, None
@@ -215,12 +217,13 @@ class ProcessReader:
         n = len(paths)
         got, grown = [0] * n, []
         runs = _runs_by_bytes(sizes, len(self.workers))
-        forget, self._forget = self._forget, []
         sent = []
         for worker, run in zip(self.workers, runs):
             files = [(i, paths[i], offsets[i], sizes[i]) for i in run]
             try:
-                _send(worker.start().stdin, ("read", slot.shm.name, files, forget))
+                proc = worker.start()
+                forget, worker.forget = worker.forget, []
+                _send(proc.stdin, ("read", slot.shm.name, files, forget))
                 sent.append((worker, run))
             except (OSError, BrokenPipeError):
                 sent.append((worker, None))
