@@ -194,6 +194,12 @@ def test_process_count_setting(monkeypatch):
         read_processes_default()
     monkeypatch.delenv("SLUICE_READ_PROCESSES")
     assert 2 <= read_processes_default() <= 8
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
+    assert read_processes_default() == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")  # sixteen ranks on 128 cores: 8 cores each, 4 readers each
+    assert read_processes_default() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert read_processes_default() == 2
 
 
 def test_cpu_pipeline_reads_in_threads(files):

@@ -48,7 +48,9 @@ MAX_SLOTS = 8
 
 def read_processes_default() -> int:
     """Worker processes of GPU pipelines' file readers: ``$SLUICE_READ_PROCESSES`` (0 reads in the pipeline's
-    threads), else half the cores, 2 to 8."""
+    threads), else half this process's share of the cores (those it may run on, divided among the
+    ``$LOCAL_WORLD_SIZE`` ranks torchrun starts on the host), 2 to 8. On the H200's 16 cores 8 read fastest
+    (4: 0.87x, 16: 0.64x, in the WAV log-mel pipeline)."""
     value = os.environ.get("SLUICE_READ_PROCESSES")
     if value is not None:
         try:
@@ -56,7 +58,12 @@ def read_processes_default() -> int:
         except ValueError:
             raise ValueError(f"SLUICE_READ_PROCESSES must be a number of processes (0: threads), not {value!r}") \
                 from None
-    return min(8, max(2, (os.cpu_count() or 2) // 2))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 2
+    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return min(8, max(2, cores // ranks // 2))
 
 
 class _Worker:
