@@ -6,8 +6,8 @@ Outputs: the file's bytes (1-D UINT8) and its label (INT32 of shape [1]). Each s
 source info, so that a decoder's error names the file. When the reader feeds GPU or mixed operators, each batch is
 read back to back into one page-locked buffer (up to 256 MiB a batch), from which the GPU copies by DMA: the mixed
 audio decoder copies each payload straight into its row, and the image decoder's scan check copies the batch whole.
-Such batches are read by worker processes (:mod:`.read_processes`; ``SLUICE_READ_PROCESSES``, default half the
-cores up to 8, 0 for the pipeline's threads) into reused shared buffers page-locked once, so that reading holds no
+Such batches are read by worker processes (:mod:`.read_processes`; ``SLUICE_READ_PROCESSES``, default half a
+rank's cores, 2 to 8; 0 for the pipeline's threads) into reused shared buffers page-locked once, so that reading holds no
 GIL the GPU stage needs. ``SLUICE_PIN_CPU_OUTPUTS=0`` reads into ordinary memory in the pipeline's threads.
 """
 
