@@ -7,9 +7,9 @@ process, owned by one CPU worker thread: requests go down its stdin, answers com
 pickles), decoded frames come back through a shared memory block the caller made.
 
 The process runs this module's worker side through :mod:`sluice._pipes`, not ``multiprocessing``: it never imports
-the caller's main module (no ``if __name__ == "__main__":`` guard needed, no training script run twice) and never imports torch or
-the rest of sluice, only PyAV, NumPy and this package's index and PyAV modules. It exits when its stdin closes,
-so it cannot outlive the process that started it by more than one decode.
+the caller's main module (no ``if __name__ == "__main__":`` guard needed, no training script run twice) and never
+imports torch or the rest of sluice, only PyAV, NumPy and this package's index and PyAV modules. It exits when its
+stdin closes, so it cannot outlive the process that started it by more than one decode.
 
 Example::
 

@@ -7,8 +7,8 @@ source info, so that a decoder's error names the file. When the reader feeds GPU
 read back to back into one page-locked buffer (up to 256 MiB a batch), from which the GPU copies by DMA: the mixed
 audio decoder copies each payload straight into its row, and the image decoder's scan check copies the batch whole.
 Such batches are read by worker processes (:mod:`.read_processes`; ``SLUICE_READ_PROCESSES``, default half a
-rank's cores, 2 to 8; 0 for the pipeline's threads) into reused shared buffers page-locked once, so that reading holds no
-GIL the GPU stage needs. ``SLUICE_PIN_CPU_OUTPUTS=0`` reads into ordinary memory in the pipeline's threads.
+rank's cores, 2 to 8; 0 for the pipeline's threads) into reused shared buffers page-locked once, so that reading
+holds no GIL the GPU stage needs. ``SLUICE_PIN_CPU_OUTPUTS=0`` reads into ordinary memory in the pipeline's threads.
 """
 
 from __future__ import annotations
