@@ -380,3 +380,21 @@ def test_timestamps_agree_on_the_stream_clock_or_milliseconds(vfr_videos, videos
     assert not timestamps_agree((mp4.pts[[3, 6]] + shift).tolist(), [2, 5], mp4)
     ms_next = np.round(idx.times[[4, 10, 11]] * 1000).astype(int).tolist()
     assert not timestamps_agree(ms_next, frames, idx)
+
+
+def test_stamps_near_window(videos, vfr_videos):
+    """Near: between two frames (plus the dts lead) below and one frame above each frame's pts, CFR only."""
+    from sluice.backends.video.nvdec import stamps_near
+
+    idx = get_index(videos["h264-mp4"])
+    step = int(np.median(idx.frame_intervals))
+    lead = min(0, int(idx.dts.min()) - int(idx.pts.min()))
+    frames = [3, 9, 10]
+    pts = idx.pts[frames]
+    assert stamps_near((pts + lead - 2 * step).tolist(), frames, idx)
+    assert stamps_near((pts + step).tolist(), frames, idx)
+    assert not stamps_near((pts + lead - 2 * step - 1).tolist(), frames, idx)
+    assert not stamps_near((pts + step + 1).tolist(), frames, idx)
+    assert not stamps_near(pts[:2].tolist(), frames, idx)  # one stamp missing
+    vfr = get_index(vfr_videos["mp4"])
+    assert vfr.is_vfr and not stamps_near(vfr.pts[frames].tolist(), frames, vfr)
