@@ -182,8 +182,8 @@ def timestamps_agree(stamps: Sequence[int], frames: Sequence[int], idx: VideoInd
 #: PyNvVideoCodec 2.2.4's SimpleDecoder stamps the frames of B-pyramid H.264 one to three frames below their pts
 #: (measured on the H200: every one of 64 clips of the benchmark video, each frame right by its barcode), so its
 #: stamps cannot prove which frames it returned. On a constant-frame-rate file whose stamps lie near the expected
-#: ones (:func:`stamps_near`), the first PIXEL_CHECKS such requests are decoded packet by
-#: packet as well and must give the same pixels; after that the file is taken on near stamps.
+#: ones (:func:`stamps_near`), the first PIXEL_CHECKS such requests are decoded packet by packet as well and must
+#: give the same pixels; after that the file is taken on near stamps.
 PIXEL_CHECKS = 2
 
 
