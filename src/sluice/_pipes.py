@@ -21,6 +21,18 @@ HEADER = struct.Struct("<Q")
 WORKER_MODULE = "_sluice_worker"
 
 
+def cores_per_rank() -> int:
+    """This process's share of the cores it may run on: divided among the ``$LOCAL_WORLD_SIZE`` ranks torchrun
+    starts on the host (eight ranks on a 128-core host get 16 each), so that their worker processes do not crowd
+    each other."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(1, cores // ranks)
+
+
 def send(stream, message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(HEADER.pack(len(data)) + data)

@@ -39,6 +39,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from sluice._pipes import cores_per_rank
+
 from .cpu_worker import WorkerDied, WorkerProcess
 from .index import Source, VideoError, VideoIndex
 from .nvdec import NVDEC_CODECS, NvdecBackend, NvdecUnsupported
@@ -79,12 +81,7 @@ def default_cpu_workers() -> int:
     configured = int(os.environ.get("SLUICE_VIDEO_CPU_WORKERS", "0"))
     if configured > 0:
         return configured
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, min(MAX_DEFAULT_CPU_WORKERS, cores // ranks))
+    return min(MAX_DEFAULT_CPU_WORKERS, cores_per_rank())
 
 
 class HybridBackend:

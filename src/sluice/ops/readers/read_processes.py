@@ -34,6 +34,7 @@ else:
     import numpy as np
     import torch
 
+    from sluice._pipes import cores_per_rank
     from sluice._pipes import receive as _receive
     from sluice._pipes import send as _send
     from sluice._pipes import start as _start_worker
@@ -58,12 +59,7 @@ def read_processes_default() -> int:
         except ValueError:
             raise ValueError(f"SLUICE_READ_PROCESSES must be a number of processes (0: threads), not {value!r}") \
                 from None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 2
-    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return min(8, max(2, cores // ranks // 2))
+    return min(8, max(2, cores_per_rank() // 2))
 
 
 class _Worker:
