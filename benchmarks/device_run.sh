@@ -28,6 +28,8 @@ for step in "$@"; do
             python3 benchmarks/decode_images.py /tmp/imagenet_like 2>&1 | grep --line-buffered -v '^INFO' ;;
     decode-diag) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
             python3 benchmarks/decode_diag.py /tmp/imagenet_like 2>&1 | grep --line-buffered -v '^INFO' ;;
+    decode-ceiling) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
+            python3 benchmarks/decode_ceiling.py /tmp/imagenet_like ${CEIL_ARGS:-} 2>&1 | grep --line-buffered -v '^INFO' ;;
     decode-profile) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2
             python3 benchmarks/decode_profile.py /tmp/imagenet_like 2>&1 | grep --line-buffered -E '^(PROFILE|PHASE)|Error|error' ;;
     profile) [ -d /tmp/imagenet_like ] || python3 benchmarks/make_imagenet_like.py /tmp/imagenet_like --photos .benchdata/photos | tail -2

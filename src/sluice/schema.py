@@ -230,6 +230,8 @@ class BatchContext:
     #: Checks to run before this iteration reaches the caller (set by the executor; None: run them at once).
     deferred: list[Callable[[], None]] | None = field(default=None, repr=False)
     _rekeyed: _RekeyedRng | None = field(default=None, repr=False)
+    #: What the operator's ``prepare`` returned for this batch, when the executor ran it ahead (else None).
+    prepared: Any = field(default=None, repr=False)
 
     @property
     def rng(self) -> np.random.Generator:
@@ -305,6 +307,11 @@ class Operator:
     #: With ``pin_outputs``: the CUDA stream on which the GPU operators copy those outputs (memory an operator
     #: reuses must wait for the copies queued on it).
     copy_stream: Any = None
+    #: A mixed operator may define ``prepare(ctx, *inputs, args)``: the host work of a batch that needs only its
+    #: CPU inputs (header probes, drawing crop windows). The executor then runs it in the CPU stage, where it
+    #: overlaps the device stage's previous batch, and hands its result to ``run`` as ``ctx.prepared``; ``run``
+    #: does the work itself when ``ctx.prepared`` is None (the operator called outside a pipeline).
+    prepare: Callable[..., Any] | None = None
 
     def __init__(self, spec: OpSpec):
         self.spec = spec

@@ -45,6 +45,7 @@ class _Failure:
 _END = object()  # an iteration that hit the end of the epoch
 _BATCH_SIZE = "batch_size"  # key of the iteration's batch size among a stage's values
 _DEFERRED = "deferred"  # key of the iteration's deferred checks (BatchContext.defer) among a stage's values
+_PREPARED = "prepared"  # (_PREPARED, node id): what a node's prepare step returned (Operator.prepare)
 _CLOSE = object()
 
 
@@ -79,16 +80,20 @@ def _is_source(node: OpNode) -> bool:
 
 
 class _Stage:
-    """A list of operator nodes run in order for one iteration."""
+    """A list of operator nodes run in order for one iteration, then the ``prepare`` step of the next stage's
+    operators whose inputs this stage produced (see ``Operator.prepare``)."""
 
     def __init__(self, executor: Executor, nodes: list[OpNode], on_gpu: bool):
         self.ex = executor
         self.nodes = nodes
         self.on_gpu = on_gpu
+        self.prepares: list[OpNode] = []
 
     def run(self, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
         for node in self.nodes:
             self.ex.run_node(node, iteration, values)
+        for node in self.prepares:
+            self.ex.prepare_node(node, iteration, values)
 
 
 class Executor:
@@ -144,6 +149,10 @@ class Executor:
             (dev_nodes if node.device in ("gpu", "mixed") or dev_nodes and self._needs(node, dev_nodes)
              else cpu_nodes).append(node)
         self.stages = [s for s in (_Stage(self, cpu_nodes, False), _Stage(self, dev_nodes, True)) if s.nodes]
+        if len(self.stages) == 2:
+            # Mixed operators' host work on CPU inputs runs in the CPU stage, overlapping the device stage.
+            self.stages[0].prepares = [n for n in dev_nodes if self.operators[n.id].prepare is not None
+                                       and not self._needs(n, dev_nodes)]
         self.iteration = 0  # the next iteration to be produced
         self.snapshots: dict[int, dict[str, Any]] = {}
         self._threads: list[threading.Thread] = []
@@ -179,8 +188,9 @@ class Executor:
         return next((n for n in self.nodes if n.name == name), None)
 
     # ---- running one node ---------------------------------------------------------------------------------
-    def run_node(self, node: OpNode, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
-        op = self.operators[node.id]
+    def _context(self, node: OpNode, iteration: int,
+                 values: dict[tuple[int, int], Batch]) -> tuple[list[Batch], BatchContext, BatchArgs]:
+        """A node's input batches, batch context and arguments for ``iteration``."""
         inputs = [values[(x.op.id, x.index)] for x in node.inputs]
         if inputs:
             batch_size = len(inputs[0])
@@ -199,7 +209,18 @@ class Executor:
         ctx = BatchContext(node.schema.name, batch_size, source_info, [b.layout() for b in inputs],
                            self.torch_device if node.device != "cpu" else torch.device("cpu"),
                            self.pool, self.seeds[node.id], iteration)
-        args = BatchArgs(node.const_args, per_sample, batch_size)
+        return inputs, ctx, BatchArgs(node.const_args, per_sample, batch_size)
+
+    def prepare_node(self, node: OpNode, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
+        """Run ``node``'s ``prepare`` step now (in the stage before its own); ``run_node`` hands the result on."""
+        inputs, ctx, args = self._context(node, iteration, values)
+        with _failures_named(node, iteration):
+            values[(_PREPARED, node.id)] = self.operators[node.id].prepare(ctx, *inputs, args=args)
+
+    def run_node(self, node: OpNode, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
+        op = self.operators[node.id]
+        inputs, ctx, args = self._context(node, iteration, values)
+        ctx.prepared = values.pop((_PREPARED, node.id), None)
         ctx.deferred = []
         with _failures_named(node, iteration):
             try:

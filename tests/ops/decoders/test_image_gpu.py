@@ -149,3 +149,38 @@ def test_mixed_in_a_pipeline(tmp_path):
         assert gpu[i].is_cuda and gpu[i].shape == cpu[i].shape
         mean, mx = _diff(gpu[i], cpu[i])
         assert mean <= 1.0 and mx <= 12
+
+
+def test_mixed_crop_decoder_prepares_in_the_cpu_stage(tmp_path, monkeypatch):
+    """The mixed decoder's host work (probes, crop windows) runs in the pipeline's CPU stage, ahead of the device
+    stage, and draws the same windows as the CPU decoder with the same seed."""
+    import threading
+
+    from sluice import fn, pipeline_def
+    from sluice.schema import get_schema
+
+    for i in range(8):
+        (tmp_path / f"{i}.jpg").write_bytes(encode(pattern(60 + 8 * i, 90, seed=i), "JPEG", quality=92))
+    mixed = get_schema("decoders.image_random_crop").kernel_for("mixed")
+    threads = []
+    prepare = mixed.prepare
+
+    def spy(self, ctx, *inputs, args):
+        threads.append(threading.current_thread().name)
+        return prepare(self, ctx, *inputs, args=args)
+    monkeypatch.setattr(mixed, "prepare", spy)
+
+    def build(device):
+        @pipeline_def(batch_size=4, num_threads=2, device_id=0, seed=7)
+        def pipe():
+            files, _ = fn.readers.file(file_root=str(tmp_path))
+            return fn.decoders.image_random_crop(files, device=device, seed=11)
+        p = pipe()
+        p.build()
+        return p
+
+    gpu_pipe, cpu_pipe = build("mixed"), build("cpu")
+    for _ in range(2):
+        (gpu,), (cpu,) = gpu_pipe.run(), cpu_pipe.run()
+        assert [tuple(gpu[i].shape) for i in range(4)] == [tuple(cpu[i].shape) for i in range(4)]
+    assert len(threads) >= 2 and all("cpu" in name for name in threads), threads  # prefetching: more

@@ -247,10 +247,13 @@ class _FakeNvimgcodec:
 
     calls: list = []
     fail_hw = False
+    no_sm_decoder = False  # as nvImageCodec 0.9 on CUDA 13: "Could not create decoder" for GPU_ONLY
 
     class Decoder:
         def __init__(self, device_id, backends, max_num_cpu_threads=0, options=""):
             self.kinds = [b.kind for b in backends]
+            if _FakeNvimgcodec.no_sm_decoder and self.kinds == [_FakeNvimgcodec.BackendKind.GPU_ONLY]:
+                raise RuntimeError("Internal error - Could not create decoder. Code: 7")
 
         def decode(self, srcs, params=None, cuda_stream=0):
             _FakeNvimgcodec.calls.append((self.kinds[0].name, len(srcs), cuda_stream))
@@ -276,6 +279,7 @@ class _FakeNvimgcodec:
 def fake_nvimgcodec(monkeypatch):
     _FakeNvimgcodec.calls = []
     _FakeNvimgcodec.fail_hw = False
+    _FakeNvimgcodec.no_sm_decoder = False
     monkeypatch.setattr(gpu, "_cuda", _FakeCuda)
     monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: _FakeNvimgcodec)
     return _FakeNvimgcodec
@@ -309,6 +313,27 @@ def test_failing_hardware_path_falls_back_to_the_cuda_decoder(fake_nvimgcodec):
             np.testing.assert_array_equal(t.numpy(), decode(d))
         assert dec.stats["cpu_retries"] == 0  # the CUDA decoder took the hardware engines' share
         assert (dec.last_split["hw"] > 0) == (k < 3)  # after three failed batches the engines are left out
+    dec.close()
+
+
+def test_without_an_sm_decoder_torchvision_takes_every_jpeg(fake_nvimgcodec, fake_gpu, monkeypatch):
+    """nvImageCodec without a decoder on the SMs (CUDA 13 builds): torchvision's batched nvJPEG, which drives the
+    same hardware engines, decodes every JPEG in one call; nvImageCodec's hardware path takes a batch it fails on."""
+    monkey_nv = fake_nvimgcodec
+    monkey_nv.no_sm_decoder = True
+    monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: monkey_nv)  # fake_gpu had set None
+    data = _jpegs(9)
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, hw_decoder_load=0.9, adaptive=False)
+    assert dec.engines_via_torchvision and "torchvision" in dec.backend_name
+    out = dec.decode(data, rois=[None] * 8 + [(3, 4, 20, 30)])
+    assert dec.last_split["cuda"] == 9 and dec.last_split["hw"] == 0 and fake_gpu["batches"] == [9]
+    for k, (d, t) in enumerate(zip(data, out)):
+        np.testing.assert_array_equal(t.numpy(), decode(d, roi=(3, 4, 20, 30) if k == 8 else None))
+    fake_gpu["fail"] = True
+    out = dec.decode(data)
+    assert dec.stats["cpu_retries"] == 0 and monkey_nv.calls[-1][:2] == ("HW_GPU_ONLY", 9)
+    for d, t in zip(data, out):
+        np.testing.assert_array_equal(t.numpy(), decode(d))
     dec.close()
 
 

@@ -158,6 +158,12 @@ def _nested_available() -> bool:
     return _nested_ok
 
 
+def _views_of_one_buffer(images: list[torch.Tensor]) -> bool:
+    """Whether the images are contiguous views of one torch storage (one record_stream covers them all)."""
+    base = images[0].untyped_storage().data_ptr()
+    return all(t.is_contiguous() and t.untyped_storage().data_ptr() == base for t in images)
+
+
 def one_allocation(images: list[torch.Tensor]) -> list[torch.Tensor]:
     """A decoded batch as contiguous images that share one allocation of torch's caching allocator.
 
@@ -170,6 +176,8 @@ def one_allocation(images: list[torch.Tensor]) -> list[torch.Tensor]:
     first = images[0] if images else None
     same = (first is not None and len(images) > 1
             and all(t.dim() == 3 and t.dtype == first.dtype and t.device == first.device for t in images))
+    if same and _views_of_one_buffer(images):  # torchvision's batch, made HWC in one buffer: nothing to do
+        return list(images)
     if same and _nested_available():
         return list(torch.nested.as_nested_tensor(images).unbind())
     return [t if t.is_contiguous() else t.contiguous() for t in images]
@@ -220,6 +228,14 @@ class GpuImageDecoder:
         has_hw = self._hw is not None and self._hw_works()
         if not has_hw:
             self._hw = None
+        #: torchvision's batched nvJPEG drives the hardware JPEG engines itself where the GPU has them
+        #: (nvjpegCreateEx with NVJPEG_BACKEND_HARDWARE). Without an nvImageCodec decoder on the SMs there is then
+        #: no second kind of GPU decoder to share the JPEGs with: splitting them between nvImageCodec's and
+        #: torchvision's calls only queues both on the same engines (measured on the H200: no faster than either
+        #: alone), and torchvision's tensors come out cheaper than nvImageCodec's images (a DLPack conversion per
+        #: image: 23.6k -> 17.4k images/s). So torchvision decodes them all, and nvImageCodec's hardware path
+        #: stands by for batches torchvision fails on; ``hw_decoder_load`` has no effect then.
+        self.engines_via_torchvision = has_hw and self._cuda is None
         if cpu_load is None:
             cpu_load = float(os.environ.get("SLUICE_IMAGE_CPU_LOAD", DEFAULT_CPU_LOAD))
         if not 0.0 <= hw_decoder_load <= 1.0:
@@ -232,11 +248,12 @@ class GpuImageDecoder:
         # measured speed of whole batches (decode calls), one tuner at a time: CPU decoding competes with the GPU
         # decoders' host threads for cores and the GIL, so finishing together is not the same as finishing soon.
         self.cpu_tuner = ShareTuner(cpu_load, hi=max(cpu_load, MAX_CPU_LOAD)) if adaptive else None
-        self.hw_tuner = ShareTuner(hw_decoder_load, step=0.2, min_step=0.05) if has_hw and adaptive else None
+        split_hw = has_hw and not self.engines_via_torchvision
+        self.hw_tuner = ShareTuner(hw_decoder_load, step=0.2, min_step=0.05) if split_hw and adaptive else None
         self._tuners = [t for t in (self.cpu_tuner, self.hw_tuner) if t is not None]
         self._active_tuner = 0
         self._cpu_share = cpu_load
-        self._hw_share = hw_decoder_load if has_hw else 0.0
+        self._hw_share = hw_decoder_load if split_hw else 0.0
         #: Check the entropy-coded data of the JPEGs sent to nvJPEG (see scan_check.BatchScanCheck), on the GPU
         #: (SLUICE_IMAGE_VALIDATE=gpu, the default) or the CPU (=cpu); =0 turns it off.
         where = os.environ.get("SLUICE_IMAGE_VALIDATE", "gpu").lower()
@@ -270,6 +287,8 @@ class GpuImageDecoder:
         cuda = "CUDA nvJPEG" if self._cuda is not None else "torchvision.io.decode_jpeg (nvJPEG)"
         if self._nv is None:
             return "torchvision.io.decode_jpeg (nvJPEG)"
+        if self.engines_via_torchvision:
+            return "torchvision.io.decode_jpeg (nvJPEG on the hardware engines; nvImageCodec's as fallback)"
         return f"nvImageCodec (hardware JPEG + {cuda})" if self._hw is not None else f"nvImageCodec ({cuda})"
 
     def _hw_works(self) -> bool:
@@ -385,7 +404,12 @@ class GpuImageDecoder:
                     self.backend_name, path, len(bufs), type(exc).__name__, exc,
                     "CUDA decoder" if path == "hw" else "CPU")
                 out = [None] * len(bufs)
-                if path == "hw":
+                if path == "cuda" and self.engines_via_torchvision and self._hw is not None:
+                    try:
+                        out = self._decode_on("hw", bufs, rois, gray, stream)
+                    except Exception as exc2:  # noqa: BLE001 - the CPU retries
+                        logger.debug("nvImageCodec's hardware path failed on that batch too (%s)", exc2)
+                elif path == "hw":
                     self._hw_failures += 1
                     if self._hw_failures >= 3:  # give the engines' share to the CUDA decoder from now on
                         logger.warning("%s: the hardware JPEG path failed %d times; not using it any more",

@@ -226,15 +226,15 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                 logger.info("%s (mixed) decodes with %s", op, self._decoder.backend_name)
             return self._decoder
 
-        def run(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs) -> Batch:
+        def prepare(self, ctx: BatchContext, data: Batch, *extra: Batch,
+                    args: BatchArgs) -> tuple[list, list[ImageInfo], list[Roi | None], torch.Tensor | None]:
+            """The batch's host work before decoding: its bytes, header probes, (crop variants) windows, and
+            readers.file's batch buffer when the samples lie back to back in it (the scan check copies it as it
+            lies). The executor runs this in the CPU stage, overlapping the previous batch's decoding."""
             n = len(data)
-            if n == 0:
-                return Batch([], layout="HWC")
             sources = list(ctx.source_info) if ctx.source_info else [""] * n
             bufs = [_sample_bytes(s) for s in data.samples]
-            const = {k: args.const(k) for k in ("output_type", "adjust_orientation", "dtype")}
-            adjust = const["adjust_orientation"]
-            pool = ctx.thread_pool
+            adjust = args.const("adjust_orientation")
             # Header probes are a few microseconds each: cheaper in this thread than as thread-pool tasks.
             infos: list[ImageInfo] = []
             rois: list[Roi | None] = [None] * n
@@ -247,6 +247,17 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                         rois[i] = window(args.sample(i), h, w, rng, tuple(b[i].numpy() for b in extra))
                 except Exception as exc:  # noqa: BLE001 - re-raised naming the sample, as sample kernels do
                     raise SampleError(i, sources[i], exc) from exc
+            return bufs, infos, rois, contiguous_bytes(data.samples)
+
+        def run(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs) -> Batch:
+            n = len(data)
+            if n == 0:
+                return Batch([], layout="HWC")
+            sources = list(ctx.source_info) if ctx.source_info else [""] * n
+            bufs, infos, rois, region = ctx.prepared or self.prepare(ctx, data, *extra, args=args)
+            const = {k: args.const(k) for k in ("output_type", "adjust_orientation", "dtype")}
+            adjust = const["adjust_orientation"]
+            pool = ctx.thread_pool
             decoder = self._get_decoder(ctx)
 
             def named(fn):  # a decoder error names the file: raise it naming the sample too
@@ -258,12 +269,10 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                         raise
                     raise SampleError(index, exc.source, exc) from exc
 
-            # readers.file's batch buffer: the scan check copies it as it lies (found only when the check runs)
-            region = contiguous_bytes(data.samples) if decoder.validate_scans else None
             images = named(lambda: decoder.decode(
                 bufs, output_type=const["output_type"].name, adjust_orientation=adjust, rois=rois, infos=infos,
                 sources=sources, thread_pool=pool, defer=lambda check: ctx.defer(lambda: named(check)),
-                region=region))
+                region=region if decoder.validate_scans else None))
             return Batch([convert_image_dtype(t, const["dtype"]) for t in images], layout="HWC",
                          source_info=sources)
 
