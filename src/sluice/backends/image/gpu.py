@@ -33,7 +33,8 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -187,6 +188,14 @@ def _pixels(info: cpu.ImageInfo, roi: Roi | None) -> int:
     return roi[2] * roi[3] if roi is not None else info.height * info.width
 
 
+@dataclass
+class StartedBatch:
+    """A batch that :meth:`GpuImageDecoder.start` is decoding: its future and the checks it deferred."""
+
+    future: Future
+    checks: list[Callable[[], None]]
+
+
 class GpuImageDecoder:
     """Decodes batches of encoded images into CUDA uint8 HWC tensors, sharing JPEGs between the hardware engines,
     the CUDA decoder and the CPU (see the module docstring).
@@ -262,6 +271,9 @@ class GpuImageDecoder:
         # One thread per GPU path (hardware, CUDA, JPEG 2000) and for the scan checks of this batch and of
         # batches whose checks are still in flight (deferred to the pipeline's output).
         self._gpu_threads = ThreadPoolExecutor(6, thread_name_prefix="sluice-gpu-decode")
+        # Batches decoded ahead (``start``): one at a time, in order, on a stream of their own.
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="sluice-decode-ahead")
+        self._ahead_stream = None
         self._last_end: float | None = None
         self._hw_failures = 0
         self.last_split: dict[str, int] = {}
@@ -604,8 +616,41 @@ class GpuImageDecoder:
         with _cuda.device(self.device), _cuda.stream(stream):
             return one_allocation(out)  # type: ignore[arg-type]
 
+    def start(self, data: Sequence, **kwargs) -> StartedBatch:
+        """Begin decoding a batch in the background, on a stream of this decoder's, and return at once; ``finish``
+        hands the images over to the caller's stream. A pipeline starts batch k+1 from its CPU stage while its
+        device stage still works on batch k, so the JPEG engines wait neither for that host work nor for the
+        stage's other operators. Takes ``decode``'s keyword arguments except ``stream`` and ``defer``."""
+        if self._ahead_stream is None:
+            self._ahead_stream = _cuda.Stream(self.device)
+        checks: list[Callable[[], None]] = []
+        stream = self._ahead_stream
+
+        def work() -> tuple[list[torch.Tensor], object]:
+            with _cuda.device(self.device):
+                images = self.decode(data, stream=stream, defer=checks.append, **kwargs)
+                done = _cuda.Event()
+                done.record(stream)
+            return images, done
+        return StartedBatch(self._ahead.submit(work), checks)
+
+    @staticmethod
+    def finish(started: StartedBatch, stream) -> tuple[list[torch.Tensor], list[Callable[[], None]]]:
+        """The images of a ``start``-ed batch, ready in order on ``stream``, and its deferred checks (see
+        ``decode``'s ``defer``). Raises what the decoding raised."""
+        images, done = started.future.result()
+        stream.wait_event(done)
+        seen: set[int] = set()
+        for t in images:  # memory allocated on the decoding stream, now read on ``stream``: one call a buffer
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in seen:
+                seen.add(ptr)
+                t.record_stream(stream)
+        return images, started.checks
+
     def close(self) -> None:
         """Stop the helper threads and release nvImageCodec's decoders (and their threads) now, while the
         interpreter is alive, rather than during its teardown."""
+        self._ahead.shutdown(wait=True)
         self._gpu_threads.shutdown(wait=True)
         self._hw = self._cuda = None

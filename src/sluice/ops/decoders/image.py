@@ -226,11 +226,11 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                 logger.info("%s (mixed) decodes with %s", op, self._decoder.backend_name)
             return self._decoder
 
-        def prepare(self, ctx: BatchContext, data: Batch, *extra: Batch,
-                    args: BatchArgs) -> tuple[list, list[ImageInfo], list[Roi | None], torch.Tensor | None]:
+        def _host_work(self, ctx: BatchContext, data: Batch, *extra: Batch,
+                       args: BatchArgs) -> tuple[list, list[ImageInfo], list[Roi | None], torch.Tensor | None]:
             """The batch's host work before decoding: its bytes, header probes, (crop variants) windows, and
             readers.file's batch buffer when the samples lie back to back in it (the scan check copies it as it
-            lies). The executor runs this in the CPU stage, overlapping the previous batch's decoding."""
+            lies)."""
             n = len(data)
             sources = list(ctx.source_info) if ctx.source_info else [""] * n
             bufs = [_sample_bytes(s) for s in data.samples]
@@ -249,15 +249,31 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                     raise SampleError(i, sources[i], exc) from exc
             return bufs, infos, rois, contiguous_bytes(data.samples)
 
+        def _decode_kwargs(self, ctx: BatchContext, args: BatchArgs, host) -> dict:
+            bufs, infos, rois, region = host
+            decoder = self._get_decoder(ctx)
+            return {"output_type": args.const("output_type").name, "sources": self._sources(ctx, len(bufs)),
+                    "adjust_orientation": args.const("adjust_orientation"), "rois": rois, "infos": infos,
+                    "thread_pool": ctx.thread_pool, "region": region if decoder.validate_scans else None}
+
+        @staticmethod
+        def _sources(ctx: BatchContext, n: int) -> list[str]:
+            return list(ctx.source_info) if ctx.source_info else [""] * n
+
+        def prepare(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs):
+            """Run by the executor in the CPU stage: the host work, then (on a GPU) the decoding itself is started
+            in the background, so that it overlaps the device stage's work on the previous batch."""
+            host = self._host_work(ctx, data, *extra, args=args)
+            if not len(data) or ctx.device.type != "cuda":
+                return host, None
+            return host, self._get_decoder(ctx).start(host[0], **self._decode_kwargs(ctx, args, host))
+
         def run(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs) -> Batch:
             n = len(data)
             if n == 0:
                 return Batch([], layout="HWC")
-            sources = list(ctx.source_info) if ctx.source_info else [""] * n
-            bufs, infos, rois, region = ctx.prepared or self.prepare(ctx, data, *extra, args=args)
-            const = {k: args.const(k) for k in ("output_type", "adjust_orientation", "dtype")}
-            adjust = const["adjust_orientation"]
-            pool = ctx.thread_pool
+            sources = self._sources(ctx, n)
+            host, started = ctx.prepared or (self._host_work(ctx, data, *extra, args=args), None)
             decoder = self._get_decoder(ctx)
 
             def named(fn):  # a decoder error names the file: raise it naming the sample too
@@ -269,12 +285,16 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                         raise
                     raise SampleError(index, exc.source, exc) from exc
 
-            images = named(lambda: decoder.decode(
-                bufs, output_type=const["output_type"].name, adjust_orientation=adjust, rois=rois, infos=infos,
-                sources=sources, thread_pool=pool, defer=lambda check: ctx.defer(lambda: named(check)),
-                region=region if decoder.validate_scans else None))
-            return Batch([convert_image_dtype(t, const["dtype"]) for t in images], layout="HWC",
-                         source_info=sources)
+            if started is not None:
+                images, checks = named(lambda: decoder.finish(started, torch.cuda.current_stream(ctx.device)))
+                for check in checks:
+                    ctx.defer(lambda check=check: named(check))
+            else:
+                images = named(lambda: decoder.decode(
+                    host[0], defer=lambda check: ctx.defer(lambda: named(check)),
+                    **self._decode_kwargs(ctx, args, host)))
+            dtype = args.const("dtype")
+            return Batch([convert_image_dtype(t, dtype) for t in images], layout="HWC", source_info=sources)
 
         def close(self) -> None:
             if self._decoder is not None:
