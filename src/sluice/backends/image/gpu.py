@@ -51,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 Roi = tuple[int, int, int, int]
 
+#: Batches a pipeline's decoder works on at once when they are started ahead (GpuImageDecoder.start).
+AHEAD_BATCHES = 2
+
 #: Initial CPU share of the GPU-decodable JPEGs (SLUICE_IMAGE_CPU_LOAD overrides); the tuner moves it up to
 #: MAX_CPU_LOAD when whole batches get faster.
 DEFAULT_CPU_LOAD = 0.0
@@ -270,10 +273,13 @@ class GpuImageDecoder:
         self._scan_check = BatchScanCheck(self.device, "cpu" if where == "cpu" else "gpu")
         # One thread per GPU path (hardware, CUDA, JPEG 2000) and for the scan checks of this batch and of
         # batches whose checks are still in flight (deferred to the pipeline's output).
-        self._gpu_threads = ThreadPoolExecutor(6, thread_name_prefix="sluice-gpu-decode")
-        # Batches decoded ahead (``start``): one at a time, in order, on a stream of their own.
-        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="sluice-decode-ahead")
-        self._ahead_stream = None
+        self._gpu_threads = ThreadPoolExecutor(4 * AHEAD_BATCHES, thread_name_prefix="sluice-gpu-decode")
+        # Batches decoded ahead (``start``), two at a time so that one's host work (routing, the CPU share,
+        # assembling) overlaps the other's GPU decoding; each on one of two streams of their own.
+        self._ahead = ThreadPoolExecutor(AHEAD_BATCHES, thread_name_prefix="sluice-decode-ahead")
+        self._ahead_streams: list = []
+        self._nv_locks = {"hw": threading.Lock(), "cuda": threading.Lock()}
+        self._started = 0
         self._last_end: float | None = None
         self._hw_failures = 0
         self.last_split: dict[str, int] = {}
@@ -396,7 +402,10 @@ class GpuImageDecoder:
     def _decode_on(self, path: str, bufs, rois, gray: bool, stream) -> list[torch.Tensor | None]:
         if self._nv is not None and (path == "hw" or self._cuda is not None):
             decoder = self._hw if path == "hw" else self._cuda  # "cuda" and "j2k"
-            return self._decode_nvimgcodec(decoder, bufs, rois, gray, stream)
+            # Batches started ahead are decoded two at a time; an nvImageCodec decoder takes one call at once
+            # (torchvision's decoder holds a lock of its own).
+            with self._nv_locks["hw" if path == "hw" else "cuda"]:
+                return self._decode_nvimgcodec(decoder, bufs, rois, gray, stream)
         return self._decode_torchvision(bufs, rois, gray, stream)
 
     def _run_gpu_path(self, path: str, bufs, rois, gray: bool, stream: torch.cuda.Stream,
@@ -621,10 +630,11 @@ class GpuImageDecoder:
         hands the images over to the caller's stream. A pipeline starts batch k+1 from its CPU stage while its
         device stage still works on batch k, so the JPEG engines wait neither for that host work nor for the
         stage's other operators. Takes ``decode``'s keyword arguments except ``stream`` and ``defer``."""
-        if self._ahead_stream is None:
-            self._ahead_stream = _cuda.Stream(self.device)
+        if not self._ahead_streams:
+            self._ahead_streams = [_cuda.Stream(self.device) for _ in range(AHEAD_BATCHES)]
         checks: list[Callable[[], None]] = []
-        stream = self._ahead_stream
+        stream = self._ahead_streams[self._started % AHEAD_BATCHES]
+        self._started += 1
 
         def work() -> tuple[list[torch.Tensor], object]:
             with _cuda.device(self.device):
