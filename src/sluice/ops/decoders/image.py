@@ -5,9 +5,11 @@ Formats: JPEG (baseline, progressive; 4:4:4, 4:2:2, 4:2:0, gray, CMYK/YCCK), PNG
 BMP, TIFF, PNM (pbm/pgm/ppm), WebP, JPEG 2000 and GIF (first frame). ``device="cpu"`` decodes with libjpeg-turbo
 (simplejpeg), OpenCV and Pillow in the pipeline's threads; ``device="mixed"`` takes CPU bytes and returns CUDA
 images, sharing JPEGs between the GPU's hardware JPEG engines, CUDA nvJPEG and the CPU threads, JPEG 2000 on
-nvJPEG2000, the rest on the CPU threads (see :mod:`sluice.backends.image.gpu`). The crop variants decode only the kept region where the codec allows it
-(nvImageCodec region decoding on the GPU); on the CPU the window is cut right after decoding, before any
-conversion. EXIF orientation is applied when ``adjust_orientation`` is set, and crop windows refer to the upright
+nvJPEG2000, the rest on the CPU threads (see :mod:`sluice.backends.image.gpu`). In a pipeline the mixed
+decoders' host work (header probes, crop windows) runs in the CPU stage, which also starts the batch's decoding,
+so that it overlaps the device stage's work on the batch before (``prepare``). The crop variants decode only the
+kept region where the codec allows it (nvImageCodec region decoding on the GPU); on the CPU the window is cut
+right after decoding, before any conversion. EXIF orientation is applied when ``adjust_orientation`` is set, and crop windows refer to the upright
 image. Bad input (empty, truncated, corrupt, unknown format, above the pixel limit set with
 ``sluice.backends.image.set_max_image_pixels``) raises an error naming the file, the decoder and the reason.
 """
@@ -46,8 +48,10 @@ _DECODER_ARGS = [
     Arg("adjust_orientation", bool, True, "Apply the EXIF orientation (rotate/mirror to upright)."),
     Arg("hw_decoder_load", float, 0.9,
         "mixed: share of the GPU-decodable JPEGs given to the hardware JPEG engines (nvImageCodec); the rest "
-        "goes to CUDA nvJPEG. SLUICE_IMAGE_CPU_LOAD gives a share to the CPU threads, SLUICE_IMAGE_ADAPTIVE=1 "
-        "tunes both shares on the measured batch speed."),
+        "goes to CUDA nvJPEG on the SMs. Without an nvImageCodec decoder on the SMs (its CUDA 13 builds) "
+        "torchvision's batched nvJPEG, which drives the same engines, takes every JPEG and this has no effect. "
+        "SLUICE_IMAGE_CPU_LOAD gives a share to the CPU threads, SLUICE_IMAGE_ADAPTIVE=1 tunes both shares on "
+        "the measured batch speed."),
     Arg("use_fast_idct", bool, False, "Use libjpeg-turbo's fast integer IDCT (less exact)."),
     Arg("jpeg_fancy_upsampling", bool, False,
         "mixed: upsample chroma like libjpeg-turbo ('fancy' upsampling) so GPU and CPU outputs agree closer."),
