@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_diag import best as rate  # images/s, best of two passes after a warm-up, CUDA synchronised
 from decode_images import batches, load, sluice_mixed_pass
 
 _FILES: list[bytes] = []
@@ -41,18 +41,6 @@ def _cpu_decode(span: tuple[int, int]) -> int:
         simplejpeg.decode_jpeg(_FILES[i], colorspace="RGB", fastupsample=False, strict=True, buffer=out)
         n += 1
     return n
-
-
-def rate(fn, n: int, repeat: int = 2) -> float:
-    fn()
-    torch.cuda.synchronize()
-    best = 0.0
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        best = max(best, n / (time.perf_counter() - start))
-    return best
 
 
 def outputs_section(nv, hw, params, nb, stream, row) -> None:
