@@ -19,6 +19,11 @@ uint8 HWC tensors that are ready in order on the caller's stream:
 Regions of interest (crop windows) are decoded as regions by nvImageCodec; EXIF orientation is applied on the
 GPU after decoding the stored region that maps to the requested upright one.
 
+Without an nvImageCodec decoder on the SMs (its CUDA 13 builds), torchvision's batched nvJPEG, which drives the
+hardware engines itself, takes every JPEG (``engines_via_torchvision``). A pipeline decodes ahead: ``start`` runs
+``decode`` in the background on a stream of the decoder's, two batches at a time, and ``finish`` hands the images
+over to the pipeline's stream.
+
 Example::
 
     dec = GpuImageDecoder(device_id=0)
