@@ -363,3 +363,8 @@ def test_one_allocation_packs_a_batch_into_one_torch_buffer():
     mixed = one_allocation([whole[1:4, 2:6], torch.zeros(2, 2, 3, dtype=torch.uint16)])
     assert all(t.is_contiguous() for t in mixed) and torch.equal(mixed[0], whole[1:4, 2:6])
     assert one_allocation([whole[1:4, 2:6]])[0].is_contiguous()
+    single = one_allocation([whole])[0]  # a lone image is copied too (it may live in nvImageCodec's memory)
+    assert torch.equal(single, whole) and single.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr()
+    batch = list(torch.arange(2 * 4 * 3, dtype=torch.uint8).view(-1, 3).split([4, 4]))
+    views = [t.view(2, 2, 3) for t in batch]  # views of one buffer (torchvision's batch): handed on as they are
+    assert [t.data_ptr() for t in one_allocation(views)] == [t.data_ptr() for t in views]

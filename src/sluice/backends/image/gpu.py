@@ -189,6 +189,8 @@ def one_allocation(images: list[torch.Tensor]) -> list[torch.Tensor]:
         return list(images)
     if same and _nested_available():
         return list(torch.nested.as_nested_tensor(images).unbind())
+    if len(images) == 1:  # may be nvImageCodec's memory: a copy in torch's allocator, as for larger batches
+        return [images[0].clone(memory_format=torch.contiguous_format)]
     return [t if t.is_contiguous() else t.contiguous() for t in images]
 
 
