@@ -310,7 +310,9 @@ class Operator:
     #: A mixed operator may define ``prepare(ctx, *inputs, args)``: the host work of a batch that needs only its
     #: CPU inputs (header probes, drawing crop windows). The executor then runs it in the CPU stage, where it
     #: overlaps the device stage's previous batch, and hands its result to ``run`` as ``ctx.prepared``; ``run``
-    #: does the work itself when ``ctx.prepared`` is None (the operator called outside a pipeline).
+    #: does the work itself when ``ctx.prepared`` is None (the operator called outside a pipeline). GPU work it
+    #: starts goes on streams of the operator's own (the pipeline's stream is the device stage's), and ``run``
+    #: makes the pipeline's stream wait for it (the image decoders' ``GpuImageDecoder.start`` / ``finish``).
     prepare: Callable[..., Any] | None = None
 
     def __init__(self, spec: OpSpec):

@@ -9,9 +9,10 @@ nvJPEG2000, the rest on the CPU threads (see :mod:`sluice.backends.image.gpu`). 
 decoders' host work (header probes, crop windows) runs in the CPU stage, which also starts the batch's decoding,
 so that it overlaps the device stage's work on the batch before (``prepare``). The crop variants decode only the
 kept region where the codec allows it (nvImageCodec region decoding on the GPU); on the CPU the window is cut
-right after decoding, before any conversion. EXIF orientation is applied when ``adjust_orientation`` is set, and crop windows refer to the upright
-image. Bad input (empty, truncated, corrupt, unknown format, above the pixel limit set with
-``sluice.backends.image.set_max_image_pixels``) raises an error naming the file, the decoder and the reason.
+right after decoding, before any conversion. EXIF orientation is applied when ``adjust_orientation`` is set, and
+crop windows refer to the upright image. Bad input (empty, truncated, corrupt, unknown format, above the pixel
+limit set with ``sluice.backends.image.set_max_image_pixels``) raises an error naming the file, the decoder and
+the reason.
 """
 
 from __future__ import annotations
@@ -236,7 +237,7 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             readers.file's batch buffer when the samples lie back to back in it (the scan check copies it as it
             lies)."""
             n = len(data)
-            sources = list(ctx.source_info) if ctx.source_info else [""] * n
+            sources = self._sources(ctx, n)
             bufs = [_sample_bytes(s) for s in data.samples]
             adjust = args.const("adjust_orientation")
             # Header probes are a few microseconds each: cheaper in this thread than as thread-pool tasks.
