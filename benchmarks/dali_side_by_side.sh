@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# DALI users' own programs (benchmarks/peers/side_by_side.py, a verbatim copy of ../shared/peers) run with DALI
+# 2.4 and with sluice on the same files in one call on the GPU machine; only the import differs. Prints a ratio
+# table and appends one JSON row per run to benchmarks/results/dali_side_by_side.jsonl (and $OUT).
+#   bash benchmarks/dali_side_by_side.sh [WORKLOAD...]     (default: every image and audio workload)
+# Environment: IMPLS ("dali sluice"), DALI_PATH (/tmp/dali: DALI's wheels, installed from dali_kit.sh's parts),
+# SITE (/tmp/site: sluice's wheels), DATA (/tmp/sbs: where the data sets are made once), REPEAT (1: runs per
+# workload and implementation, alternating; the best is kept).
+# DALI's environment and sluice's stay apart: DALI runs with only DALI_PATH on its path, sluice without it.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd); top=$(dirname "$here")
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$here/results"
+IMPLS=${IMPLS:-dali sluice}; DALI_PATH=${DALI_PATH:-/tmp/dali}; SITE=${SITE:-/tmp/site}; DATA=${DATA:-/tmp/sbs}
+REPEAT=${REPEAT:-1}
+works=${*:-train decode val train_cpu audio audio_mixed audio_flac}
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+gen="$here/peers/gen.py"
+[ -d "$DATA/images" ] || { echo "making 8192 JPEGs"; PYTHONPATH=$SITE python3 "$gen" images "$DATA/images" 8192; }
+[ -d "$DATA/wav" ] || { echo "making 1024 WAVs"; PYTHONPATH=$SITE python3 "$gen" audio "$DATA/wav" 1024 10; }
+case " $works " in *audio_flac*) [ -d "$DATA/flac" ] || PYTHONPATH=$SITE python3 "$gen" flac "$DATA/wav" "$DATA/flac";; esac
+commit=$(cd "$top" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+log="$OUT/side_by_side.log"; : > "$log"
+for w in $works; do
+  case $w in
+    audio|audio_mixed) d="$DATA/wav";; audio_flac) d="$DATA/flac";; video_*) d="$DATA/video.mp4";; *) d="$DATA/images";;
+  esac
+  for r in $(seq "$REPEAT"); do
+    for impl in $IMPLS; do
+      [ "$impl" = dali ] && [ "$w" = audio_mixed ] && continue   # sluice's own path, shown beside DALI's audio
+      if [ "$impl" = dali ]; then path=$DALI_PATH; else path=$SITE:$top/src; fi
+      line=$(cd /tmp && PYTHONPATH=$path timeout 300 python3 "$here/peers/side_by_side.py" "$w" "$impl" "$d" 2>"$OUT/err_${w}_${impl}.log" \
+             | grep '^RESULT' | tail -1)
+      [ -n "$line" ] || line="RESULT $w $impl FAILED (see err_${w}_${impl}.log: $(tail -1 "$OUT/err_${w}_${impl}.log"))"
+      echo "$line" | tee -a "$log"
+    done
+  done
+done
+python3 - "$log" "$commit" "$device" "$here/results/dali_side_by_side.jsonl" "$OUT/dali_side_by_side.jsonl" <<'PY'
+import datetime, json, sys
+log, commit, device, *sinks = sys.argv[1:]
+best = {}
+for line in open(log):
+    p = line.split()
+    if len(p) < 5 or p[3] == "FAILED":
+        continue
+    key = (p[1], p[2])
+    best[key] = max(best.get(key, (0, ""))[0], float(p[3])), p[4]
+date = datetime.date.today().isoformat()
+rows = [dict(workload=w, implementation=i, rate=r, unit=u, date=date, commit=commit, device=device)
+        for (w, i), (r, u) in best.items()]
+for sink in sinks:
+    with open(sink, "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+print(f"\n| workload | DALI 2.4 | sluice | sluice / DALI |   ({date}, {commit}, {device})\n|---|---|---|---|")
+for w in dict.fromkeys(w for w, _ in best):
+    d = best.get((w, "dali"), (None,))[0]
+    ref = "audio" if w == "audio_mixed" else w
+    d_ref = best.get((ref, "dali"), (None,))[0]
+    s = best.get((w, "sluice"), (None,))[0]
+    ratio = f"{s / d_ref:.2f}x" + (" (of DALI's audio)" if ref != w else "") if s and d_ref else ""
+    print(f"| {w} | {d or ''} | {s or ''} | {ratio} |")
+PY
