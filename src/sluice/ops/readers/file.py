@@ -4,11 +4,11 @@ Files come from ``file_root`` (its sorted sub-folders are the classes 0..N-1, as
 (lines ``path label``, relative to ``file_root`` or to the list's folder), or from ``files`` (+ ``labels``).
 Outputs: the file's bytes (1-D UINT8) and its label (INT32 of shape [1]). Each sample carries its path as
 source info, so that a decoder's error names the file. When the reader feeds GPU or mixed operators, each batch is
-read back to back into one page-locked buffer (up to 256 MiB a batch), from which the GPU copies by DMA: the mixed
-audio decoder copies each payload straight into its row, and the image decoder's scan check copies the batch whole.
-Such batches are read by worker processes (:mod:`.read_processes`; ``SLUICE_READ_PROCESSES``, default half a
-rank's cores, 2 to 8; 0 for the pipeline's threads) into reused shared buffers page-locked once, so that reading
-holds no GIL the GPU stage needs. ``SLUICE_PIN_CPU_OUTPUTS=0`` reads into ordinary memory in the pipeline's threads.
+read back to back into one page-locked buffer (up to 256 MiB a batch; torch's host allocator reuses them), from
+which the GPU copies by DMA: the mixed audio decoder copies each payload straight into its row. The files are read
+by the compiled core (:mod:`sluice.native`), each of the pipeline's threads reading a run of them in one call with
+the GIL released, so that reading holds no GIL the GPU stage needs. ``SLUICE_PIN_CPU_OUTPUTS=0`` reads into
+ordinary memory.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from sluice import native
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
-from sluice.ops.readers.read_processes import ProcessReader, read_processes_default
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -212,17 +212,16 @@ def map_all(pool, fn, items: list) -> list:
 
 
 def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bool = False,
-               device_id: int | None = None, processes: ProcessReader | None = None) -> list[torch.Tensor]:
+               device_id: int | None = None) -> list[torch.Tensor]:
     """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
     SampleError naming the sample's index and the file.
 
     With ``one_buffer`` (implied by ``pin``) the files are read back to back into one buffer, page-locked with
     ``pin``, and the samples are views of it (:func:`contiguous_bytes` finds that stretch again): a GPU consumer
     then copies the whole batch, or any part of it, by DMA without staging it first. ``device_id``: the GPU the
-    pipeline uses (page-locking must not create a CUDA context on another GPU). ``processes``: read that buffer
-    with these worker processes (see :mod:`.read_processes`) when one of its buffers is free."""
-    if pin or one_buffer or processes is not None:
-        return _read_into_one_buffer(paths, pool, pin, device_id, processes)
+    pipeline uses (page-locking must not create a CUDA context on another GPU)."""
+    if pin or one_buffer:
+        return _read_into_one_buffer(paths, pool, pin, device_id)
     runs = _runs(len(paths), pool)
 
     def read_run(run: range) -> list[torch.Tensor]:
@@ -269,31 +268,36 @@ def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
-def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None,
-                          processes: ProcessReader | None = None) -> list[torch.Tensor]:
-    # Sizes first, here (a stat costs microseconds), then one pass of the pool that opens, reads and closes each
-    # file: a pass to open the files and a second to read them cost 35-40 % of the speed in hand-offs.
+def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> list[torch.Tensor]:
+    """The files back to back in one buffer (page-locked with ``pin``); the samples are views of it. With the
+    compiled core the sizes are taken in one call and each pool task reads its run of files in one call, the GIL
+    released throughout; the fallback reads file by file in Python (the same bytes)."""
     n = len(paths)
-    sizes = [0] * n
-    for i, path in enumerate(paths):
-        try:
-            sizes[i] = os.stat(path).st_size
-        except OSError as e:
-            raise SampleError(i, path, _cannot_read(path, e)) from None
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    read = processes.read(paths, sizes, offsets) if processes is not None and n else None
-    if read is not None:
-        buf, got, grew = read
-        if processes.pinned:
-            _page_locked.add(buf.data_ptr())
-        grown = {i: read_file(paths[i]) for i in grew}
-        return [grown[i] if i in grown else buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
-    buf = _host_buffer(max(1, offsets[-1]), pin, device_id)
+    c = native.core()
+    sizes = c.file_sizes(paths) if c is not None else np.array([_size_of(p) for p in paths], np.int64)
+    bad = np.flatnonzero(sizes < 0)
+    if bad.size:
+        i = int(bad[0])
+        raise SampleError(i, paths[i], _cannot_read(paths[i], OSError(-int(sizes[i]), os.strerror(-int(sizes[i])))))
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    buf = _host_buffer(max(1, int(offsets[-1])), pin, device_id)
     host = buf.numpy()
-    got = [0] * n
+    got = np.zeros(n, np.int64)
     grown: dict[int, torch.Tensor] = {}
 
     def read_run(run: range) -> None:
+        lo, hi = run.start, run.stop
+        if c is not None:
+            done, status = c.read_files(paths[lo:hi], offsets[lo:hi], sizes[lo:hi], host)
+            got[lo:hi] = done
+            for k in np.flatnonzero(status).tolist():  # rare: a file that cannot be read, or grew
+                i = lo + k
+                if status[k] < 0:
+                    code = -int(status[k])
+                    raise SampleError(i, paths[i], _cannot_read(paths[i], OSError(code, os.strerror(code))))
+                grown[i] = read_file(paths[i])  # written to since its size was taken: read whole, apart
+            return
         for i in run:
             try:
                 fd = os.open(paths[i], os.O_RDONLY)
@@ -301,14 +305,23 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
                     got[i], grew = _read_fully(fd, host[offsets[i]: offsets[i + 1]])
                 finally:
                     os.close(fd)
-                if grew:  # written to since its size was taken: read whole, apart from the batch buffer
+                if grew:
                     grown[i] = read_file(paths[i])
             except OSError as e:
                 raise SampleError(i, paths[i], _cannot_read(paths[i], e)) from None
 
     map_all(pool, read_run, _runs(n, pool, per_thread=True))
+    if not grown and (got == sizes).all():  # the usual case: every sample a view of the buffer, made in one call
+        return list(buf[: int(offsets[-1])].split(sizes.tolist())) if n else []
     # A file that shrank since its size was read keeps a gap after its bytes; its sample is what was read.
-    return [grown[i] if i in grown else buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
+    return [grown[i] if i in grown else buf[int(offsets[i]): int(offsets[i] + got[i])] for i in range(n)]
+
+
+def _size_of(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError as e:
+        return -(e.errno or 5)
 
 
 def is_page_locked_buffer(region: torch.Tensor) -> bool:
@@ -378,25 +391,10 @@ class FileReader(ReaderBase):
             raise ArgumentError(f"{self.op_name}: no files found in '{where}' (file_filters="
                                 f"{spec.args['file_filters']})")
         self.setup_order(len(self.paths))
-        self._reader: ProcessReader | None = None
-
-    def _processes(self) -> ProcessReader | None:
-        """The worker processes that read this reader's batches for a GPU pipeline (made on first use)."""
-        if self._reader is None and self.pin_outputs and self.copy_stream is not None:
-            count = read_processes_default()
-            if count:
-                self._reader = ProcessReader(count, self.spec.device_id, self.copy_stream)
-        return self._reader
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
 
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id,
-                          processes=self._processes())
+        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id)
         labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
         return Batch(data, "", paths), Batch.from_dense(labels, "", paths)
