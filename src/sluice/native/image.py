@@ -27,7 +27,7 @@ INFO_COLUMNS = 11
 SUBSAMPLINGS = ("gray", "444", "422", "420", "440", "411", "other")
 
 
-def jpeg_info(data, offsets: np.ndarray, sizes: np.ndarray, check_scans: bool = True) -> np.ndarray:
+def jpeg_info(data, offsets: np.ndarray, sizes: np.ndarray, check_scans: bool = True, pool=None) -> np.ndarray:
     """Frame-header facts of the JPEGs lying at ``offsets`` (``sizes`` bytes each) in ``data`` (one uint8 buffer),
     as an ``(n, INFO_COLUMNS)`` int32 array: STATUS 0 for a JPEG whose header was read, 1 where the per-sample
     probe must decide (another format, a broken or cut header: :func:`sluice.backends.image.probe` then names the
@@ -35,13 +35,21 @@ def jpeg_info(data, offsets: np.ndarray, sizes: np.ndarray, check_scans: bool = 
     BASELINE, HAS_EXIF (the orientation is then read by the probe), ADOBE (the APP14 transform, -1 when absent),
     ENDS_WITH_EOI (an EOI marker in the last KiB) and, with ``check_scans``, SCAN_OK
     (:func:`~sluice.backends.image.formats.jpeg_scan_is_plausible`; -1 when not checked). The same values as those
-    functions of :mod:`sluice.backends.image.formats` give, computed without the GIL by the compiled core."""
+    functions of :mod:`sluice.backends.image.formats` give, computed without the GIL by the compiled core, in runs
+    of samples spread over ``pool``'s threads when given."""
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     c = core()
-    if c is not None:
+    if c is None:
+        return _jpeg_info_py(memoryview(data).cast("B"), offsets, sizes, check_scans)
+    from sluice.pipeline.pool import map_all, runs
+
+    parts = runs(offsets.size, pool, per_thread=True)
+    if len(parts) == 1:
         return c.jpeg_info(data, offsets, sizes, bool(check_scans))
-    return _jpeg_info_py(memoryview(data).cast("B"), offsets, sizes, check_scans)
+    found = map_all(pool, lambda r: c.jpeg_info(data, offsets[r.start:r.stop], sizes[r.start:r.stop],
+                                                bool(check_scans)), parts)
+    return np.concatenate(found)
 
 
 def _jpeg_info_py(view: memoryview, offsets: np.ndarray, sizes: np.ndarray, check_scans: bool) -> np.ndarray:

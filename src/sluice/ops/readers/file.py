@@ -16,7 +16,6 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-from concurrent.futures import wait
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from sluice import native
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.pool import map_all, runs
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 logger = logging.getLogger(__name__)
@@ -184,33 +184,6 @@ def read_file(path: str) -> torch.Tensor:
     return torch.from_numpy(buf[:got])
 
 
-#: The files of a batch are read in at most this many thread-pool tasks (contiguous runs of files): a task per
-#: file cost more in the pool's hand-offs than the read itself (6.6k vs 15.1k files/s of 69 KB here).
-READ_TASKS = 32
-
-
-def _runs(n: int, pool, per_thread: bool = False) -> list[range]:
-    """Contiguous runs of the ``n`` files, one per pool task: at most READ_TASKS of them, or with ``per_thread``
-    two per pool thread (a batch's files of about one size, read into one buffer)."""
-    if pool is None or n < 2:
-        return [range(n)]
-    tasks = READ_TASKS
-    if per_thread:
-        tasks = min(tasks, 2 * int(getattr(pool, "_max_workers", READ_TASKS // 2) or 1))
-    size = -(-n // min(n, tasks))
-    return [range(start, min(start + size, n)) for start in range(0, n, size)]
-
-
-def map_all(pool, fn, items: list) -> list:
-    """``[fn(x) for x in items]``, in ``pool``'s threads when there is one; every task finishes before the first
-    failure (in order) is raised, so that no task still works on what the caller cleans up (open files)."""
-    if pool is None or len(items) < 2:
-        return [fn(x) for x in items]
-    futures = [pool.submit(fn, x) for x in items]
-    wait(futures)
-    return [f.result() for f in futures]
-
-
 def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bool = False,
                device_id: int | None = None) -> list[torch.Tensor]:
     """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
@@ -222,7 +195,7 @@ def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bo
     pipeline uses (page-locking must not create a CUDA context on another GPU)."""
     if pin or one_buffer:
         return _read_into_one_buffer(paths, pool, pin, device_id)
-    runs = _runs(len(paths), pool)
+    parts = runs(len(paths), pool)
 
     def read_run(run: range) -> list[torch.Tensor]:
         out = []
@@ -233,7 +206,7 @@ def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bo
                 raise SampleError(i, paths[i], exc) from exc
         return out
 
-    return [t for part in map_all(pool, read_run, runs) for t in part]
+    return [t for part in map_all(pool, read_run, parts) for t in part]
 
 
 _pinning_failed = False
@@ -310,7 +283,7 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
             except OSError as e:
                 raise SampleError(i, paths[i], _cannot_read(paths[i], e)) from None
 
-    map_all(pool, read_run, _runs(n, pool, per_thread=True))
+    map_all(pool, read_run, runs(n, pool, per_thread=True))
     if not grown and (got == sizes).all():  # the usual case: every sample a view of the buffer, made in one call
         return list(buf[: int(offsets[-1])].split(sizes.tolist())) if n else []
     # A file that shrank since its size was read keeps a gap after its bytes; its sample is what was read.
@@ -329,13 +302,17 @@ def is_page_locked_buffer(region: torch.Tensor) -> bool:
     return region.untyped_storage().data_ptr() in _page_locked
 
 
-def contiguous_bytes(samples) -> torch.Tensor | None:
+def batch_region(samples) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
     """When ``samples`` (contiguous CPU tensors, 1-D uint8 as readers.file makes them) lie back to back, in order,
-    in the first one's storage (as ``read_files`` reads a batch for a GPU pipeline): that stretch as one uint8
-    tensor, else None. A consumer copies it in one transfer. Three cheap calls a sample: it runs on the GPU stage's
-    thread for every batch."""
-    full = [s for s in samples if s.nbytes]  # an empty view's data_ptr() is 0
-    if not full or full[0].device.type != "cpu":
+    in the first one's storage (as ``read_files`` reads a batch for a GPU pipeline): ``(region, offsets, sizes)``,
+    that stretch as one uint8 tensor and each sample's place in it (int64 arrays); else None. A consumer copies or
+    parses the batch in one call. Three cheap calls a sample: it runs once per batch."""
+    n = len(samples)
+    if not n or samples[0].device.type != "cpu":
+        return None
+    sizes = np.fromiter((s.nbytes for s in samples), np.int64, n)
+    full = [s for s, size in zip(samples, sizes.tolist()) if size]  # an empty view's data_ptr() is 0
+    if not full:
         return None
     first = full[0]
     storage = first.untyped_storage()
@@ -347,7 +324,15 @@ def contiguous_bytes(samples) -> torch.Tensor | None:
         end += s.nbytes
     if end - base > storage.nbytes():
         return None  # the chain runs past the first sample's storage into another allocation
-    return first.new_empty(0, dtype=torch.uint8).set_(storage, start - base, (end - start,), (1,))
+    offsets = np.zeros(n, np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    return first.new_empty(0, dtype=torch.uint8).set_(storage, start - base, (end - start,), (1,)), offsets, sizes
+
+
+def contiguous_bytes(samples) -> torch.Tensor | None:
+    """The region of :func:`batch_region` (the samples' bytes back to back in one tensor), or None."""
+    found = batch_region(samples)
+    return None if found is None else found[0]
 
 
 class ReaderBase(Operator):
