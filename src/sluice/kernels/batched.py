@@ -122,6 +122,23 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
     return torch.stack(outs) if dense else outs
 
 
+def _back_to_back(images: Sequence[torch.Tensor], sizes: np.ndarray) -> torch.Tensor | None:
+    """The images as one flat tensor without a copy when they lie back to back in one storage, in order, each
+    contiguous (the mixed image decoders hand out such batches); else None."""
+    first = images[0]
+    storage = first.untyped_storage()
+    end = first.data_ptr()
+    item = first.element_size()
+    for im in images:
+        if im.data_ptr() != end or not im.is_contiguous():
+            return None
+        end += im.numel() * item
+    start = (first.data_ptr() - storage.data_ptr()) // item
+    if end - storage.data_ptr() > storage.nbytes():
+        return None
+    return first.new_empty(0).set_(storage, start, (int(sizes.sum()),), (1,))
+
+
 def _triton_batch(images, rois, out_sizes, min_filter, mag_filter, antialias, dtype, mirror, norm, output_layout,
                   dense, c, mid_dtype=None):
     mod = _TRITON_STATE["module"]
@@ -161,7 +178,9 @@ def _triton_batch(images, rois, out_sizes, min_filter, mag_filter, antialias, dt
         ip[:, 10] = np.arange(n) * total[0]
     ip[:, 11], ip[:, 12], ip[:, 13] = sc, sy, sx
     rmax, owmax, ohmax = int(rows.max()), int(ow.max()), int(oh.max())
-    flat = images[0].contiguous().reshape(-1) if n == 1 else torch.cat([im.reshape(-1) for im in images])
+    flat = _back_to_back(images, sizes)
+    if flat is None:
+        flat = images[0].contiguous().reshape(-1) if n == 1 else torch.cat([im.reshape(-1) for im in images])
     tmp = torch.empty(n * rmax * owmax * c, dtype=torch.float32, device=device)
     out = torch.empty(int(total.sum()), dtype=dtype, device=device)
     ip_t = torch.from_numpy(ip).to(device, non_blocking=True)

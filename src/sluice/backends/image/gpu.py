@@ -632,16 +632,58 @@ class GpuImageDecoder:
         with _cuda.device(self.device), _cuda.stream(stream):
             return one_allocation(out)  # type: ignore[arg-type]
 
+    @property
+    def takes_whole_jpeg_batches(self) -> bool:
+        """Whether :meth:`start_jpegs` can decode a batch of plain JPEGs in one call: torchvision's batched nvJPEG
+        takes every JPEG here (no nvImageCodec decoder on the SMs to share them with) and no CPU share is set."""
+        return (self._nv is None or self.engines_via_torchvision) and self._cpu_share == 0 and not self._tuners
+
+    def _ahead_stream(self):
+        if not self._ahead_streams:
+            self._ahead_streams = [_cuda.Stream(self.device) for _ in range(AHEAD_BATCHES)]
+        stream = self._ahead_streams[self._started % AHEAD_BATCHES]
+        self._started += 1
+        return stream
+
+    def start_jpegs(self, region: torch.Tensor, sizes: np.ndarray, windows: np.ndarray, gray: bool) -> StartedBatch:
+        """Begin decoding a batch of plain JPEGs (baseline, 1 or 3 components, complete, upright: the caller has
+        checked their headers and scans, see :func:`sluice.native.image.jpeg_info`) lying back to back in
+        ``region``, ``sizes`` bytes each, in the background: one torchvision call for the whole batch, then one
+        kernel cutting each image's ``windows`` row ``(y, x, h, w)`` out as HWC crops back to back in one buffer.
+        ``finish_jpegs`` hands the crops over; a failure there means: decode the batch the general way."""
+        stream = self._ahead_stream()
+
+        def work():
+            from torchvision.io import ImageReadMode
+
+            from sluice.kernels.crops import gather_hwc_crops
+
+            with _cuda.device(self.device), _cuda.stream(stream):
+                mode = (ImageReadMode.GRAY if gray else ImageReadMode.RGB).value
+                chw = torch.ops.image.decode_jpegs_cuda.default(list(region.split(sizes.tolist())), mode,
+                                                                self.device)
+                buf, out_sizes = gather_hwc_crops(chw, windows)
+                done = _cuda.Event()
+                done.record(stream)
+            return buf, out_sizes, done
+        return StartedBatch(self._ahead.submit(work), [])
+
+    @staticmethod
+    def finish_jpegs(started: StartedBatch, stream, windows: np.ndarray, channels: int) -> list[torch.Tensor]:
+        """The crops of a :meth:`start_jpegs` batch, ready in order on ``stream``: HWC views of one buffer."""
+        buf, sizes, done = started.future.result()
+        stream.wait_event(done)
+        buf.record_stream(stream)
+        return [p.view(h, w, channels) for p, h, w in zip(buf.split(sizes), windows[:, 2].tolist(),
+                                                          windows[:, 3].tolist())]
+
     def start(self, data: Sequence, **kwargs) -> StartedBatch:
         """Begin decoding a batch in the background, on a stream of this decoder's, and return at once; ``finish``
         hands the images over to the caller's stream. A pipeline starts batch k+1 from its CPU stage while its
         device stage still works on batch k, so the JPEG engines wait neither for that host work nor for the
         stage's other operators. Takes ``decode``'s keyword arguments except ``stream`` and ``defer``."""
-        if not self._ahead_streams:
-            self._ahead_streams = [_cuda.Stream(self.device) for _ in range(AHEAD_BATCHES)]
         checks: list[Callable[[], None]] = []
-        stream = self._ahead_streams[self._started % AHEAD_BATCHES]
-        self._started += 1
+        stream = self._ahead_stream()
 
         def work() -> tuple[list[torch.Tensor], object]:
             with _cuda.device(self.device):
