@@ -669,13 +669,12 @@ class GpuImageDecoder:
         return StartedBatch(self._ahead.submit(work), [])
 
     @staticmethod
-    def finish_jpegs(started: StartedBatch, stream, windows: np.ndarray, channels: int) -> list[torch.Tensor]:
-        """The crops of a :meth:`start_jpegs` batch, ready in order on ``stream``: HWC views of one buffer."""
-        buf, sizes, done = started.future.result()
+    def finish_jpegs(started: StartedBatch, stream) -> torch.Tensor:
+        """The crops of a :meth:`start_jpegs` batch, back to back in one buffer, ready in order on ``stream``."""
+        buf, _, done = started.future.result()
         stream.wait_event(done)
         buf.record_stream(stream)
-        return [p.view(h, w, channels) for p, h, w in zip(buf.split(sizes), windows[:, 2].tolist(),
-                                                          windows[:, 3].tolist())]
+        return buf
 
     def start(self, data: Sequence, **kwargs) -> StartedBatch:
         """Begin decoding a batch in the background, on a stream of this decoder's, and return at once; ``finish``

@@ -307,7 +307,7 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                     or ctx.device.type != "cuda"):
                 return None
             decoder = self._get_decoder(ctx)
-            found = batch_region(data.samples) if decoder.takes_whole_jpeg_batches else None
+            found = batch_region(data) if decoder.takes_whole_jpeg_batches else None
             if found is None:
                 return None
             region, offsets, sizes = found
@@ -344,15 +344,16 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             whole = ctx.prepared if ctx.prepared is not None else self._start_whole(ctx, data, extra, args)
             if isinstance(whole, _WholeBatch):
                 try:
-                    images = decoder.finish_jpegs(whole.started, torch.cuda.current_stream(ctx.device),
-                                                  whole.windows, whole.channels)
+                    flat = decoder.finish_jpegs(whole.started, torch.cuda.current_stream(ctx.device))
                 except Exception as exc:  # noqa: BLE001 - decoded the general way, which names a bad file
                     logger.warning("%s: the batched JPEG decode failed (%s: %s); decoding the batch sample by "
                                    "sample", op, type(exc).__name__, exc)
                 else:
+                    shapes = np.column_stack([whole.windows[:, 2:], np.full(n, whole.channels)])
+                    images = Batch.from_packed(flat, shapes, "HWC", sources)
                     if dtype is not types.UINT8:
-                        images = [convert_image_dtype(t, dtype) for t in images]
-                    return Batch(images, layout="HWC", source_info=sources)
+                        images = Batch([convert_image_dtype(t, dtype) for t in images], "HWC", sources)
+                    return images
                 ctx.prepared = None
             host, started = ctx.prepared or (self._host_work(ctx, data, *extra, args=args), None)
 

@@ -194,7 +194,7 @@ def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bo
     then copies the whole batch, or any part of it, by DMA without staging it first. ``device_id``: the GPU the
     pipeline uses (page-locking must not create a CUDA context on another GPU)."""
     if pin or one_buffer:
-        return _read_into_one_buffer(paths, pool, pin, device_id)
+        return _read_into_one_buffer(paths, pool, pin, device_id).samples
     parts = runs(len(paths), pool)
 
     def read_run(run: range) -> list[torch.Tensor]:
@@ -241,8 +241,10 @@ def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
-def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> list[torch.Tensor]:
-    """The files back to back in one buffer (page-locked with ``pin``); the samples are views of it. With the
+def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> Batch:
+    """The files back to back in one buffer (page-locked with ``pin``), as a packed batch of 1-D uint8 samples
+    named by their paths (see :meth:`Batch.from_packed`; a file that changed size while read makes the batch an
+    ordinary one of views of the buffer and separate reads). With the
     compiled core the sizes are taken in one call and each pool task reads its run of files in one call, the GIL
     released throughout; the fallback reads file by file in Python (the same bytes)."""
     n = len(paths)
@@ -284,10 +286,11 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
                 raise SampleError(i, paths[i], _cannot_read(paths[i], e)) from None
 
     map_all(pool, read_run, runs(n, pool, per_thread=True))
-    if not grown and (got == sizes).all():  # the usual case: every sample a view of the buffer, made in one call
-        return list(buf[: int(offsets[-1])].split(sizes.tolist())) if n else []
+    if not grown and (got == sizes).all():  # the usual case: the samples lie back to back, as read
+        return Batch.from_packed(buf[: int(offsets[-1])], sizes[:, None], "", paths)
     # A file that shrank since its size was read keeps a gap after its bytes; its sample is what was read.
-    return [grown[i] if i in grown else buf[int(offsets[i]): int(offsets[i] + got[i])] for i in range(n)]
+    return Batch([grown[i] if i in grown else buf[int(offsets[i]): int(offsets[i] + got[i])] for i in range(n)],
+                 "", paths)
 
 
 def _size_of(path: str) -> int:
@@ -303,10 +306,21 @@ def is_page_locked_buffer(region: torch.Tensor) -> bool:
 
 
 def batch_region(samples) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
-    """When ``samples`` (contiguous CPU tensors, 1-D uint8 as readers.file makes them) lie back to back, in order,
+    """When ``samples`` (a Batch, or a list of contiguous CPU tensors; 1-D uint8 as readers.file makes them) lie
+    back to back, in order,
     in the first one's storage (as ``read_files`` reads a batch for a GPU pipeline): ``(region, offsets, sizes)``,
     that stretch as one uint8 tensor and each sample's place in it (int64 arrays); else None. A consumer copies or
     parses the batch in one call. Three cheap calls a sample: it runs once per batch."""
+    packed = getattr(samples, "packed", None)
+    if packed is not None:  # a packed batch (readers.file's): nothing to walk
+        flat, shapes = packed
+        if flat.device.type != "cpu" or flat.dtype != torch.uint8 or shapes.shape[1] != 1:
+            return None
+        sizes = shapes[:, 0].copy()
+        offsets = np.zeros(len(sizes), np.int64)
+        np.cumsum(sizes[:-1], out=offsets[1:])
+        return (flat[: int(sizes.sum())], offsets, sizes) if len(sizes) else None
+    samples = getattr(samples, "samples", samples)
     n = len(samples)
     if not n or samples[0].device.type != "cpu":
         return None
@@ -371,6 +385,7 @@ class FileReader(ReaderBase):
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
         self.paths, self.labels = list_files(self.op_name, spec.args)
+        self._labels = np.asarray(self.labels, dtype=np.int32)
         if not self.paths:
             where = spec.args["file_root"] or spec.args["file_list"] or "files"
             raise ArgumentError(f"{self.op_name}: no files found in '{where}' (file_filters="
@@ -380,6 +395,9 @@ class FileReader(ReaderBase):
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id)
-        labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
-        return Batch(data, "", paths), Batch.from_dense(labels, "", paths)
+        if self.pin_outputs:  # a GPU pipeline: the batch back to back in one page-locked buffer
+            data = _read_into_one_buffer(paths, ctx.thread_pool, True, self.spec.device_id)
+        else:
+            data = Batch(read_files(paths, ctx.thread_pool), "", paths)
+        labels = torch.from_numpy(self._labels[[i for i, _ in picks]].reshape(-1, 1))
+        return data, Batch.from_dense(labels, "", paths)
