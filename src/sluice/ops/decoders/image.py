@@ -198,7 +198,8 @@ class _WholeBatch:
     channels: int
 
 
-def _plain_jpegs(info: np.ndarray, bufs, sources: list[str], check_scans: bool) -> bool:
+def _plain_jpegs(info: np.ndarray, region: torch.Tensor, offsets: np.ndarray, sources: list[str],
+                 check_scans: bool) -> bool:
     """Whether every sample of a batch is a JPEG the batched GPU path takes whole (see ``gpu_eligible``): read here,
     baseline, 1 or 3 components, complete, within the pixel limit, upright (an Exif block is looked into, per
     sample), and, with ``check_scans``, with entropy-coded data that passed the scan check."""
@@ -213,7 +214,8 @@ def _plain_jpegs(info: np.ndarray, bufs, sources: list[str], check_scans: bool) 
     if not ok.all():
         return False
     # An Exif block may turn the image: the probe reads its orientation (those samples only)
-    return all(probe(bufs[i], source=sources[i]).orientation == 1
+    ends = np.append(offsets[1:], region.numel())
+    return all(probe(region[offsets[i]:ends[i]].numpy(), source=sources[i]).orientation == 1
                for i in np.flatnonzero(info[:, nimg.HAS_EXIF]).tolist())
 
 
@@ -312,7 +314,7 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                 return None
             region, offsets, sizes = found
             info = nimg.jpeg_info(region.numpy(), offsets, sizes, decoder.validate_scans, ctx.thread_pool)
-            if not _plain_jpegs(info, data.samples, self._sources(ctx, len(data)), decoder.validate_scans):
+            if not _plain_jpegs(info, region, offsets, self._sources(ctx, len(data)), decoder.validate_scans):
                 return None
             h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
             if op == "decoders.image_random_crop":
