@@ -1,7 +1,8 @@
 """Which part of side_by_side.py's `train` program costs what: the program with one piece changed at a time.
 
     python benchmarks/diag/train_variants.py /tmp/sbs/images [variant ...]
-variants: full, no_crop (decoders.image), no_mirror, fp32, no_resize_cmn (decoder only), decode_only_crop
+variants: full, no_crop (decoders.image), no_mirror, fp32, no_resize_cmn (decoder only), decode_only_crop;
+"@N" after a variant sets num_threads (full@4)
 """
 import sys
 import time
@@ -15,8 +16,8 @@ MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
-def build(root, variant):
-    @pipeline_def(batch_size=256, num_threads=16, device_id=0, seed=12)
+def build(root, variant, threads=16):
+    @pipeline_def(batch_size=256, num_threads=threads, device_id=0, seed=12)
     def pipe():
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="Reader")
         if variant == "no_crop":
@@ -40,7 +41,8 @@ def build(root, variant):
 def main():
     root = sys.argv[1]
     for variant in sys.argv[2:] or ["full", "no_crop", "no_mirror", "fp32", "no_resize_cmn"]:
-        p = build(root, variant)
+        variant, _, threads = variant.partition("@")  # full@4: the full program with 4 threads
+        p = build(root, variant, int(threads or 16))
         if variant in ("no_resize_cmn", "decode_only_crop"):
             run = p.run
         else:
@@ -60,7 +62,7 @@ def main():
         for _ in range(40):
             run()
         torch.cuda.synchronize()
-        print(f"VARIANT {variant:16s} {256 * 40 / (time.perf_counter() - t):9.0f} img/s", flush=True)
+        print(f"VARIANT {variant:16s} threads {int(threads or 16):2d} {256 * 40 / (time.perf_counter() - t):9.0f} img/s", flush=True)
         del p
 
 

@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -68,12 +69,32 @@ MAX_CPU_LOAD = 0.3
 _cuda = torch.cuda
 
 
+@contextlib.contextmanager
+def quiet_stderr():
+    """Send what C libraries print to stderr to /dev/null for the duration: nvImageCodec prints an error for every
+    optional codec library it does not find (nvTIFF, nvJPEG2000) when it loads its extensions, although nothing
+    sluice decodes needs them (the formats then decode on the CPU). Python's own ``sys.stderr`` is untouched."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to redirect
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def nvimgcodec_module():
     """``nvidia.nvimgcodec`` when installed (and not disabled with SLUICE_NVIMGCODEC=0), else None."""
     if os.environ.get("SLUICE_NVIMGCODEC", "1") == "0":
         return None
     try:
-        from nvidia import nvimgcodec
+        with quiet_stderr():
+            from nvidia import nvimgcodec
     except ImportError:
         return None
     return nvimgcodec
@@ -234,19 +255,27 @@ class GpuImageDecoder:
             for kinds in ([nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=1.0), nv.Backend(nv.BackendKind.GPU_ONLY)],
                           [nv.Backend(nv.BackendKind.HW_GPU_ONLY)]):
                 try:
-                    self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
-                                          options=options, backends=kinds)
+                    with quiet_stderr():
+                        self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
+                                              options=options, backends=kinds)
                     break
                 except Exception as exc:  # noqa: BLE001 - no hardware engine on this GPU
                     logger.info("nvImageCodec hardware JPEG decoder unavailable (%s)", exc)
             try:
-                self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
-                                        options=options, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
+                with quiet_stderr():
+                    self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
+                                            options=options, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
             except Exception as exc:  # noqa: BLE001 - e.g. "Could not create decoder": torchvision takes over
                 logger.info("nvImageCodec CUDA JPEG decoder unavailable (%s); using torchvision's nvJPEG", exc)
         has_hw = self._hw is not None and self._hw_works()
         if not has_hw:
             self._hw = None
+        if self._cuda is not None and not self._decodes(self._cuda):
+            # nvImageCodec 0.9 with an nvJPEG newer than the driver creates its SM decoder, which then returns no
+            # image at all ("Something went wrong during decoding image #N"): found once here, not per batch
+            logger.info("nvImageCodec's CUDA JPEG decoder returns no images here; torchvision's nvJPEG decodes "
+                        "instead")
+            self._cuda = None
         #: torchvision's batched nvJPEG drives the hardware JPEG engines itself where the GPU has them
         #: (nvjpegCreateEx with NVJPEG_BACKEND_HARDWARE). Without an nvImageCodec decoder on the SMs there is then
         #: no second kind of GPU decoder to share the JPEGs with: splitting them between nvImageCodec's and
@@ -318,17 +347,28 @@ class GpuImageDecoder:
 
     def _hw_works(self) -> bool:
         """Whether the hardware JPEG engines decode (a decoder limited to them returns an image)."""
+        nv = self._nv
+        try:
+            with quiet_stderr():
+                only_hw = nv.Decoder(device_id=self.device.index, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY)])
+        except Exception as exc:  # noqa: BLE001
+            logger.info("hardware JPEG decoding is unavailable (%s); using CUDA nvJPEG only", exc)
+            return False
+        return self._decodes(only_hw)
+
+    @staticmethod
+    def _decodes(decoder) -> bool:
+        """Whether an nvImageCodec decoder returns an image for a small plain JPEG."""
         import simplejpeg
 
-        nv = self._nv
         probe_img = simplejpeg.encode_jpeg(np.full((256, 256, 3), 128, np.uint8), quality=90,
                                            colorsubsampling="420")
         try:
-            only_hw = nv.Decoder(device_id=self.device.index, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY)])
-            out = only_hw.decode([probe_img])
+            with quiet_stderr():
+                out = decoder.decode([probe_img])
             return bool(out) and out[0] is not None
         except Exception as exc:  # noqa: BLE001
-            logger.info("hardware JPEG decoding is unavailable (%s); using CUDA nvJPEG only", exc)
+            logger.info("an nvImageCodec decoder failed on a plain JPEG (%s); not using it", exc)
             return False
 
     # --- the GPU paths ---------------------------------------------------------------------------------------
