@@ -128,10 +128,11 @@ void horizontal_row(const uint8_t* src, const Table& t, int out_w, int channels,
 }
 
 inline uint8_t round_u8(float v) {
-    // sluice.kernels.resample.cast_round: halves away from zero, saturated; below 0 it always gives 0.
+    // sluice.kernels.resample.cast_round: halves away from zero, saturated; below 0 it always gives 0. For
+    // 0 <= t < 255 truncation is floor(t) (no libm call: x86-64's baseline SSE2 has no floor instruction).
     if (!(v >= 0.0f)) return 0;
-    const float r = std::floor(v + 0.5f);
-    return r >= 255.0f ? 255 : static_cast<uint8_t>(r);
+    const float t = v + 0.5f;
+    return t >= 255.0f ? 255 : static_cast<uint8_t>(static_cast<int>(t));
 }
 
 struct Image {
