@@ -123,11 +123,12 @@ def _pass(x: np.ndarray, axis: int, first: np.ndarray, count: np.ndarray, w: np.
     shape = list(x.shape)
     shape[axis] = first.size
     acc = np.zeros(shape, np.float32)
+    product = np.empty(shape, np.float32)
     last = x.shape[axis] - 1
     for k in range(int(count.max())):
-        taps = np.minimum(first + k, last)
-        wk = w[:, k]
-        acc += np.take(x, taps, axis=axis) * (wk[:, None, None] if axis == 0 else wk[None, :, None])
+        np.take(x, np.minimum(first + k, last), axis=axis, out=product)
+        product *= w[:, k, None, None] if axis == 0 else w[None, :, k, None]
+        acc += product
     return acc
 
 
