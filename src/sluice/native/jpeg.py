@@ -17,6 +17,7 @@ the samples' sizes differ. Example::
 from __future__ import annotations
 
 import glob
+import io
 import logging
 import os
 import threading
@@ -38,6 +39,7 @@ COLORSPACES = {"RGB": 3, "BGR": 3, "GRAY": 1}
 
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _opened: tuple[str | None] | None = None  # (path,) once looked for; path None when no libjpeg could be opened
+_open_lock = threading.Lock()
 _counter_lock = threading.Lock()
 
 
@@ -55,25 +57,59 @@ def _candidates() -> list[str]:
 
 
 def _core_jpeg() -> ModuleType | None:
-    """The compiled core when it is enabled and has opened a libjpeg, else None (the twin runs)."""
+    """The compiled core when it is enabled and has opened a libjpeg that passes the self-check, else None (the
+    twin runs)."""
     global _opened
     c = core()
     if c is None:
         return None
-    if _opened is None:
-        reasons = []
-        for path in _candidates():
-            why = c.jpeg_open(path)
-            if not why:
-                _opened = (path,)
-                logger.info("sluice's core decodes JPEGs with %s", path)
-                break
-            reasons.append(why)
-        else:
-            _opened = (None,)
-            logger.warning("sluice's core JPEG decoding is unavailable (%s); simplejpeg decodes instead, with the "
-                           "same results", "; ".join(reasons))
+    with _open_lock:  # the first batch's threads all get here at once
+        if _opened is None:
+            _opened = (_open(c),)
     return c if _opened[0] is not None else None
+
+
+def _open(c: ModuleType) -> str | None:
+    reasons = []
+    for path in _candidates():
+        why = c.jpeg_open(path) or _self_check(c)
+        if not why:
+            logger.info("sluice's core decodes JPEGs with %s", path)
+            return path
+        reasons.append(f"{path}: {why}")
+        if c.jpeg_library():  # opened but failed the self-check: the core keeps it; the twin decodes
+            break
+    logger.warning("sluice's core JPEG decoding is unavailable (%s); simplejpeg decodes instead, with the same "
+                   "results", "; ".join(reasons))
+    return None
+
+
+def _self_check(c: ModuleType) -> str:
+    """Why the opened libjpeg's decoding of windows (rows skipped, columns cropped, stopped after the window)
+    differs from its whole-image decoding cut to the window, or "" when it does not (libjpeg-turbo 2.1 and 3.x
+    pass; tests/native/test_jpeg_native.py checks both against simplejpeg). A few milliseconds, once."""
+    from PIL import Image
+
+    yy, xx = np.mgrid[0:45, 0:70]
+    image = np.stack([xx * 3, yy * 5, (xx * yy) % 251], 2).astype(np.uint8)
+    # Windows starting on iMCU columns and ending within the image: where a crop without a margin would show
+    windows = np.array([[0, 0, 45, 70], [9, 16, 20, 30], [16, 32, 15, 22], [1, 0, 44, 24], [17, 5, 28, 48]],
+                       np.int64)
+    sizes = windows[:, 2] * windows[:, 3] * 3
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    for subsampling in (0, 1, 2):  # 4:4:4, 4:2:2, 4:2:0
+        buf = io.BytesIO()
+        Image.fromarray(image).save(buf, "JPEG", quality=90, subsampling=subsampling)
+        out = np.empty(int(sizes.sum()), np.uint8)
+        failed = c.jpeg_decode([np.frombuffer(buf.getvalue(), np.uint8)] * len(windows), windows, "RGB", False, out,
+                               offsets, np.zeros(len(windows), np.int32), None)
+        if failed:
+            return f"it cannot decode a test image ({failed[0][1]})"
+        whole = out[: sizes[0]].reshape(45, 70, 3)
+        for (y, x, h, w), start, size in zip(windows.tolist()[1:], offsets[1:], sizes[1:]):
+            if not np.array_equal(out[start: start + size].reshape(h, w, 3), whole[y: y + h, x: x + w]):
+                return "decoding a window (jpeg_skip_scanlines, jpeg_crop_scanline) changes its pixels"
+    return ""
 
 
 def library() -> str | None:
