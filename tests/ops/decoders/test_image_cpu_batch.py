@@ -91,12 +91,37 @@ def test_crop_and_slice_same_as_the_sample_kernel(impl):
                  _old("decoders.image_slice", samples, 0, extra=extra))
 
 
+@pytest.fixture
+def per_sample_decodes(monkeypatch):
+    """The samples the batch kernel decodes the per-sample way (the rest went to sluice.native.jpeg)."""
+    import sluice.ops.decoders._image_cpu as kernel
+
+    seen = []
+
+    def spy(data, **kwargs):
+        seen.append(kwargs["source"])
+        return decode(data, **kwargs)
+
+    decode = kernel.decode
+    monkeypatch.setattr(kernel, "decode", spy)
+    return seen
+
+
 @pytest.mark.parametrize("impl", IMPLS)
-def test_uniform_jpegs_come_back_as_one_dense_tensor(impl):
+def test_uniform_jpegs_come_back_as_one_dense_tensor(impl, per_sample_decodes):
     samples = [simplejpeg.encode_jpeg(pattern(32, 48, seed=k), quality=90) for k in range(3)]
     batch = _new(impl, "decoders.image_crop", samples, crop=(16, 24))
     assert batch.dense is not None and tuple(batch.dense.shape) == (3, 16, 24, 3)
+    assert per_sample_decodes == []
     _assert_same(batch, _old("decoders.image_crop", samples, 0, crop=(16, 24)))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_only_what_the_core_does_not_take_decodes_per_sample(impl, per_sample_decodes):
+    samples = _batch()
+    sources = [f"{i}.img" for i in range(len(samples))]
+    _new(impl, "decoders.image_random_crop", samples, sources=sources)
+    assert per_sample_decodes == sources[-3:]  # EXIF-rotated, CMYK, PNG
 
 
 @pytest.mark.parametrize("impl", IMPLS)

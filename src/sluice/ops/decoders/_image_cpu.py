@@ -59,8 +59,8 @@ def cpu_operator(op: str) -> type[Operator]:
             plan = self._plan(ctx, data, extra, args, sources)
             images: list[torch.Tensor | None] = [None] * n
             errors: dict[int, BaseException] = {}
-            dense = self._decode_native(ctx, plan, args, sources, images, errors)
-            rest = [i for i in range(n) if images[i] is None and i not in errors]
+            dense, done = self._decode_native(ctx, plan, args, sources, images, errors)
+            rest = [i for i in range(n) if i not in done and i not in errors]
             for i, result in zip(rest, map_all(ctx.thread_pool, lambda i: _decode_one(plan, args, sources, i),
                                                 rest)):
                 if isinstance(result, BaseException):
@@ -110,12 +110,13 @@ def cpu_operator(op: str) -> type[Operator]:
                     and not info.jpeg.cmyk and (info.orientation == 1 or not adjust) and _within_pixel_limit(info)]
 
         def _decode_native(self, ctx: BatchContext, plan: _Plan, args: BatchArgs, sources: list[str],
-                           images: list, errors: dict) -> torch.Tensor | None:
+                           images: list, errors: dict) -> tuple[torch.Tensor | None, set[int]]:
             """Decode the plan's native samples into one buffer; fill ``images`` (views of it) and ``errors``.
-            Returns the dense ``(n, h, w, c)`` tensor when every sample went this way with one shape, else None."""
+            Returns the dense ``(n, h, w, c)`` tensor when every sample went this way with one shape (``images``
+            is then left as it is), else None; and the samples decoded."""
             idx = plan.native
             if not idx:
-                return None
+                return None, set()
             colorspace = _CORE_COLORSPACES[args.const("output_type")]
             c = native_jpeg.COLORSPACES[colorspace]
             windows = np.array([plan.rois[i] or (0, 0, plan.infos[i].height, plan.infos[i].width) for i in idx],
@@ -136,13 +137,13 @@ def cpu_operator(op: str) -> type[Operator]:
                 if status[k] == native_jpeg.ERROR:
                     errors[idx[k]] = ImageDecodeError(f"corrupt or truncated JPEG data ({reason})",
                                                       source=sources[idx[k]], decoder=decoder)
-            ok = status == native_jpeg.OK
-            if ok.all() and len(idx) == len(images) and (windows[:, 2:] == windows[0, 2:]).all():
-                return buf[: int(sizes.sum())].view(len(idx), int(windows[0, 2]), int(windows[0, 3]), c)
-            for k in np.flatnonzero(ok).tolist():
+            ok = np.flatnonzero(status == native_jpeg.OK).tolist()
+            if len(ok) == len(images) and (windows[:, 2:] == windows[0, 2:]).all():
+                return buf[: int(sizes.sum())].view(len(idx), int(windows[0, 2]), int(windows[0, 3]), c), set(idx)
+            for k in ok:
                 h, w = int(windows[k, 2]), int(windows[k, 3])
                 images[idx[k]] = buf.as_strided((h, w, c), (w * c, c, 1), int(offsets[k]))
-            return None
+            return None, {idx[k] for k in ok}
 
     ImageDecoderCpu.__name__ = "".join(p.title() for p in op.split(".")[-1].split("_")) + "_cpu"
     return ImageDecoderCpu
