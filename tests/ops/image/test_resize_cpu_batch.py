@@ -111,3 +111,12 @@ def test_train_cpu_pipeline_same_pixels_for_1_2_4_threads_core_and_twin(tmp_path
             assert images.dense is not None and tuple(images.dense.shape) == (6, 40, 40, 3)
             np.testing.assert_array_equal(images.dense.numpy(), images0.dense.numpy())
             assert [int(x) for x in labels.samples] == [int(x) for x in labels0.samples]
+
+
+def test_samples_of_different_channel_counts():
+    images = [_image(30, 40, 3, 0), _image(20, 24, 1, 1)]
+    out = run_op("resize", images, layout="HWC", size=[10, 12])
+    assert out.shape() == [(10, 12, 3), (10, 12, 1)]
+    for image, got in zip(images, out.samples):
+        ref = _torch_reference(image, types.INTERP_LINEAR, size=[10, 12])
+        assert np.abs(got.numpy().astype(int) - ref.astype(int)).max() <= 1

@@ -123,12 +123,11 @@ class ResizeCpu(Operator):
     def run(self, ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch | tuple[Batch, Batch]:
         n = len(images)
         layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-        samples = images.samples
         if n and not layout:
-            layout = "HWC" if samples[0].dim() == 3 else "HW"
+            layout = "HWC" if images[0].dim() == 3 else "HW"
         arrays = _native_inputs(images, layout, args)
         if arrays is None:
-            return self._per_sample(ctx, samples, layout, args)
+            return self._per_sample(ctx, images.samples, layout, args)
         hw = np.array([a.shape[:2] for a in arrays], dtype=np.int64).reshape(n, 2)
         # resize_params checks that the size is given one way; resize_params_batch's vectorised path does not
         resize_sample_params(arrays[0].shape, layout, args.sample(0))
@@ -182,8 +181,8 @@ def _native_inputs(images: Batch, layout: str, args: BatchArgs) -> list[np.ndarr
         return list(dense.contiguous().numpy()) if ok and _fits(dense.shape[1:], layout) else None
     samples = images.samples
     if not all(s.dtype == torch.uint8 and s.device.type == "cpu" and s.dim() == len(layout)
-               and _fits(s.shape, layout) for s in samples):
-        return None
+               and _fits(s.shape, layout) and (layout == "HW" or s.shape[2] == samples[0].shape[2]) for s in samples):
+        return None  # (HWC samples of different channel counts too: one output buffer holds one count)
     return [(s if s.is_contiguous() else s.contiguous()).numpy() for s in samples]
 
 
