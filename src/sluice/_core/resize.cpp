@@ -59,6 +59,11 @@ struct Table {
     std::vector<float> w;
 };
 
+// The source pixel under a centre, clamped to the image (INTERP_NN, and regions outside the image).
+int nearest(double centre, int in_size) {
+    return static_cast<int>(std::min(std::max(std::floor(centre), 0.0), static_cast<double>(in_size - 1)));
+}
+
 // sluice.native.resize.axis_table in C++ (the same float64 arithmetic, in the same order).
 void make_table(double lo, double hi, int in_size, int out_size, int fid, bool antialias, Table* t) {
     const double scale = (hi - lo) / out_size;
@@ -69,7 +74,7 @@ void make_table(double lo, double hi, int in_size, int out_size, int fid, bool a
         t->w.assign(out_size, 1.0f);
         for (int o = 0; o < out_size; ++o) {
             const double centre = lo + (static_cast<double>(o) + 0.5) * scale;
-            t->first[o] = static_cast<int>(std::min(std::max(std::floor(centre), 0.0), static_cast<double>(in_size - 1)));
+            t->first[o] = nearest(centre, in_size);
         }
         return;
     }
@@ -101,7 +106,7 @@ void make_table(double lo, double hi, int in_size, int out_size, int fid, bool a
         }
         float* w = &t->w[static_cast<size_t>(o) * taps];
         if (std::fabs(total) < 1e-12) {  // the region lies outside the image: the nearest edge pixel
-            t->first[o] = static_cast<int>(std::min(std::max(std::floor(centre), 0.0), static_cast<double>(in_size - 1)));
+            t->first[o] = nearest(centre, in_size);
             w[0] = 1.0f;
             continue;
         }
@@ -217,11 +222,13 @@ void resize_batch(const py::sequence& images, py::array_t<double, py::array::c_s
         const int c = b.ndim == 3 ? static_cast<int>(b.shape[2]) : 1;
         if (b.itemsize != 1 || (b.ndim != 2 && b.ndim != 3) || b.shape[0] < 1 || b.shape[1] < 1 || c < 1 || c > 8 ||
             b.strides[b.ndim - 1] != 1 || b.strides[1] != c || b.strides[0] != b.shape[1] * c)
-            throw std::invalid_argument("resize: images must be non-empty C-contiguous uint8 HW or HWC arrays (C <= 8)");
+            throw std::invalid_argument(
+                "resize: images must be non-empty C-contiguous uint8 HW or HWC arrays (C <= 8)");
         const int64_t need = sz[2 * i] * sz[2 * i + 1] * c;
         if (sz[2 * i] < 1 || sz[2 * i + 1] < 1 || off[i] < 0 || static_cast<uint64_t>(off[i] + need) > out.size)
             throw std::invalid_argument("resize: an output size is empty or an output lies outside `out`");
-        ims[i] = Image{static_cast<const uint8_t*>(b.ptr), static_cast<int>(b.shape[0]), static_cast<int>(b.shape[1]), c};
+        ims[i] = Image{static_cast<const uint8_t*>(b.ptr), static_cast<int>(b.shape[0]),
+                       static_cast<int>(b.shape[1]), c};
     }
     int64_t* counter = nullptr;
     if (!counter_obj.is_none()) {
