@@ -192,11 +192,18 @@ int decode_one(jpeg_decompress_struct* cinfo, ErrorMgr* err, const Job& job) {
     int64_t row = 0;
     while (row < job.h) {
         const JDIMENSION want = static_cast<JDIMENSION>(std::min<int64_t>(job.h - row, kRowsPerRead));
+        JDIMENSION got = 0;
         if (direct) {
             for (JDIMENSION r = 0; r < want; ++r) into[r] = job.out + (row + r) * row_bytes;
-            row += g_lib.read_scanlines(cinfo, into, want);
+            row += got = g_lib.read_scanlines(cinfo, into, want);
         } else {
-            copy_rows(rows, static_cast<int>(g_lib.read_scanlines(cinfo, rows, want)), col, job, &row);
+            copy_rows(rows, static_cast<int>(got = g_lib.read_scanlines(cinfo, rows, want)), col, job, &row);
+        }
+        if (got == 0) {  // cannot happen with an in-memory source (it never suspends); never loop on it
+            std::snprintf(err->message, sizeof err->message, "libjpeg returned no rows at row %lld",
+                          static_cast<long long>(job.y + row));
+            g_lib.abort(cinfo);
+            return kError;
         }
     }
     // Stopping early skips the rest of the entropy-coded data; where the stream does not end with an EOI marker
