@@ -85,11 +85,12 @@ def reference_rgb(data: bytes, mode: str = "RGB") -> np.ndarray:
 
 
 def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=(), seed: int = 1234,
-                ctx_device=None, **kwargs):
+                ctx_device=None, threads: int = 2, **kwargs):
     """Run one decoder operator's kernel on one batch, the way the executor does (validated arguments, a
-    thread pool, per-sample seeded generators), without building a pipeline. ``ctx_device`` overrides the
-    context's device (cuda:0 for mixed) for tests that stand in for the GPU. ``extra`` are the further input
-    batches (image_slice's anchor and shape) as lists of arrays. Returns the output Batch."""
+    thread pool of ``threads`` (none for 1), per-sample seeded generators), without building a pipeline.
+    ``ctx_device`` overrides the context's device (cuda:0 for mixed) for tests that stand in for the GPU.
+    ``extra`` are the further input batches (image_slice's anchor and shape) as lists of arrays. Returns the output
+    Batch."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -100,14 +101,15 @@ def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=
     schema = get_schema(name)
     const, _ = schema.validate(kwargs, lambda v: False)
     n = len(samples)
-    spec = OpSpec(schema, device, const, name, n, 2, 0 if device == "mixed" else None, seed)
+    spec = OpSpec(schema, device, const, name, n, threads, 0 if device == "mixed" else None, seed)
     op = schema.kernel_for(device)(spec)
     data = Batch([torch.frombuffer(bytearray(s), dtype=torch.uint8) if len(s) else torch.empty(0, dtype=torch.uint8)
                   for s in samples], source_info=sources)
     more = [Batch([torch.as_tensor(np.asarray(v, np.float32)) for v in b]) for b in extra]
     dev = ctx_device or (torch.device("cuda", 0) if device == "mixed" else torch.device("cpu"))
-    with ThreadPoolExecutor(2) as pool:
-        ctx = BatchContext(name, n, list(sources or [""] * n), [""] * (1 + len(more)), dev, pool, seed=seed)
+    with ThreadPoolExecutor(threads) as pool:
+        ctx = BatchContext(name, n, list(sources or [""] * n), [""] * (1 + len(more)), dev,
+                           pool if threads > 1 else None, seed=seed)
         out = op.run(ctx, data, *more, args=BatchArgs(const, {}, n))
     op.close()
     return _finish_outputs(schema, spec, out, [data, *more])[0]

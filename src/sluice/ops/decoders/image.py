@@ -399,7 +399,8 @@ def _decoder_schema(name: str, summary: str, example: str, extra_args: list[Arg]
         """,
         inputs=inputs, outputs=1, devices=("cpu", "mixed"), random=random, output_layout="HWC",
         input_names=input_names, args=_DECODER_ARGS + extra_args)
-    schema.sample_kernel("cpu")(_make_cpu_kernel(name))
+    from sluice.ops.decoders._image_cpu import cpu_operator  # imported here: it uses this module's helpers
+    schema.operator_class("cpu")(cpu_operator(name))
     schema.operator_class("mixed")(_make_mixed_operator(name))
     return schema
 

@@ -4,9 +4,9 @@ The output size follows DALI exactly (:func:`sluice.ops.image._geometry.resize_p
 separable filter of :mod:`sluice.kernels.resample` (Pillow's algorithm in float32), batched on the GPU by
 :func:`sluice.kernels.batched.resample_batch` (two Triton launches per batch).
 
-On the CPU, uint8 HWC images with linear filtering and antialiasing (the common case) go through Pillow's SIMD
-resize, which is the same filter (it rounds its intermediate pass: within 1 of the float path); everything else
-runs the float32 torch path.
+On the CPU, uint8 HWC (1 to 4 channels) and HW images, the common case, go through sluice's compiled core a batch
+at a time with the GIL released (:mod:`sluice.native.resize`: the same filter in float32, within 1 of the torch
+path, whose summation order differs); other dtypes and layouts run the float32 torch path per sample.
 
 Reference agreement (tests/ops/image/test_resize.py): INTERP_LINEAR / CUBIC / LANCZOS3 with antialias
 (any scale) agree with Pillow's BILINEAR / BICUBIC / LANCZOS within 1 grey level on uint8; INTERP_LINEAR without
@@ -19,13 +19,16 @@ import numpy as np
 import torch
 
 from sluice import types
+from sluice.errors import SampleError
 from sluice.kernels.batched import resample_batch
-from sluice.kernels.resample import resample
+from sluice.kernels.resample import filter_id, resample
+from sluice.native.resize import resize as native_resize
 from sluice.ops.image._geometry import out_dtype, resize_params, resize_params_batch, spatial_dims
+from sluice.ops.readers.file import _host_buffer, map_all
 from sluice.pipeline.batch import Batch
-from sluice.schema import Arg, OpSchema
+from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema
 
-__all__ = ["SCHEMA", "resize_sample_params", "RESIZE_ARGS"]
+__all__ = ["SCHEMA", "resize_sample_params", "resize_sample", "RESIZE_ARGS"]
 
 RESIZE_ARGS = [
     Arg("resize_x", float, 0.0, "Output width; 0 keeps the aspect ratio from the other extents. Negative flips.",
@@ -98,10 +101,9 @@ def _check_dtype(dtype, image: torch.Tensor) -> torch.dtype:
     return t
 
 
-@SCHEMA.sample_kernel("cpu")
-def resize_cpu(ctx, image: torch.Tensor, **args):
-    """One sample on the CPU (float32 arithmetic, Pillow's filter algorithm)."""
-    layout = ctx.layout or ("HWC" if image.dim() == 3 else "HW")
+def resize_sample(image: torch.Tensor, layout: str, args: dict):
+    """One sample the torch way (float32 arithmetic, Pillow's filter algorithm): any dtype and layout."""
+    layout = layout or ("HWC" if image.dim() == 3 else "HW")
     roi, out = resize_sample_params(tuple(image.shape), layout, args)
     fmin, fmag = filters(args)
     y = resample(image, roi, out, fmin, fmag, args.get("antialias", True), _check_dtype(args.get("dtype"), image),
@@ -109,6 +111,83 @@ def resize_cpu(ctx, image: torch.Tensor, **args):
     if args.get("save_attrs"):
         return y, torch.tensor(out, dtype=torch.int32)
     return y
+
+
+@SCHEMA.operator_class("cpu")
+class ResizeCpu(Operator):
+    """The batch on the CPU: uint8 HWC / HW images (the common case) in at most ``num_threads`` calls of the
+    compiled core sharing the batch (:func:`sluice.native.resize.resize`, GIL released) into one allocation,
+    dense when the output sizes agree and page-locked when a GPU operator takes the outputs; other dtypes and
+    layouts per sample with :func:`resize_sample`."""
+
+    def run(self, ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch | tuple[Batch, Batch]:
+        n = len(images)
+        layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+        if n and not layout:
+            layout = "HWC" if images[0].dim() == 3 else "HW"
+        arrays = _native_inputs(images, layout, args)
+        if arrays is None:
+            return self._per_sample(ctx, images.samples, layout, args)
+        hw = np.array([a.shape[:2] for a in arrays], dtype=np.int64).reshape(n, 2)
+        # resize_params checks that the size is given one way; resize_params_batch's vectorised path does not
+        resize_sample_params(arrays[0].shape, layout, args.sample(0))
+        rois, outs = resize_params_batch(hw, args, args.sample)
+        fmin, fmag = (filter_id(f) for f in filters({k: args.const(k) for k in ("interp_type", "min_filter",
+                                                                                   "mag_filter")}))
+        c = arrays[0].shape[2] if layout == "HWC" else 1
+        nbytes = outs[:, 0] * outs[:, 1] * c
+        offsets = np.zeros(n, np.int64)
+        np.cumsum(nbytes[:-1], out=offsets[1:])
+        buf = _host_buffer(max(1, int(nbytes.sum())), self.pin_outputs, self.spec.device_id)
+        out, counter = buf.numpy(), np.zeros(1, np.int64)
+        tasks = max(1, min(n, self.spec.num_threads)) if ctx.thread_pool is not None else 1
+        map_all(ctx.thread_pool, lambda _: native_resize(arrays, rois, outs, fmin, fmag, args.const("antialias"),
+                                                         out, offsets, counter), list(range(tasks)))
+        channels = (c,) if layout == "HWC" else ()
+        if (outs == outs[0]).all():
+            oh, ow = outs[0].tolist()
+            result = Batch.from_dense(buf[: int(nbytes.sum())].view(n, oh, ow, *channels), layout)
+        else:
+            strides = (c, 1)[: 1 + len(channels)]
+            result = Batch([buf.as_strided((h, w, *channels), (w * c, *strides), o)
+                            for (h, w), o in zip(outs.tolist(), offsets.tolist())], layout)
+        if args.const("save_attrs"):
+            return result, Batch.from_dense(torch.from_numpy(outs.astype(np.int32)))
+        return result
+
+    def _per_sample(self, ctx: BatchContext, samples: list[torch.Tensor], layout: str, args: BatchArgs):
+        def one(i: int):
+            try:
+                out = resize_sample(samples[i], layout, args.sample(i))
+            except Exception as exc:  # noqa: BLE001 - re-raised naming the sample
+                raise SampleError(i, ctx.source_info[i] if ctx.source_info else "", exc) from exc
+            return out if isinstance(out, tuple) else (out,)
+
+        results = map_all(ctx.thread_pool, one, list(range(len(samples))))
+        if not results:
+            return (Batch([]), Batch([])) if args.const("save_attrs") else Batch([])
+        columns = [Batch(list(col)) for col in zip(*results)]
+        return tuple(columns) if len(columns) > 1 else columns[0]
+
+
+def _native_inputs(images: Batch, layout: str, args: BatchArgs) -> list[np.ndarray] | None:
+    """The samples as NumPy arrays when the core takes the whole batch (uint8 HWC with 1 to 4 channels or HW,
+    non-empty, uint8 out), else None."""
+    if layout not in ("HWC", "HW") or not len(images) or out_dtype(args.const("dtype"), torch.uint8) != torch.uint8:
+        return None
+    if images.dense is not None:
+        dense = images.dense
+        ok = dense.dtype == torch.uint8 and dense.device.type == "cpu" and dense.dim() == len(layout) + 1
+        return list(dense.contiguous().numpy()) if ok and _fits(dense.shape[1:], layout) else None
+    samples = images.samples
+    if not all(s.dtype == torch.uint8 and s.device.type == "cpu" and s.dim() == len(layout)
+               and _fits(s.shape, layout) and (layout == "HW" or s.shape[2] == samples[0].shape[2]) for s in samples):
+        return None  # (HWC samples of different channel counts too: one output buffer holds one count)
+    return [(s if s.is_contiguous() else s.contiguous()).numpy() for s in samples]
+
+
+def _fits(shape, layout: str) -> bool:
+    return shape[0] > 0 and shape[1] > 0 and (layout == "HW" or 1 <= shape[2] <= 4)
 
 
 @SCHEMA.batch_kernel("gpu")
