@@ -74,8 +74,44 @@ def cpu_operator(op: str) -> type[Operator]:
                 return Batch.from_dense(dense, "HWC", sources)
             return Batch(images, layout="HWC", source_info=sources)
 
+        def _fast_plan(self, ctx: BatchContext, data: Batch, extra: tuple[Batch, ...], args: BatchArgs,
+                       sources: list[str]) -> _Plan | None:
+            """The plan of a batch of plain JPEGs lying back to back in one buffer (readers.file's), made without a
+            per-sample probe: the headers read by the compiled core in the pool's threads, the windows drawn for
+            the whole batch. None when the batch has anything else (the per-sample plan then probes each one)."""
+            from sluice.backends.image.common import get_max_image_pixels
+            from sluice.native import image as nimg
+            from sluice.ops.readers.file import batch_region
+
+            if extra or op not in ("decoders.image", "decoders.image_random_crop") or \
+                    args.const("output_type") not in _CORE_COLORSPACES or args.const("dtype") is not types.UINT8:
+                return None
+            found = batch_region(data)
+            if found is None:
+                return None
+            region, offsets, sizes = found
+            host = region.numpy()
+            info = nimg.jpeg_info(host, offsets, sizes, False, ctx.thread_pool)
+            h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
+            if not ((info[:, nimg.STATUS] == 0) & np.isin(info[:, nimg.COMPONENTS], (1, 3))
+                    & (info[:, nimg.HAS_EXIF] == 0) & (h > 0) & (w > 0) & (h * w <= get_max_image_pixels())).all():
+                return None
+            if random:
+                try:
+                    windows = random_crop_windows(ctx.seed, ctx.iteration, h, w, args.const("random_area"),
+                                                  args.const("random_aspect_ratio"), args.const("num_attempts"))
+                except ValueError as exc:  # invalid ranges: named on the first sample, as the sample kernel did
+                    raise SampleError(0, sources[0], exc) from exc
+            else:
+                windows = np.stack([np.zeros_like(h), np.zeros_like(w), h, w], axis=1)
+            bufs = np.split(host, offsets[1:]) if len(offsets) > 1 else [host]
+            return _Plan(bufs, [None] * len(bufs), [tuple(v) for v in windows.tolist()], list(range(len(bufs))))
+
         def _plan(self, ctx: BatchContext, data: Batch, extra: tuple[Batch, ...], args: BatchArgs,
                   sources: list[str]) -> _Plan:
+            fast = self._fast_plan(ctx, data, extra, args, sources)
+            if fast is not None:
+                return fast
             n = len(data)
             adjust = args.const("adjust_orientation")
             bufs, infos, rois, upright = [], [], [None] * n, np.zeros((n, 2), np.int64)

@@ -395,8 +395,10 @@ class FileReader(ReaderBase):
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        if self.pin_outputs:  # a GPU pipeline: the batch back to back in one page-locked buffer
-            data = _read_into_one_buffer(paths, ctx.thread_pool, True, self.spec.device_id)
+        if self.pin_outputs or native.available():
+            # the batch back to back in one buffer (page-locked for a GPU pipeline), read by runs of files in the
+            # compiled core: decoders then parse and decode it in one call per run too
+            data = _read_into_one_buffer(paths, ctx.thread_pool, self.pin_outputs, self.spec.device_id)
         else:
             data = Batch(read_files(paths, ctx.thread_pool), "", paths)
         labels = torch.from_numpy(self._labels[[i for i, _ in picks]].reshape(-1, 1))
