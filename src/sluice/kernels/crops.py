@@ -56,16 +56,19 @@ def _triton_kernel():
 _KERNEL: list = []
 
 
-def gather_hwc_crops(images: list[torch.Tensor], windows: np.ndarray) -> tuple[torch.Tensor, list[int]]:
+def gather_hwc_crops(images: list[torch.Tensor], windows: np.ndarray,
+                     out: torch.Tensor | None = None) -> tuple[torch.Tensor, list[int]]:
     """Crops ``windows[i] = (y, x, h, w)`` of the contiguous CHW ``images`` (one device, one dtype uint8, one
     channel count) as HWC images back to back in one uint8 buffer on the current stream: ``(buffer, sizes)``, crop
-    ``i`` being ``buffer.split(sizes)[i].view(h, w, C)``. The windows must lie inside their images."""
+    ``i`` being ``buffer.split(sizes)[i].view(h, w, C)``. The windows must lie inside their images. ``out``: the
+    buffer to fill (1-D uint8, at least the crops' size), else a new one."""
     n = len(images)
     windows = np.asarray(windows, dtype=np.int64).reshape(n, 4)
     c = int(images[0].shape[0]) if n else 1
     sizes = (windows[:, 2] * windows[:, 3] * c).astype(np.int64)
     device = images[0].device if n else torch.device("cpu")
-    out = torch.empty(int(sizes.sum()), dtype=torch.uint8, device=device)
+    if out is None:
+        out = torch.empty(int(sizes.sum()), dtype=torch.uint8, device=device)
     if n == 0:
         return out, []
     if device.type == "cuda" and os.environ.get("SLUICE_DISABLE_TRITON") != "1":

@@ -31,6 +31,8 @@ def _folder(tmp_path, count=12):
 def _run(root, op, gray=False, whole=True, monkeypatch=None, **kw):
     if not whole:
         monkeypatch.setattr(GpuImageDecoder, "takes_whole_jpeg_batches", property(lambda self: False))
+    else:
+        monkeypatch.setenv("SLUICE_IMAGE_CPU_LOAD", "0")  # every image through torchvision, as the general path
 
     @pipeline_def(batch_size=6, num_threads=3, device_id=0, seed=5)
     def pipe():
@@ -57,7 +59,7 @@ def test_whole_batches_equal_the_general_path(tmp_path, monkeypatch, op, kw, gra
         started.append(1)
         return start(self, *a, **k)
     monkeypatch.setattr(GpuImageDecoder, "start_jpegs", spy)
-    fast, labels_fast = _run(root, "image" if op == "image" else op, gray, **kw)
+    fast, labels_fast = _run(root, op, gray, monkeypatch=monkeypatch, **kw)
     assert started, "the fast lane was not taken"
     slow, labels_slow = _run(root, op, gray, whole=False, monkeypatch=monkeypatch, **kw)
     assert labels_fast == labels_slow
@@ -103,3 +105,28 @@ def test_an_exif_orientation_takes_the_general_path(tmp_path):
     p.build()
     (images,) = p.run()
     assert tuple(images[0].shape) == (64, 40, 3) and tuple(images[1].shape) == (40, 64, 3)
+
+
+@pytest.mark.parametrize("share", ["0.5", None])
+def test_the_cpu_share_decodes_the_same_windows(tmp_path, monkeypatch, share):
+    """With part of each batch decoded by libjpeg-turbo in the compiled core, the crops are the same windows and
+    the pixels within the nvJPEG / libjpeg-turbo tolerance of the module test_image_gpu.py."""
+    root = _folder(tmp_path)
+    if share is not None:
+        monkeypatch.setenv("SLUICE_IMAGE_CPU_LOAD", share)
+    mixed, labels = _run(root, "image_random_crop", random_area=[0.2, 1.0])
+
+    @pipeline_def(batch_size=6, num_threads=3, device_id=None, seed=5)
+    def cpu_pipe():
+        files, lab = fn.readers.file(file_root=str(root), random_shuffle=True)
+        return fn.decoders.image_random_crop(files, random_area=[0.2, 1.0]), lab
+
+    p = cpu_pipe()
+    p.build()
+    for got, want_labels in zip(mixed, labels):
+        images, lab = p.run()
+        assert lab.as_array().tolist() == want_labels
+        for x, y in zip(got, images):
+            assert x.shape == y.shape
+            d = (x.int() - y.int()).abs()
+            assert d.float().mean() <= 2.0 and d.max() <= 40

@@ -49,6 +49,7 @@ from . import cpu
 from .common import YCBCR_FROM_RGB, ImageDecodeError, apply_orientation, check_pixel_limit, roi_in_stored
 from .formats import as_bytes
 from .scan_check import BatchScanCheck
+from .hybrid import HybridShare
 from .scheduler import ShareTuner, SplitScheduler
 
 __all__ = ["GpuImageDecoder", "to_output_type_gpu", "nvimgcodec_module", "gpu_eligible", "gpu_j2k_eligible"]
@@ -231,12 +232,13 @@ class GpuImageDecoder:
     """Decodes batches of encoded images into CUDA uint8 HWC tensors, sharing JPEGs between the hardware engines,
     the CUDA decoder and the CPU (see the module docstring).
 
-    ``hw_decoder_load`` is the fraction of the GPU's JPEGs given to the hardware engines (DALI's meaning);
-    ``cpu_load`` the fraction of all GPU-decodable JPEGs decoded by the CPU threads instead (default 0:
-    on the H200 every CPU share measured made whole batches slower, the CPU threads taking cores and the GIL
-    from the GPU decoders' host work). With ``adaptive=True`` (or SLUICE_IMAGE_ADAPTIVE=1) both are hill-climbed
-    on the measured batch speed; off by default, as the measured cadence of asynchronous GPU work is noisy and
-    the exploration cost more than it found (see benchmarks/RESULTS.md).
+    ``hw_decoder_load`` is the fraction of the GPU's JPEGs given to the hardware engines (DALI's meaning).
+    ``cpu_load`` is the fraction of the JPEGs decoded by the CPU instead. By default (None), batches of plain
+    JPEGs (:meth:`start_jpegs`) give the CPU the share that keeps it in step with the GPU
+    (:class:`~sluice.backends.image.hybrid.HybridShare`: libjpeg-turbo in the compiled core, without the GIL),
+    and other batches none (with Python decoding, every CPU share measured made them slower). A number fixes the
+    share for both. With ``adaptive=True`` (or SLUICE_IMAGE_ADAPTIVE=1) the general path's shares are
+    hill-climbed on the measured batch speed instead (off by default: the exploration cost more than it found).
     """
 
     def __init__(self, device_id: int | torch.device = 0, *, hw_decoder_load: float = 0.9,
@@ -284,8 +286,8 @@ class GpuImageDecoder:
         #: image: 23.6k -> 17.4k images/s). So torchvision decodes them all, and nvImageCodec's hardware path
         #: stands by for batches torchvision fails on; ``hw_decoder_load`` has no effect then.
         self.engines_via_torchvision = has_hw and self._cuda is None
-        if cpu_load is None:
-            cpu_load = float(os.environ.get("SLUICE_IMAGE_CPU_LOAD", DEFAULT_CPU_LOAD))
+        fixed = cpu_load if cpu_load is not None else os.environ.get("SLUICE_IMAGE_CPU_LOAD")
+        cpu_load = DEFAULT_CPU_LOAD if fixed is None else float(fixed)
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ValueError(f"Invalid hw_decoder_load ({hw_decoder_load}). It must lie in [0, 1].")
         if not 0.0 <= cpu_load <= 1.0:
@@ -315,6 +317,9 @@ class GpuImageDecoder:
         self._ahead = ThreadPoolExecutor(AHEAD_BATCHES, thread_name_prefix="sluice-decode-ahead")
         self._ahead_streams: list = []
         self._nv_locks = {"hw": threading.Lock(), "cuda": threading.Lock()}
+        self._tv_lock = threading.Lock()
+        #: the CPU's share of the batches of plain JPEGs (start_jpegs)
+        self.hybrid = HybridShare(fixed=None if fixed is None else cpu_load)
         self._started = 0
         self._last_end: float | None = None
         self._hw_failures = 0
@@ -675,8 +680,9 @@ class GpuImageDecoder:
     @property
     def takes_whole_jpeg_batches(self) -> bool:
         """Whether :meth:`start_jpegs` can decode a batch of plain JPEGs in one call: torchvision's batched nvJPEG
-        takes every JPEG here (no nvImageCodec decoder on the SMs to share them with) and no CPU share is set."""
-        return (self._nv is None or self.engines_via_torchvision) and self._cpu_share == 0 and not self._tuners
+        takes the GPU's part here (no nvImageCodec decoder on the SMs to share them with) and the shares are not
+        hill-climbed (SLUICE_IMAGE_ADAPTIVE)."""
+        return (self._nv is None or self.engines_via_torchvision) and not self._tuners
 
     def _ahead_stream(self):
         if not self._ahead_streams:
@@ -685,28 +691,100 @@ class GpuImageDecoder:
         self._started += 1
         return stream
 
-    def start_jpegs(self, region: torch.Tensor, sizes: np.ndarray, windows: np.ndarray, gray: bool) -> StartedBatch:
+    def start_jpegs(self, region: torch.Tensor, offsets: np.ndarray, sizes: np.ndarray, windows: np.ndarray,
+                    gray: bool, pool=None, threads: int = 0) -> StartedBatch:
         """Begin decoding a batch of plain JPEGs (baseline, 1 or 3 components, complete, upright: the caller has
         checked their headers and scans, see :func:`sluice.native.image.jpeg_info`) lying back to back in
-        ``region``, ``sizes`` bytes each, in the background: one torchvision call for the whole batch, then one
-        kernel cutting each image's ``windows`` row ``(y, x, h, w)`` out as HWC crops back to back in one buffer.
-        ``finish_jpegs`` hands the crops over; a failure there means: decode the batch the general way."""
+        ``region`` (``offsets``, ``sizes``), in the background, into HWC crops of their ``windows`` rows
+        ``(y, x, h, w)`` back to back in one buffer. The GPU part is one torchvision call and one kernel cutting the
+        crops; with ``pool`` (the pipeline's threads, ``threads`` of them) the last images of the batch are decoded
+        at the same time by libjpeg-turbo in the compiled core on half of those threads, in the share
+        :class:`~sluice.backends.image.hybrid.HybridShare` keeps in step with the two paths' rates, and copied
+        to the GPU in one transfer. ``finish_jpegs`` hands the crops over; a failure there means: decode the batch
+        the general way (which names a bad file)."""
         stream = self._ahead_stream()
+        n = len(sizes)
+        workers = threads // 2
+        cpu = self.hybrid.cpu_count(n) if pool is not None and workers >= 1 and self._cpu_jpeg() else 0
 
         def work():
-            from torchvision.io import ImageReadMode
-
-            from sluice.kernels.crops import gather_hwc_crops
-
+            c = 1 if gray else 3
+            out_sizes = windows[:, 2] * windows[:, 3] * c
+            out_offsets = np.zeros(n + 1, np.int64)
+            np.cumsum(out_sizes, out=out_offsets[1:])
+            g = n - cpu
+            split = int(out_offsets[g])
+            host = self._decode_tail_on_cpu(region, offsets, sizes, windows, g, out_offsets, gray, pool,
+                                            workers) if cpu else None
             with _cuda.device(self.device), _cuda.stream(stream):
-                mode = (ImageReadMode.GRAY if gray else ImageReadMode.RGB).value
-                chw = torch.ops.image.decode_jpegs_cuda.default(list(region.split(sizes.tolist())), mode,
-                                                                self.device)
-                buf, out_sizes = gather_hwc_crops(chw, windows)
+                buf = torch.empty(int(out_offsets[-1]), dtype=torch.uint8, device=self.device)
+                gpu_seconds = self._decode_head_on_gpu(region, sizes, windows, g, gray, buf[:split]) if g else 0.0
+                cpu_seconds = 0.0
+                if host is not None:
+                    staging, cpu_seconds = host()
+                    buf[split:].copy_(staging, non_blocking=True)
                 done = _cuda.Event()
                 done.record(stream)
-            return buf, out_sizes, done
+            self.hybrid.record(g, gpu_seconds, cpu, cpu_seconds)
+            return buf, out_sizes.tolist(), done
         return StartedBatch(self._ahead.submit(work), [])
+
+    def _decode_head_on_gpu(self, region, sizes, windows, g: int, gray: bool, out: torch.Tensor) -> float:
+        """Decode the batch's first ``g`` images with torchvision's batched nvJPEG and cut their crops into
+        ``out``; returns the seconds the GPU call took (its own, not the wait for the other batch's)."""
+        from torchvision.io import ImageReadMode
+
+        from sluice.kernels.crops import gather_hwc_crops
+
+        mode = (ImageReadMode.GRAY if gray else ImageReadMode.RGB).value
+        parts = list(region[: int(sizes[:g].sum())].split(sizes[:g].tolist()))
+        with self._tv_lock:  # torchvision's decoder takes one batch at a time: time ours alone
+            start = time.perf_counter()
+            chw = torch.ops.image.decode_jpegs_cuda.default(parts, mode, self.device)
+            seconds = time.perf_counter() - start
+        gather_hwc_crops(chw, windows[:g], out=out)
+        return seconds
+
+    def _decode_tail_on_cpu(self, region, offsets, sizes, windows, g: int, out_offsets, gray: bool, pool,
+                            workers: int):
+        """Start decoding images ``g..n-1`` with the compiled core on ``workers`` of ``pool``'s threads into a
+        page-locked staging buffer; returns a function that waits and gives ``(staging, seconds)``, raising
+        ImageDecodeError naming the file for a sample the core could not decode."""
+        from sluice.native import jpeg as native_jpeg
+        from sluice.pipeline.pool import map_all
+
+        n = len(sizes)
+        host = region.numpy()
+        data = [host[int(offsets[i]): int(offsets[i] + sizes[i])] for i in range(g, n)]
+        base = int(out_offsets[g])
+        staging = torch.empty(max(1, int(out_offsets[-1]) - base), dtype=torch.uint8,
+                              pin_memory=self.device.type == "cuda")
+        out, local = staging.numpy(), (out_offsets[g:n] - base).astype(np.int64)
+        tail = np.ascontiguousarray(windows[g:n], dtype=np.int64)
+        status = np.full(n - g, -1, np.int32)
+        counter = np.zeros(1, np.int64)
+        colorspace = "GRAY" if gray else "RGB"
+        start = time.perf_counter()
+        tasks = min(workers, n - g)
+        futures = [pool.submit(native_jpeg.decode, data, tail, colorspace, self.use_fast_idct, out, local, status,
+                               counter) for _ in range(tasks)]
+
+        def wait():
+            failed = [f for fut in futures for f in fut.result()]
+            seconds = time.perf_counter() - start
+            if failed:
+                k, reason = failed[0]
+                raise ImageDecodeError(f"corrupt or truncated JPEG data ({reason})", source="",
+                                       decoder="libjpeg-turbo (sluice core)")
+            return staging, seconds
+        return wait
+
+    @staticmethod
+    def _cpu_jpeg() -> bool:
+        """Whether the compiled core decodes JPEGs here (with the pure-Python twin the CPU share costs the GIL)."""
+        from sluice.native import jpeg as native_jpeg
+
+        return native_jpeg.library() is not None
 
     @staticmethod
     def finish_jpegs(started: StartedBatch, stream) -> torch.Tensor:

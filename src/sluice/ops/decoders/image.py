@@ -323,7 +323,8 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             else:
                 windows = np.stack([np.zeros_like(h), np.zeros_like(w), h, w], axis=1)
             gray = otype == "GRAY"
-            return _WholeBatch(decoder.start_jpegs(region, sizes, windows, gray), windows, 1 if gray else 3)
+            started = decoder.start_jpegs(region, offsets, sizes, windows, gray, ctx.thread_pool, self.spec.num_threads)
+            return _WholeBatch(started, windows, 1 if gray else 3)
 
         def prepare(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs):
             """Run by the executor in the CPU stage: the host work, then (on a GPU) the decoding itself is started
