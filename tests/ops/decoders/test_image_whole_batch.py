@@ -29,10 +29,12 @@ def _folder(tmp_path, count=12):
 
 
 def _run(root, op, gray=False, whole=True, monkeypatch=None, **kw):
-    if not whole:
+    """Three batches of ``op``; with ``monkeypatch``, either the general path (``whole=False``) or the fast lane
+    with every image on the GPU (exactly comparable to the general path)."""
+    if monkeypatch is not None and not whole:
         monkeypatch.setattr(GpuImageDecoder, "takes_whole_jpeg_batches", property(lambda self: False))
-    else:
-        monkeypatch.setenv("SLUICE_IMAGE_CPU_LOAD", "0")  # every image through torchvision, as the general path
+    elif monkeypatch is not None:
+        monkeypatch.setenv("SLUICE_IMAGE_CPU_LOAD", "0")
 
     @pipeline_def(batch_size=6, num_threads=3, device_id=0, seed=5)
     def pipe():
@@ -43,7 +45,7 @@ def _run(root, op, gray=False, whole=True, monkeypatch=None, **kw):
     p = pipe()
     p.build()
     outs = [p.run() for _ in range(3)]
-    if not whole:
+    if monkeypatch is not None:
         monkeypatch.undo()
     return [[t.cpu() for t in images] for images, _ in outs], [lab.as_cpu().as_array().tolist() for _, lab in outs]
 
@@ -115,6 +117,7 @@ def test_the_cpu_share_decodes_the_same_windows(tmp_path, monkeypatch, share):
     if share is not None:
         monkeypatch.setenv("SLUICE_IMAGE_CPU_LOAD", share)
     mixed, labels = _run(root, "image_random_crop", random_area=[0.2, 1.0])
+    monkeypatch.undo()
 
     @pipeline_def(batch_size=6, num_threads=3, device_id=None, seed=5)
     def cpu_pipe():
