@@ -375,7 +375,8 @@ def _from_float(x: np.ndarray, dtype: type) -> np.ndarray:
     limits (libsndfile's thresholds: below -32768.0 and below -2147483647.0), NaN giving INT_MIN (x86's cvtsd2si),
     which int16 keeps the low bits of (0)."""
     if dtype is np.float32:
-        return x.astype(np.float32)
+        with np.errstate(over="ignore"):  # doubles beyond float32 become infinities, as in C
+            return x.astype(np.float32)
     info = np.iinfo(dtype)
     low = -32768.0 if dtype is np.int16 else -2147483647.0
     with np.errstate(invalid="ignore"):

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from sluice import types
-from sluice.backends.audio import FINITE_LIMIT, OUT_OF_BOUNDS_POLICIES, plan_windows, resample_soxr
+from sluice.backends.audio import FINITE_LIMIT, OUT_OF_BOUNDS_POLICIES, decode_error, plan_windows, resample_soxr
 from sluice.errors import SampleError
 from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
@@ -259,6 +259,7 @@ class _Item:
     fmt: str                        # a key of SAMPLE_BYTES, or "native" for samples decoded on the CPU
     first: int = 0                  # WAV: byte offset of the window in the file
     nbytes: int = 0                 # bytes to copy (the rest of the row is silence)
+    start: int = 0                  # WAV: the window's first frame (named by errors)
     decoded: torch.Tensor | None = None
     target: float = 0.0             # sample_rate: > 0 converts to float32, resamples on the device, converts back
 
@@ -275,7 +276,7 @@ def _wav_items(data, sources: list[str], per: list[dict]) -> list[_Item | None]:
     _raise_first(errors, sources)
     first, nbytes = offset + start * align, n_read * align
     return [_Item(float(files.rate[i]), int(n_out[i]), int(files.channels[i]), WAV_FORMATS[fmt[i]], int(first[i]),
-                  int(nbytes[i]), target=float(per[i]["sample_rate"] or 0.0)) if wav[i] else None
+                  int(nbytes[i]), int(start[i]), target=float(per[i]["sample_rate"] or 0.0)) if wav[i] else None
             for i in range(len(per))]
 
 
@@ -285,7 +286,7 @@ def _row_bytes(frames: int, channels: int, fmt: str, dtype: torch.dtype) -> int:
 
 
 def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], *, device: torch.device,
-                 pool=None, pin: bool = False, direct: bool | None = None) -> tuple[Batch, Batch]:
+                 pool=None, pin: bool = False, direct: bool | None = None, defer=None) -> tuple[Batch, Batch]:
     """The mixed decoder's work for one batch, on any ``device`` (the operator runs it on the GPU; tests on the CPU).
 
     WAV payloads are not decoded on the CPU: their headers are parsed (one call for the batch, with the rules of
@@ -299,7 +300,10 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
 
     When the files already lie in page-locked memory (readers.file reads a GPU pipeline's batch into one such
     buffer), nothing is staged on the host: that buffer goes to ``device`` in one DMA and each payload window is
-    copied from there into its row (``direct``; None decides by that, True forces it, for tests)."""
+    copied from there into its row (``direct``; None decides by that, True forces it, for tests).
+
+    With ``finite`` the float WAVs' windows are checked on ``device`` too; the check reads the result back, so it
+    is handed to ``defer`` (``BatchContext.defer``: it runs before the batch reaches the caller), or run now."""
     n = len(data)
     if n == 0:
         return Batch([]), Batch([])
@@ -362,12 +366,40 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
         dense = out if len(idx) == n else None
         for r, i in enumerate(idx):
             samples[i] = out[r, : items[i].n_out]
+    check = _finite_check(moved, blocks, items, sources) if per[0].get("finite", True) else None
+    if check is not None:
+        (defer or (lambda c: c()))(check)
     if any(item.target > 0 for item in items):
         dense = _resample(samples, items, dtype, float(per[0]["quality"]))
     rate_batch = _MirroredBatch.mirror(moved[: 4 * n].view(torch.float32), torch.tensor(rates, dtype=torch.float32))
     if dense is not None and all(s.shape == dense.shape[1:] for s in samples):
         return Batch.from_dense(dense), rate_batch
     return Batch(samples), rate_batch
+
+
+def _finite_check(moved: torch.Tensor, blocks: list, items: list[_Item], sources: list[str]):
+    """``finite`` for the float WAVs of a mixed batch: per float group one reduction on the device finds each row's
+    first frame holding NaN, an infinity or a value beyond FINITE_LIMIT; returns the check that reads those back
+    and raises naming the first such sample (None when the batch has no float WAV)."""
+    found = []
+    for fmt, channels, _, idx, frames, row, start in blocks:
+        if fmt not in ("f32", "f64"):
+            continue
+        raw = moved[start: start + row * len(idx)].view(len(idx), row)[:, : frames * channels * SAMPLE_BYTES[fmt]]
+        bad = ~(raw.view(torch.float32 if fmt == "f32" else torch.float64).abs() <= FINITE_LIMIT)
+        found.append((idx, torch.where(bad.any(dim=1), bad.to(torch.uint8).argmax(dim=1) // channels, -1)))
+    if not found:
+        return None
+
+    def check() -> None:
+        errors = {}
+        for idx, first in found:
+            for r, frame in enumerate(first.tolist()):
+                if frame >= 0:
+                    errors[idx[r]] = decode_error(sources[idx[r]], "not_finite", a=items[idx[r]].start + frame)
+        _raise_first(errors, sources)
+
+    return check
 
 
 def _payload(item: _Item, sample: torch.Tensor) -> torch.Tensor:
@@ -463,4 +495,4 @@ class MixedAudioDecoder(Operator):
         n = len(data)
         sources = ctx.source_info or [""] * n
         return decode_batch(data, sources, [args.sample(i) for i in range(n)], device=ctx.device,
-                            pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda")
+                            pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda", defer=ctx.defer)
