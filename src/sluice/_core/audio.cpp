@@ -248,8 +248,15 @@ T from_int32(int32_t v) {
     else return v;
 }
 
+template <class V>
+V load(const uint8_t* p) {  // a little-endian value at any alignment
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+}
+
 template <Format F>
-struct Sample;  // load(p): the sample at p; as<T>(p): converted
+struct Sample;  // as<T>(p): the sample at p converted; float formats also load(p): its value
 template <>
 struct Sample<kU8> {
     template <class T>
@@ -263,8 +270,7 @@ template <>
 struct Sample<kS16> {
     template <class T>
     static T as(const uint8_t* p) {
-        int16_t v;
-        std::memcpy(&v, p, 2);
+        const int16_t v = load<int16_t>(p);
         if constexpr (std::is_same_v<T, float>) return static_cast<float>(v) * (1.0f / 32768.0f);
         else if constexpr (std::is_same_v<T, int16_t>) return v;
         else return static_cast<int32_t>(v) * 65536;
@@ -282,37 +288,20 @@ struct Sample<kS24> {
 template <>
 struct Sample<kS32> {
     template <class T>
-    static T as(const uint8_t* p) {
-        int32_t v;
-        std::memcpy(&v, p, 4);
-        return from_int32<T>(v);
-    }
+    static T as(const uint8_t* p) { return from_int32<T>(load<int32_t>(p)); }
 };
 template <>
 struct Sample<kF32> {
-    static double load(const uint8_t* p) {
-        float v;
-        std::memcpy(&v, p, 4);
-        return v;
-    }
+    static double load(const uint8_t* p) { return sluice::load<float>(p); }
     template <class T>
-    static T as(const uint8_t* p) {
-        if constexpr (std::is_same_v<T, float>) {
-            float v;
-            std::memcpy(&v, p, 4);
-            return v;
-        } else {
-            return from_float<T>(load(p));
-        }
+    static T as(const uint8_t* p) {  // float to float keeps the bits (libsndfile copies them)
+        if constexpr (std::is_same_v<T, float>) return sluice::load<float>(p);
+        else return from_float<T>(load(p));
     }
 };
 template <>
 struct Sample<kF64> {
-    static double load(const uint8_t* p) {
-        double v;
-        std::memcpy(&v, p, 8);
-        return v;
-    }
+    static double load(const uint8_t* p) { return sluice::load<double>(p); }
     template <class T>
     static T as(const uint8_t* p) { return from_float<T>(load(p)); }
 };
