@@ -778,7 +778,7 @@ public:
     }
 
 private:
-    static constexpr size_t kAlign = size_t(2) << 20;
+    static constexpr size_t kAlign = size_t(64) << 10;  // page-aligned, sizes in steps of 64 KiB
     static constexpr size_t kLimit = size_t(1) << 30;  // free bytes kept at most
     std::mutex mutex_;
     std::multimap<size_t, void*> free_;
