@@ -7,13 +7,13 @@ loaded, opened by the core and fed from memory without calling back into Python.
 same through soundfile (:func:`sluice.backends.audio.open_audio`, :func:`~sluice.backends.audio.read_into`); the
 results, errors included, are identical (tests/native/test_audio_native.py).
 
-Example::
+Example (two mono files, whole, one after the other in ``out``)::
 
     with open_files([wav_bytes, flac_bytes], ["a.wav", "b.flac"]) as files:
-        start, n_read, n_out, errors = plan_windows(files.rate, files.frames, [0, 0], [0, 0])
-        out = np.empty(int(n_out.sum() * files.channels.max()), np.float32)   # any layout, see decode
-        ...
-        failures = files.decode(0, 2, out, offsets, start, n_read, n_out, "float32", downmix=False)
+        start, n_read, n_out, errors = plan_windows(files.rate, files.frames, [0.0, 0.0], [0.0, 0.0])
+        out = np.empty(int(n_out.sum()), np.float32)
+        offsets = np.array([0, n_out[0] * 4])                      # bytes
+        failures = files.decode(0, 2, out, offsets, start, n_read, n_out, "float32", downmix=True)
 """
 
 from __future__ import annotations
