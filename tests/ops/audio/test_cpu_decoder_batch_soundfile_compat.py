@@ -114,6 +114,11 @@ def test_mixed_decoder_checks_float_wavs_too():
     ref, _ = soundfile.read(io.BytesIO(files[1]), dtype="int16", always_2d=True)
     np.testing.assert_array_equal(audio[1].numpy(), ref)
     assert ref[200, 0] == 32767                               # clipped, not wrapped around
+    flipped = bytearray(files[0])
+    flipped[24:28] = (2_000_000_000).to_bytes(4, "little")   # left to libsndfile, then refused
+    data[0] = torch.frombuffer(flipped, dtype=torch.uint8)
+    with pytest.raises(Exception, match=r"a\.wav.*2000000000 Hz"):
+        decode_batch(data, ["a.wav", "b.wav"], [dict(args, finite=False)] * 2, device=torch.device("cpu"))
 
 
 @pytest.mark.cuda
