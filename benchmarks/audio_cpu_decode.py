@@ -12,7 +12,9 @@ temporary folder; batches of 64; sluice pipelines on the CPU (``device_id=None``
 * FLAC: the pipeline with the core beside the same pipeline on the twin.
 
 Every figure is the best of ``--rounds`` rounds (this machine may be shared); each pipeline runs one warm-up
-batch, then ``--epochs`` epochs. Example::
+batch, then ``--epochs`` epochs. The process first frees one 8 MiB array: glibc then serves blocks of that size
+from its heap instead of mapping fresh pages for each (its dynamic mmap threshold), which every long-running
+process reaches soon; without it the NumPy row swings 20-fold with the allocator's state. Example::
 
     python benchmarks/audio_cpu_decode.py --files 256
 """
@@ -136,6 +138,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of measurements; each figure is the best")
     ap.add_argument("--root", default="", help="folder for the clips (default: a temporary one, removed after)")
     args = ap.parse_args()
+    np.ones(8 << 20, np.uint8)                   # freed at once: the C heap's steady state (module docstring)
 
     with tempfile.TemporaryDirectory(prefix="sluice_audio_cpu_") as tmp:
         root = args.root or tmp
