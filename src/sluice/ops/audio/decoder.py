@@ -222,12 +222,9 @@ def _output(n_out: np.ndarray, width: np.ndarray, dtype: torch.dtype, downmix: b
 
 @SCHEMA.operator_class("cpu")
 class AudioDecoder(Operator):
-    """Decodes a batch with the compiled core in the pipeline's threads (see :func:`decode_files`); with
+    """Decodes a batch with the compiled core in the pipeline's threads (see :func:`decode_files`), into
+    page-locked memory when a GPU operator takes the output (``pin_outputs``, set by the executor); with
     ``sample_rate`` each file is decoded and resampled on its own (:func:`decode_sample`)."""
-
-    def __init__(self, spec: OpSpec):
-        super().__init__(spec)
-        self._pin = spec.device_id is not None and torch.cuda.is_available()
 
     def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
         n = len(data)
@@ -243,7 +240,7 @@ class AudioDecoder(Operator):
                                     start_time=args["start_time"], duration=args["duration"],
                                     out_of_bounds_policy=args.const("out_of_bounds_policy"),
                                     finite=args.const("finite"), pool=ctx.thread_pool, parts=self.spec.num_threads,
-                                    pin=self._pin, device_id=self.spec.device_id)
+                                    pin=self.pin_outputs, device_id=self.spec.device_id)
         return audio, Batch.from_dense(torch.from_numpy(rates.astype(np.float32)))
 
 
