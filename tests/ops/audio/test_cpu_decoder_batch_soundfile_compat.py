@@ -142,3 +142,17 @@ def test_gpu_pipeline_decodes_into_page_locked_memory_and_moves_it_whole(tmp_pat
         assert dev.dense is not None and dev.dense.is_cuda
         torch.testing.assert_close(dev.dense.cpu(), host.dense, rtol=0, atol=0)
     p.close()
+
+
+def test_files_of_one_size_held_as_one_tensor():
+    """A dense batch of encoded files (an external source of files of one size) is decoded from that tensor."""
+    from sluice.ops.audio.decoder import decode_files
+    from sluice.pipeline.batch import Batch
+
+    files = [encode(sweep(1000, rate=RATE, seed=s), RATE, "WAV", "PCM_24") for s in range(3)]
+    batch = Batch.from_dense(torch.from_numpy(np.stack([np.frombuffer(f, np.uint8) for f in files])))
+    audio, rates = decode_files(batch, ["a", "b", "c"], dtype="int32", downmix=False, start_time=[0.1] * 3,
+                                duration=[0.0] * 3)
+    assert rates.tolist() == [RATE] * 3 and audio.dense is not None
+    for i, f in enumerate(files):
+        np.testing.assert_array_equal(audio[i].numpy(), decode_audio(f, dtype="int32", start_time=0.1)[0])

@@ -145,6 +145,10 @@ def _raise_first(errors: dict, sources: list[str]) -> None:
 def _encoded(data: Batch | list[torch.Tensor], sources: list[str]) -> dict:
     """The batch's files as :func:`open_files` takes them: the one buffer that holds them back to back (readers.file
     reads a GPU pipeline's batch so) with each file's offset and size, else one uint8 array per file."""
+    dense = data.dense if isinstance(data, Batch) else None
+    if dense is not None and dense.dtype == torch.uint8 and dense.dim() == 2 and dense.is_contiguous():
+        n, size = dense.shape                     # files of one size, held as one tensor: no per-file views
+        return {"data": dense.reshape(-1).numpy(), "offsets": np.arange(n) * size, "sizes": np.full(n, size)}
     samples = data.samples if isinstance(data, Batch) else list(data)
     for i, s in enumerate(samples):
         if s.dtype != torch.uint8 or s.dim() != 1:
