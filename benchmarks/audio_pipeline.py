@@ -193,14 +193,6 @@ def file_reading(paths: list[str], batch: int, threads: int) -> dict[str, float]
     return out
 
 
-def _set_read_processes(count: int | None) -> None:
-    """readers.file's worker processes for pipelines built from now on (None: its default)."""
-    if count is None:
-        os.environ.pop("SLUICE_READ_PROCESSES", None)
-    else:
-        os.environ["SLUICE_READ_PROCESSES"] = str(count)
-
-
 def run_sluice(pipe, iterations: int):
     out = None
     for _ in range(iterations):
@@ -275,8 +267,6 @@ def main(argv: list[str] | None = None) -> None:
                          "waits before it asks the holder to let go (Python's default 0.005)")
     ap.add_argument("--profile", type=float, default=0.0,
                     help="only profile sluice's threads for this many seconds (full pipeline, then up to the decoder)")
-    ap.add_argument("--read-processes", type=int, nargs="+", default=[-1, 0],
-                    help="readers.file worker processes for the mixed-decoder rows (-1: the default; 0: threads)")
     ap.add_argument("--no-stages", dest="stages", action="store_false",
                     help="skip the per-stage rows (readers.file alone, + decoder)")
     args = ap.parse_args(argv)
@@ -317,17 +307,11 @@ def main(argv: list[str] | None = None) -> None:
     decoders = ["mixed", "cpu"] if device == "gpu" else ["cpu"]
     first = None
     for decoder in decoders:
-        for procs in ([None if k < 0 else k for k in args.read_processes] if decoder == "mixed" else [None]):
-            _set_read_processes(procs)
-            rate, out = time_sluice(args.root, n, args, device, decoder)
-            first = out if first is None else first
-            how = "mixed WAV decoder" if decoder == "mixed" else \
-                f"CPU decoder (libsndfile, {args.threads} threads) + .gpu()"
-            if decoder == "mixed":
-                how += ", files read by " + (f"{procs} processes" if procs else "the pipeline's threads" if procs == 0
-                                             else "the default worker processes")
-            report(workload + f", sluice {device}, {how}", "clips/s", rate, peers)
-        _set_read_processes(None)
+        rate, out = time_sluice(args.root, n, args, device, decoder)
+        first = out if first is None else first
+        how = "mixed WAV decoder" if decoder == "mixed" else \
+            f"CPU decoder ({args.threads} threads) + .gpu()"
+        report(workload + f", sluice {device}, {how}", "clips/s", rate, peers)
     if device == "gpu" and args.stages:
         # Where the time goes: each stage alone (one epoch each). The pipeline runs its CPU stage (readers.file)
         # and its device stage (mixed decoder + GPU kernels) concurrently, so it approaches the slower of them.

@@ -283,18 +283,12 @@ def main(argv=None) -> None:
                "img/s", mem, peers)
         print(f"# sluice pipeline (bytes from memory) / best peer = {mem / best_peer:.2f}x", flush=True)
 
-    # the pipeline row with readers.file's default worker processes, then with its files read in the threads
-    for procs in (None, "0"):
-        if procs is not None:
-            os.environ["SLUICE_READ_PROCESSES"] = procs
-        how = "files read by the pipeline's threads" if procs == "0" else "files read by worker processes"
-        try:
-            run, m = sluice_pipeline_pass(args.folder, n, args.batch, args.threads, args.device_id)
-            report(f"readers.file + decoders.image mixed pipeline, batch {args.batch}, {how}", "img/s",
-                   best_rate(run, m, args.repeat), {})
-        except Exception as exc:  # noqa: BLE001
-            print(f"# pipeline run failed ({how}): {exc}", flush=True)
-    os.environ.pop("SLUICE_READ_PROCESSES", None)
+    try:
+        run, m = sluice_pipeline_pass(args.folder, n, args.batch, args.threads, args.device_id)
+        report(f"readers.file + decoders.image mixed pipeline, batch {args.batch}", "img/s",
+               best_rate(run, m, args.repeat), {})
+    except Exception as exc:  # noqa: BLE001
+        print(f"# pipeline run failed: {exc}", flush=True)
 
 
 if __name__ == "__main__":

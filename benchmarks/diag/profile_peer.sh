@@ -7,7 +7,7 @@ work=$1 impl=$2 data=$3 warm=${4:-12} secs=${5:-12}
 OUT=${OUT:-/tmp/out}
 here=$(cd "$(dirname "$0")/.." && pwd)
 long=/tmp/side_by_side_long.py
-sed -e 's/    n = 40$/    n = 800/' -e 's/    n = 30$/    n = 600/' -e 's/    n = 20$/    n = 300/' \
+sed -e 's/    n = 40$/    n = 4000/' -e 's/    n = 30$/    n = 3000/' -e 's/    n = 20$/    n = 300/' \
     -e 's|    n = len(files) // bs$|    n = 20 * len(files) // bs|' "$here/peers/side_by_side.py" > $long
 cp "$here/peers/gen.py" /tmp/gen.py
 python3 $long "$work" "$impl" "$data" > "$OUT/prof_${work}_${impl}.out" 2>&1 &

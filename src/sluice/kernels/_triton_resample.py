@@ -88,7 +88,9 @@ def _geometry(ip, fp, n):
     return src_off, H, W, OH, OW, row_lo, rows, taps_x, taps_y, y0, x0, y1, x1
 
 
-@triton.jit
+# The batch's largest extents change from batch to batch: not specialised on (each new value divisible by 16, or
+# not, would compile the kernel again, a second's stall inside a running pipeline).
+@triton.jit(do_not_specialize=["RMAX", "OWMAX"])
 def _hpass(src, tmp, ip, fp, RMAX, OWMAX, C: tl.constexpr, CP: tl.constexpr,
            FMIN: tl.constexpr, FMAG: tl.constexpr, RMIN: tl.constexpr, RMAG: tl.constexpr, AA: tl.constexpr,
            BLOCK: tl.constexpr):
@@ -120,7 +122,7 @@ def _hpass(src, tmp, ip, fp, RMAX, OWMAX, C: tl.constexpr, CP: tl.constexpr,
     tl.store(dst, res, mask=mask[:, None] & cmask[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["RMAX", "OWMAX", "OHMAX"])
 def _vpass(tmp, out, ip, fp, nrm, RMAX, OWMAX, OHMAX, C: tl.constexpr, CP: tl.constexpr, COUT: tl.constexpr,
            FMIN: tl.constexpr, FMAG: tl.constexpr, RMIN: tl.constexpr, RMAG: tl.constexpr, AA: tl.constexpr,
            NORM: tl.constexpr, IS_INT: tl.constexpr, LO: tl.constexpr, HI: tl.constexpr, MID_INT: tl.constexpr,

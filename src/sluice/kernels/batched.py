@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ import torch
 
 from sluice.kernels.resample import epilogue, filter_id, filter_radius, resample
 
-__all__ = ["resample_batch", "triton_available"]
+__all__ = ["resample_batch", "triton_available", "Packed"]
 
 logger = logging.getLogger(__name__)
 _TRITON_STATE: dict[str, object] = {}
@@ -76,7 +77,7 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
 
     Args:
         images: ``HWC`` tensors (``layout="CHW"`` is accepted on the torch path) with the same channel count and
-            dtype, all on one device.
+            dtype, all on one device; or a :class:`Packed` batch (read whole, no per-image view is made).
         rois: ``(N, 4)`` float source regions ``(y0, x0, y1, x1)``; ``y1 < y0`` flips.
         out_sizes: ``(N, 2)`` ints ``(out_h, out_w)``.
         min_filter / mag_filter: interpolation for shrinking / growing axes.
@@ -89,8 +90,13 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
         mid_dtype: an integer dtype rounds and saturates the resampled value before the epilogue, as an unfused
             integer ``resize`` followed by ``crop_mirror_normalize`` would.
     """
-    n = len(images)
-    dtype = dtype or (images[0].dtype if n else torch.float32)
+    if isinstance(images, Packed):
+        packed, n = images, len(images.hw)
+        images = None
+    else:
+        packed, n = None, len(images)
+    first = packed.flat if packed is not None else (images[0] if n else None)
+    dtype = dtype or (first.dtype if n else torch.float32)
     out_sizes = np.asarray(out_sizes, dtype=np.int64).reshape(n, 2)
     rois = np.asarray(rois, dtype=np.float64).reshape(n, 4)
     mirror_a = np.zeros(n, dtype=bool) if mirror is None else np.asarray(mirror, dtype=bool).reshape(n)
@@ -99,17 +105,24 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
         raise ValueError(f"a dense output needs one output size for the batch, got {sizes}")
     if n == 0:
         return torch.empty(0) if dense else []
-    device = images[0].device
-    c = int(images[0].shape[2 if layout == "HWC" else 0]) if images[0].dim() == 3 else 1
-    if (triton_available(device) and layout == "HWC" and images[0].dim() == 3
-            and all(im.dtype == images[0].dtype and im.shape[2] == c for im in images)):
+    device = first.device
+    if packed is not None:
+        c = packed.channels
+        uniform = layout == "HWC"
+    else:
+        c = int(first.shape[2 if layout == "HWC" else 0]) if first.dim() == 3 else 1
+        uniform = (layout == "HWC" and first.dim() == 3
+                   and all(im.dtype == first.dtype and im.shape[2] == c for im in images))
+    if triton_available(device) and uniform:
         try:
-            return _triton_batch(images, rois, out_sizes, min_filter, mag_filter, antialias, dtype, mirror_a, norm,
-                                 output_layout, dense, c, mid_dtype)
+            return _triton_batch(images if packed is None else packed, rois, out_sizes, min_filter, mag_filter,
+                                 antialias, dtype, mirror_a, norm, output_layout, dense, c, mid_dtype)
         except Exception as e:  # noqa: BLE001 - compile/launch failure: fall back once, loudly
             logger.warning("Triton resample kernel failed (%s: %s); falling back to the torch path",
                            type(e).__name__, e)
             _TRITON_STATE["broken"] = True
+    if packed is not None:
+        images = packed.views()
     outs = []
     for i, im in enumerate(images):
         mid = mid_dtype if mid_dtype is not None and not mid_dtype.is_floating_point else torch.float32
@@ -122,14 +135,49 @@ def resample_batch(images: Sequence[torch.Tensor], rois: np.ndarray, out_sizes: 
     return torch.stack(outs) if dense else outs
 
 
+@dataclass(frozen=True)
+class Packed:
+    """A ragged batch of HWC images lying back to back in one contiguous 1-D tensor: image ``i`` is the next
+    ``hw[i, 0] * hw[i, 1] * channels`` elements of ``flat`` (the mixed image decoders' output)."""
+
+    flat: torch.Tensor
+    hw: np.ndarray
+    channels: int
+
+    def views(self) -> list[torch.Tensor]:
+        sizes = (self.hw[:, 0] * self.hw[:, 1] * self.channels).tolist()
+        return [p.view(h, w, self.channels) for p, (h, w) in zip(self.flat[: sum(sizes)].split(sizes),
+                                                                  self.hw.tolist())]
+
+
+def _back_to_back(images: Sequence[torch.Tensor], sizes: np.ndarray) -> torch.Tensor | None:
+    """The images as one flat tensor without a copy when they lie back to back in one storage, in order, each
+    contiguous (the mixed image decoders hand out such batches); else None."""
+    first = images[0]
+    storage = first.untyped_storage()
+    end = first.data_ptr()
+    item = first.element_size()
+    for im in images:
+        if im.data_ptr() != end or not im.is_contiguous():
+            return None
+        end += im.numel() * item
+    start = (first.data_ptr() - storage.data_ptr()) // item
+    if end - storage.data_ptr() > storage.nbytes():
+        return None
+    return first.new_empty(0).set_(storage, start, (int(sizes.sum()),), (1,))
+
+
 def _triton_batch(images, rois, out_sizes, min_filter, mag_filter, antialias, dtype, mirror, norm, output_layout,
                   dense, c, mid_dtype=None):
     mod = _TRITON_STATE["module"]
-    n = len(images)
-    device = images[0].device
+    if isinstance(images, Packed):
+        hw, device = images.hw, images.flat.device
+    else:
+        hw = np.array([(im.shape[0], im.shape[1]) for im in images], dtype=np.int64)
+        device = images[0].device
+    n = len(hw)
     fmin, fmag, aa = _ids(min_filter, mag_filter, antialias)
     rmin, rmag = filter_radius(fmin), filter_radius(fmag)
-    hw = np.array([(im.shape[0], im.shape[1]) for im in images], dtype=np.int64)
     H, W = hw[:, 0], hw[:, 1]
     oh, ow = out_sizes[:, 0], out_sizes[:, 1]
     ip = np.zeros((n, mod.NI), dtype=np.int64)
@@ -161,7 +209,9 @@ def _triton_batch(images, rois, out_sizes, min_filter, mag_filter, antialias, dt
         ip[:, 10] = np.arange(n) * total[0]
     ip[:, 11], ip[:, 12], ip[:, 13] = sc, sy, sx
     rmax, owmax, ohmax = int(rows.max()), int(ow.max()), int(oh.max())
-    flat = images[0].contiguous().reshape(-1) if n == 1 else torch.cat([im.reshape(-1) for im in images])
+    flat = images.flat[: int(sizes.sum())] if isinstance(images, Packed) else _back_to_back(images, sizes)
+    if flat is None:
+        flat = images[0].contiguous().reshape(-1) if n == 1 else torch.cat([im.reshape(-1) for im in images])
     tmp = torch.empty(n * rmax * owmax * c, dtype=torch.float32, device=device)
     out = torch.empty(int(total.sum()), dtype=dtype, device=device)
     ip_t = torch.from_numpy(ip).to(device, non_blocking=True)

@@ -67,22 +67,30 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
     """Map each output pixel through crop_mirror_normalize's window, resize's ROI and crop's window at once.
 
     The geometry is computed with NumPy over the whole batch (no per-sample Python on the hot path)."""
-    from sluice.kernels.batched import resample_batch
+    from sluice.kernels.batched import Packed, resample_batch
     from sluice.ops.image._geometry import crop_windows_batch, out_dtype, resize_params_batch
     from sluice.ops.image.crop_mirror_normalize import check_output_layout, norm_batch
     from sluice.ops.image.resize import _check_dtype, filters
 
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "") or "HWC"
-    samples = images.samples
-    n = len(samples)
+    n = len(images)
     out_layout = check_output_layout(args.const("c.output_layout") or "CHW")
     if n == 0:
         return Batch([], out_layout)
     has_crop = bool(args.const("has_crop"))
-    if layout != "HWC" or samples[0].dim() != 3:
+    packed = images.packed if not has_crop else None
+    if packed is not None and packed[1].shape[1] == 3 and layout == "HWC":
+        # the batch read whole from its buffer: no per-image view
+        samples = Packed(packed[0], packed[1][:, :2].copy(), int(packed[1][0, 2]))
+        first_dim, channels, hw = 3, samples.channels, samples.hw
+    else:
+        samples = images.samples
+        first_dim = samples[0].dim()
+        channels = int(samples[0].shape[2]) if first_dim == 3 else 0
+        hw = np.array([s.shape[:2] for s in samples], dtype=np.int64) if first_dim == 3 else None
+    if layout != "HWC" or first_dim != 3:
         return _unfused(ctx, images, args, has_crop, layout)
     k, r, c = _Args(args, "k."), _Args(args, "r."), _Args(args, "c.")
-    hw = np.array([s.shape[:2] for s in samples], dtype=np.int64)
     if has_crop:
         win = crop_windows_batch(hw, k)
         if ((win[:, :2] < 0) | (win[:, :2] + win[:, 2:] > hw)).any():
@@ -100,12 +108,12 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
     src = np.concatenate([start, end], axis=1)
     outs = cw[:, 2:]
     fmin, fmag = filters({name: r.const(name) for name in ("interp_type", "min_filter", "mag_filter")})
-    mirror = np.array([bool(m) for m in c["mirror"]])
+    mirror = np.asarray(c["mirror"], dtype=bool).reshape(n)
     dense = bool((outs == outs[0]).all())
     res = resample_batch(samples, src, outs, fmin, fmag, r.const("antialias"),
                          dtype=out_dtype(c.const("dtype"), torch.float32), mirror=mirror,
-                         norm=norm_batch(int(samples[0].shape[2]), c, n), output_layout=out_layout, dense=dense,
-                         mid_dtype=_check_dtype(r.const("dtype"), samples[0]))
+                         norm=norm_batch(channels, c, n), output_layout=out_layout, dense=dense,
+                         mid_dtype=_check_dtype(r.const("dtype"), packed[0] if packed is not None else samples[0]))
     return Batch.from_dense(res, out_layout) if dense else Batch(res, out_layout)
 
 

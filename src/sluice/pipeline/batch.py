@@ -92,11 +92,12 @@ class Batch:
         b.device       # 'cpu'
     """
 
-    __slots__ = ("_samples", "_dense", "_layout", "source_info")
+    __slots__ = ("_samples", "_dense", "_packed", "_layout", "source_info")
 
     def __init__(self, samples: Sequence[torch.Tensor], layout: str = "", source_info: Sequence[str] | None = None):
         self._samples = list(samples)
         self._dense: torch.Tensor | None = None
+        self._packed: tuple[torch.Tensor, np.ndarray] | None = None
         self._layout = layout or ""
         self.source_info = list(source_info) if source_info is not None else [""] * len(self._samples)
         if len(self.source_info) != len(self._samples):
@@ -116,8 +117,28 @@ class Batch:
         batch = cls.__new__(cls)
         batch._samples = None
         batch._dense = tensor
+        batch._packed = None
         batch._layout = layout or ""
         n = tensor.shape[0]
+        batch.source_info = list(source_info) if source_info is not None else [""] * n
+        if len(batch.source_info) != n:
+            raise ValueError(f"source_info has {len(batch.source_info)} entries for {n} samples")
+        return batch
+
+    @classmethod
+    def from_packed(cls, flat: torch.Tensor, shapes: np.ndarray, layout: str = "",
+                    source_info: Sequence[str] | None = None) -> Batch:
+        """A ragged batch whose samples lie back to back in the 1-D contiguous tensor ``flat``: sample ``i`` is the
+        next ``prod(shapes[i])`` elements, of shape ``shapes[i]`` (an ``(n, ndim)`` int array). The per-sample views
+        are made only when asked for; kernels that take the whole batch read ``packed`` instead (readers.file's
+        buffer, the mixed image decoders' crops)."""
+        shapes = np.asarray(shapes, dtype=np.int64)
+        batch = cls.__new__(cls)
+        batch._samples = None
+        batch._dense = None
+        batch._packed = (flat, shapes)
+        batch._layout = layout or ""
+        n = shapes.shape[0]
         batch.source_info = list(source_info) if source_info is not None else [""] * n
         if len(batch.source_info) != n:
             raise ValueError(f"source_info has {len(batch.source_info)} entries for {n} samples")
@@ -127,8 +148,19 @@ class Batch:
     @property
     def samples(self) -> list[torch.Tensor]:
         if self._samples is None:
-            self._samples = list(self._dense.unbind(0))
+            if self._dense is not None:
+                self._samples = list(self._dense.unbind(0))
+            else:
+                flat, shapes = self._packed
+                sizes = np.prod(shapes, axis=1).tolist() if shapes.shape[1] else [1] * len(shapes)
+                parts = flat[: sum(sizes)].split(sizes)
+                self._samples = [p.view(*shape) for p, shape in zip(parts, shapes.tolist())]
         return self._samples
+
+    @property
+    def packed(self) -> tuple[torch.Tensor, np.ndarray] | None:
+        """``(flat, shapes)`` when the batch was built with :meth:`from_packed`, else None."""
+        return self._packed
 
     @property
     def dense(self) -> torch.Tensor | None:
@@ -136,10 +168,12 @@ class Batch:
         return self._dense
 
     def __len__(self) -> int:
-        return self._dense.shape[0] if self._dense is not None else len(self._samples)
+        if self._dense is not None:
+            return self._dense.shape[0]
+        return len(self._packed[1]) if self._samples is None else len(self._samples)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        return self._dense[i] if self._samples is None else self._samples[i]
+        return self._dense[i] if self._samples is None and self._dense is not None else self.samples[i]
 
     def __iter__(self):
         return iter(self.samples)
@@ -149,18 +183,24 @@ class Batch:
         """``"cpu"`` or ``"gpu"``."""
         if self._dense is not None:
             return "gpu" if self._dense.is_cuda else "cpu"
+        if self._packed is not None:
+            return "gpu" if self._packed[0].is_cuda else "cpu"
         return "gpu" if self._samples and self._samples[0].is_cuda else "cpu"
 
     @property
     def torch_device(self) -> torch.device:
         if self._dense is not None:
             return self._dense.device
+        if self._packed is not None:
+            return self._packed[0].device
         return self._samples[0].device if self._samples else torch.device("cpu")
 
     @property
     def dtype(self) -> torch.dtype | None:
         if self._dense is not None:
             return self._dense.dtype
+        if self._packed is not None:
+            return self._packed[0].dtype if len(self._packed[1]) else None
         return self._samples[0].dtype if self._samples else None
 
     def layout(self) -> str:
@@ -170,13 +210,16 @@ class Batch:
     def with_layout(self, layout: str) -> Batch:
         """The same samples under another layout name (no data is moved)."""
         out = Batch.__new__(Batch)
-        out._samples, out._dense, out._layout, out.source_info = self._samples, self._dense, layout, self.source_info
+        out._samples, out._dense, out._packed = self._samples, self._dense, self._packed
+        out._layout, out.source_info = layout, self.source_info
         return out
 
     def shape(self) -> list[tuple[int, ...]]:
         """The shape of each sample."""
         if self._dense is not None:
             return [tuple(self._dense.shape[1:])] * self._dense.shape[0]
+        if self._samples is None:
+            return [tuple(s) for s in self._packed[1].tolist()]
         return [tuple(s.shape) for s in self._samples]
 
     def is_dense_tensor(self) -> bool:
@@ -184,6 +227,8 @@ class Batch:
         if self._dense is not None:
             return True
         shapes = self.shape()
+        if self._samples is None:
+            return all(s == shapes[0] for s in shapes)
         return all(s == shapes[0] for s in shapes) and all(x.dtype == self._samples[0].dtype for x in self._samples)
 
     def as_tensor(self) -> torch.Tensor:
@@ -193,10 +238,10 @@ class Batch:
                 shapes = sorted(set(self.shape()))[:4]
                 raise ValueError(f"the samples of this batch differ in shape ({shapes} ...); pad them to one shape "
                                  "(fn.pad, fn.resize, fn.crop) or read them one by one")
-            if not self._samples:
+            if not len(self):
                 raise ValueError("an empty batch has no dense tensor")
-            self._dense = torch.stack(self._samples)
-            self._samples = None
+            self._dense = torch.stack(self.samples)
+            self._samples = self._packed = None
         return self._dense
 
     def at(self, i: int) -> np.ndarray:

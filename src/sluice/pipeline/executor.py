@@ -423,8 +423,17 @@ def _derive_seed(pipeline_seed: int, index: int) -> int:
 
 
 def _arg_values(kind: Any, batch: Batch) -> list[Any]:
+    """The per-sample values of an argument input: Python scalars (lists for list types, arrays for larger
+    samples). A dense batch of scalars (``fn.random.coin_flip``, ``fn.random.uniform``) converts in one call."""
+    cpu = batch.as_cpu()
+    dense = cpu.dense
+    if dense is not None and len(dense) and dense[0].numel() == 1 and not isinstance(kind, str):
+        values = dense.reshape(-1).tolist()
+        if kind in (bool, int, float):
+            return [kind(v) for v in values]
+        return values
     out = []
-    for sample in batch.as_cpu().samples:
+    for sample in cpu.samples:
         if isinstance(kind, str) and kind in _LIST_TYPES:
             out.append(sample.reshape(-1).tolist())
         elif sample.numel() == 1:

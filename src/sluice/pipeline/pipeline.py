@@ -408,9 +408,9 @@ def _record_stream(batch: Batch, stream: torch.cuda.Stream) -> None:
     """Mark the batch's memory as used on the caller's ``stream``, once per allocation: samples that share one
     (a decoder's batch, views of one buffer) need one call; a call per sample, each giving up the GIL, took the
     caller's thread 55 % of its time on a ragged batch of 256."""
-    dense = batch.dense
-    if dense is not None:
-        dense.record_stream(stream)
+    whole = batch.dense if batch.dense is not None else batch.packed[0] if batch.packed is not None else None
+    if whole is not None:
+        whole.record_stream(stream)
         return
     seen: set[int] = set()
     for sample in batch.samples:

@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -68,12 +69,32 @@ MAX_CPU_LOAD = 0.3
 _cuda = torch.cuda
 
 
+@contextlib.contextmanager
+def quiet_stderr():
+    """Send what C libraries print to stderr to /dev/null for the duration: nvImageCodec prints an error for every
+    optional codec library it does not find (nvTIFF, nvJPEG2000) when it loads its extensions, although nothing
+    sluice decodes needs them (the formats then decode on the CPU). Python's own ``sys.stderr`` is untouched."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to redirect
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def nvimgcodec_module():
     """``nvidia.nvimgcodec`` when installed (and not disabled with SLUICE_NVIMGCODEC=0), else None."""
     if os.environ.get("SLUICE_NVIMGCODEC", "1") == "0":
         return None
     try:
-        from nvidia import nvimgcodec
+        with quiet_stderr():
+            from nvidia import nvimgcodec
     except ImportError:
         return None
     return nvimgcodec
@@ -234,19 +255,27 @@ class GpuImageDecoder:
             for kinds in ([nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=1.0), nv.Backend(nv.BackendKind.GPU_ONLY)],
                           [nv.Backend(nv.BackendKind.HW_GPU_ONLY)]):
                 try:
-                    self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
-                                          options=options, backends=kinds)
+                    with quiet_stderr():
+                        self._hw = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
+                                              options=options, backends=kinds)
                     break
                 except Exception as exc:  # noqa: BLE001 - no hardware engine on this GPU
                     logger.info("nvImageCodec hardware JPEG decoder unavailable (%s)", exc)
             try:
-                self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
-                                        options=options, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
+                with quiet_stderr():
+                    self._cuda = nv.Decoder(device_id=self.device.index, max_num_cpu_threads=host_threads,
+                                            options=options, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
             except Exception as exc:  # noqa: BLE001 - e.g. "Could not create decoder": torchvision takes over
                 logger.info("nvImageCodec CUDA JPEG decoder unavailable (%s); using torchvision's nvJPEG", exc)
         has_hw = self._hw is not None and self._hw_works()
         if not has_hw:
             self._hw = None
+        if self._cuda is not None and not self._decodes(self._cuda):
+            # nvImageCodec 0.9 with an nvJPEG newer than the driver creates its SM decoder, which then returns no
+            # image at all ("Something went wrong during decoding image #N"): found once here, not per batch
+            logger.info("nvImageCodec's CUDA JPEG decoder returns no images here; torchvision's nvJPEG decodes "
+                        "instead")
+            self._cuda = None
         #: torchvision's batched nvJPEG drives the hardware JPEG engines itself where the GPU has them
         #: (nvjpegCreateEx with NVJPEG_BACKEND_HARDWARE). Without an nvImageCodec decoder on the SMs there is then
         #: no second kind of GPU decoder to share the JPEGs with: splitting them between nvImageCodec's and
@@ -318,17 +347,28 @@ class GpuImageDecoder:
 
     def _hw_works(self) -> bool:
         """Whether the hardware JPEG engines decode (a decoder limited to them returns an image)."""
+        nv = self._nv
+        try:
+            with quiet_stderr():
+                only_hw = nv.Decoder(device_id=self.device.index, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY)])
+        except Exception as exc:  # noqa: BLE001
+            logger.info("hardware JPEG decoding is unavailable (%s); using CUDA nvJPEG only", exc)
+            return False
+        return self._decodes(only_hw)
+
+    @staticmethod
+    def _decodes(decoder) -> bool:
+        """Whether an nvImageCodec decoder returns an image for a small plain JPEG."""
         import simplejpeg
 
-        nv = self._nv
         probe_img = simplejpeg.encode_jpeg(np.full((256, 256, 3), 128, np.uint8), quality=90,
                                            colorsubsampling="420")
         try:
-            only_hw = nv.Decoder(device_id=self.device.index, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY)])
-            out = only_hw.decode([probe_img])
+            with quiet_stderr():
+                out = decoder.decode([probe_img])
             return bool(out) and out[0] is not None
         except Exception as exc:  # noqa: BLE001
-            logger.info("hardware JPEG decoding is unavailable (%s); using CUDA nvJPEG only", exc)
+            logger.info("an nvImageCodec decoder failed on a plain JPEG (%s); not using it", exc)
             return False
 
     # --- the GPU paths ---------------------------------------------------------------------------------------
@@ -632,16 +672,57 @@ class GpuImageDecoder:
         with _cuda.device(self.device), _cuda.stream(stream):
             return one_allocation(out)  # type: ignore[arg-type]
 
+    @property
+    def takes_whole_jpeg_batches(self) -> bool:
+        """Whether :meth:`start_jpegs` can decode a batch of plain JPEGs in one call: torchvision's batched nvJPEG
+        takes every JPEG here (no nvImageCodec decoder on the SMs to share them with) and no CPU share is set."""
+        return (self._nv is None or self.engines_via_torchvision) and self._cpu_share == 0 and not self._tuners
+
+    def _ahead_stream(self):
+        if not self._ahead_streams:
+            self._ahead_streams = [_cuda.Stream(self.device) for _ in range(AHEAD_BATCHES)]
+        stream = self._ahead_streams[self._started % AHEAD_BATCHES]
+        self._started += 1
+        return stream
+
+    def start_jpegs(self, region: torch.Tensor, sizes: np.ndarray, windows: np.ndarray, gray: bool) -> StartedBatch:
+        """Begin decoding a batch of plain JPEGs (baseline, 1 or 3 components, complete, upright: the caller has
+        checked their headers and scans, see :func:`sluice.native.image.jpeg_info`) lying back to back in
+        ``region``, ``sizes`` bytes each, in the background: one torchvision call for the whole batch, then one
+        kernel cutting each image's ``windows`` row ``(y, x, h, w)`` out as HWC crops back to back in one buffer.
+        ``finish_jpegs`` hands the crops over; a failure there means: decode the batch the general way."""
+        stream = self._ahead_stream()
+
+        def work():
+            from torchvision.io import ImageReadMode
+
+            from sluice.kernels.crops import gather_hwc_crops
+
+            with _cuda.device(self.device), _cuda.stream(stream):
+                mode = (ImageReadMode.GRAY if gray else ImageReadMode.RGB).value
+                chw = torch.ops.image.decode_jpegs_cuda.default(list(region.split(sizes.tolist())), mode,
+                                                                self.device)
+                buf, out_sizes = gather_hwc_crops(chw, windows)
+                done = _cuda.Event()
+                done.record(stream)
+            return buf, out_sizes, done
+        return StartedBatch(self._ahead.submit(work), [])
+
+    @staticmethod
+    def finish_jpegs(started: StartedBatch, stream) -> torch.Tensor:
+        """The crops of a :meth:`start_jpegs` batch, back to back in one buffer, ready in order on ``stream``."""
+        buf, _, done = started.future.result()
+        stream.wait_event(done)
+        buf.record_stream(stream)
+        return buf
+
     def start(self, data: Sequence, **kwargs) -> StartedBatch:
         """Begin decoding a batch in the background, on a stream of this decoder's, and return at once; ``finish``
         hands the images over to the caller's stream. A pipeline starts batch k+1 from its CPU stage while its
         device stage still works on batch k, so the JPEG engines wait neither for that host work nor for the
         stage's other operators. Takes ``decode``'s keyword arguments except ``stream`` and ``defer``."""
-        if not self._ahead_streams:
-            self._ahead_streams = [_cuda.Stream(self.device) for _ in range(AHEAD_BATCHES)]
         checks: list[Callable[[], None]] = []
-        stream = self._ahead_streams[self._started % AHEAD_BATCHES]
-        self._started += 1
+        stream = self._ahead_stream()
 
         def work() -> tuple[list[torch.Tensor], object]:
             with _cuda.device(self.device):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from sluice import types
 from sluice.backends.image import ImageDecodeError, ImageInfo, decode, probe
 from sluice.errors import SampleError
 from sluice.ops.decoders.crop_window import random_crop_window
-from sluice.ops.readers.file import contiguous_bytes
+from sluice.ops.readers.file import batch_region, contiguous_bytes
 from sluice.ops.tensor.slice import SCHEMA as SLICE
 from sluice.ops.tensor.slice import slice_bounds
 from sluice.pipeline.batch import Batch
@@ -187,6 +188,37 @@ def _output_type_name(args: dict) -> str:
     return args["output_type"].name
 
 
+@dataclass
+class _WholeBatch:
+    """A batch of plain JPEGs whose decoding :meth:`GpuImageDecoder.start_jpegs` started (the mixed decoders' fast
+    lane): the started decode, the crop windows (``(n, 4)``: y, x, h, w) and the output's channel count."""
+
+    started: object
+    windows: np.ndarray
+    channels: int
+
+
+def _plain_jpegs(info: np.ndarray, region: torch.Tensor, offsets: np.ndarray, sources: list[str],
+                 check_scans: bool) -> bool:
+    """Whether every sample of a batch is a JPEG the batched GPU path takes whole (see ``gpu_eligible``): read here,
+    baseline, 1 or 3 components, complete, within the pixel limit, upright (an Exif block is looked into, per
+    sample), and, with ``check_scans``, with entropy-coded data that passed the scan check."""
+    from sluice.backends.image.common import get_max_image_pixels
+    from sluice.native import image as nimg
+
+    h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
+    ok = ((info[:, nimg.STATUS] == 0) & (info[:, nimg.PROGRESSIVE] == 0) & (info[:, nimg.ENDS_WITH_EOI] == 1)
+          & np.isin(info[:, nimg.COMPONENTS], (1, 3)) & (h > 0) & (w > 0) & (h * w <= get_max_image_pixels()))
+    if check_scans:
+        ok &= info[:, nimg.SCAN_OK] == 1
+    if not ok.all():
+        return False
+    # An Exif block may turn the image: the probe reads its orientation (those samples only)
+    ends = np.append(offsets[1:], region.numel())
+    return all(probe(region[offsets[i]:ends[i]].numpy(), source=sources[i]).orientation == 1
+               for i in np.flatnonzero(info[:, nimg.HAS_EXIF]).tolist())
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Kernels shared by the four decoders
 # ------------------------------------------------------------------------------------------------------------
@@ -265,9 +297,40 @@ def _make_mixed_operator(op: str) -> type[Operator]:
         def _sources(ctx: BatchContext, n: int) -> list[str]:
             return list(ctx.source_info) if ctx.source_info else [""] * n
 
+        def _start_whole(self, ctx: BatchContext, data: Batch, extra: tuple, args: BatchArgs) -> _WholeBatch | None:
+            """The fast lane, for batches of plain JPEGs lying back to back in readers.file's buffer: their headers
+            read and scans checked in the compiled core (pool threads, no GIL), the windows drawn for the whole
+            batch at once, and the decoding of the whole batch started in one call. None when the batch does not
+            qualify (then the general path below decodes it, sample by sample where it must)."""
+            from sluice.native import image as nimg
+
+            otype = args.const("output_type").name
+            if (extra or op not in ("decoders.image", "decoders.image_random_crop") or otype not in ("RGB", "GRAY")
+                    or ctx.device.type != "cuda"):
+                return None
+            decoder = self._get_decoder(ctx)
+            found = batch_region(data) if decoder.takes_whole_jpeg_batches else None
+            if found is None:
+                return None
+            region, offsets, sizes = found
+            info = nimg.jpeg_info(region.numpy(), offsets, sizes, decoder.validate_scans, ctx.thread_pool)
+            if not _plain_jpegs(info, region, offsets, self._sources(ctx, len(data)), decoder.validate_scans):
+                return None
+            h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
+            if op == "decoders.image_random_crop":
+                windows = nimg.random_crop_windows(ctx.seed, ctx.iteration, h, w, args.const("random_area"),
+                                                   args.const("random_aspect_ratio"), args.const("num_attempts"))
+            else:
+                windows = np.stack([np.zeros_like(h), np.zeros_like(w), h, w], axis=1)
+            gray = otype == "GRAY"
+            return _WholeBatch(decoder.start_jpegs(region, sizes, windows, gray), windows, 1 if gray else 3)
+
         def prepare(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs):
             """Run by the executor in the CPU stage: the host work, then (on a GPU) the decoding itself is started
             in the background, so that it overlaps the device stage's work on the previous batch."""
+            whole = self._start_whole(ctx, data, extra, args)
+            if whole is not None:
+                return whole
             host = self._host_work(ctx, data, *extra, args=args)
             if not len(data) or ctx.device.type != "cuda":
                 return host, None
@@ -278,8 +341,23 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             if n == 0:
                 return Batch([], layout="HWC")
             sources = self._sources(ctx, n)
-            host, started = ctx.prepared or (self._host_work(ctx, data, *extra, args=args), None)
+            dtype = args.const("dtype")
             decoder = self._get_decoder(ctx)
+            whole = ctx.prepared if ctx.prepared is not None else self._start_whole(ctx, data, extra, args)
+            if isinstance(whole, _WholeBatch):
+                try:
+                    flat = decoder.finish_jpegs(whole.started, torch.cuda.current_stream(ctx.device))
+                except Exception as exc:  # noqa: BLE001 - decoded the general way, which names a bad file
+                    logger.warning("%s: the batched JPEG decode failed (%s: %s); decoding the batch sample by "
+                                   "sample", op, type(exc).__name__, exc)
+                else:
+                    shapes = np.column_stack([whole.windows[:, 2:], np.full(n, whole.channels)])
+                    images = Batch.from_packed(flat, shapes, "HWC", sources)
+                    if dtype is not types.UINT8:
+                        images = Batch([convert_image_dtype(t, dtype) for t in images], "HWC", sources)
+                    return images
+                ctx.prepared = None
+            host, started = ctx.prepared or (self._host_work(ctx, data, *extra, args=args), None)
 
             def named(fn):  # a decoder error names the file: raise it naming the sample too
                 try:
@@ -298,7 +376,6 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                 images = named(lambda: decoder.decode(
                     host[0], defer=lambda check: ctx.defer(lambda: named(check)),
                     **self._decode_kwargs(ctx, args, host)))
-            dtype = args.const("dtype")
             return Batch([convert_image_dtype(t, dtype) for t in images], layout="HWC", source_info=sources)
 
         def close(self) -> None:

@@ -134,12 +134,12 @@ class SampleOrder:
 
     def next_indices(self, count: int) -> list[tuple[int, int]]:
         """The next ``count`` (sample index, epoch) pairs."""
-        out = []
+        out: list[tuple[int, int]] = []
         while len(out) < count:
             if self._order is None:
                 self._order = self.epoch_order(self.epoch)
             take = min(count - len(out), len(self._order) - self.pos)
-            out.extend((int(i), self.epoch) for i in self._order[self.pos:self.pos + take])
+            out.extend(zip(self._order[self.pos:self.pos + take].tolist(), [self.epoch] * take))
             self.pos += take
             if self.pos >= len(self._order):
                 self.epoch += 1
@@ -156,14 +156,18 @@ class SampleOrder:
 
 
 def _buffer_shuffle(order: np.ndarray, fill: int, rng: np.random.Generator) -> np.ndarray:
+    """DALI's shuffle through a buffer of ``fill`` samples: each next sample replaces a random one of the buffer,
+    which goes out; then the buffer drains in random order. The buffer positions are drawn in one call (the same
+    values as a call per draw, which cost 3 us each: 25 ms of GIL per epoch of 8192 files)."""
     fill = max(1, fill)
-    buffer = list(order[:fill])
+    buffer = order[:fill].tolist()
+    rest = order[fill:].tolist()
+    size = len(buffer)
+    picks = rng.integers(0, np.concatenate([np.full(len(rest), size), np.arange(size, 0, -1)])).tolist()
     out = []
-    for nxt in order[fill:]:
-        k = int(rng.integers(len(buffer)))
+    for k, nxt in zip(picks, rest):
         out.append(buffer[k])
         buffer[k] = nxt
-    while buffer:
-        k = int(rng.integers(len(buffer)))
+    for k in picks[len(rest):]:
         out.append(buffer.pop(k))
     return np.asarray(out, dtype=order.dtype)

@@ -4,11 +4,11 @@ Files come from ``file_root`` (its sorted sub-folders are the classes 0..N-1, as
 (lines ``path label``, relative to ``file_root`` or to the list's folder), or from ``files`` (+ ``labels``).
 Outputs: the file's bytes (1-D UINT8) and its label (INT32 of shape [1]). Each sample carries its path as
 source info, so that a decoder's error names the file. When the reader feeds GPU or mixed operators, each batch is
-read back to back into one page-locked buffer (up to 256 MiB a batch), from which the GPU copies by DMA: the mixed
-audio decoder copies each payload straight into its row, and the image decoder's scan check copies the batch whole.
-Such batches are read by worker processes (:mod:`.read_processes`; ``SLUICE_READ_PROCESSES``, default half a
-rank's cores, 2 to 8; 0 for the pipeline's threads) into reused shared buffers page-locked once, so that reading
-holds no GIL the GPU stage needs. ``SLUICE_PIN_CPU_OUTPUTS=0`` reads into ordinary memory in the pipeline's threads.
+read back to back into one page-locked buffer (up to 256 MiB a batch; torch's host allocator reuses them), from
+which the GPU copies by DMA: the mixed audio decoder copies each payload straight into its row. The files are read
+by the compiled core (:mod:`sluice.native`), each of the pipeline's threads reading a run of them in one call with
+the GIL released, so that reading holds no GIL the GPU stage needs. ``SLUICE_PIN_CPU_OUTPUTS=0`` reads into
+ordinary memory.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-from concurrent.futures import wait
 from typing import Any
 
 import numpy as np
 import torch
 
+from sluice import native
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
-from sluice.ops.readers.read_processes import ProcessReader, read_processes_default
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.pool import map_all, runs
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 logger = logging.getLogger(__name__)
@@ -184,46 +184,18 @@ def read_file(path: str) -> torch.Tensor:
     return torch.from_numpy(buf[:got])
 
 
-#: The files of a batch are read in at most this many thread-pool tasks (contiguous runs of files): a task per
-#: file cost more in the pool's hand-offs than the read itself (6.6k vs 15.1k files/s of 69 KB here).
-READ_TASKS = 32
-
-
-def _runs(n: int, pool, per_thread: bool = False) -> list[range]:
-    """Contiguous runs of the ``n`` files, one per pool task: at most READ_TASKS of them, or with ``per_thread``
-    two per pool thread (a batch's files of about one size, read into one buffer)."""
-    if pool is None or n < 2:
-        return [range(n)]
-    tasks = READ_TASKS
-    if per_thread:
-        tasks = min(tasks, 2 * int(getattr(pool, "_max_workers", READ_TASKS // 2) or 1))
-    size = -(-n // min(n, tasks))
-    return [range(start, min(start + size, n)) for start in range(0, n, size)]
-
-
-def map_all(pool, fn, items: list) -> list:
-    """``[fn(x) for x in items]``, in ``pool``'s threads when there is one; every task finishes before the first
-    failure (in order) is raised, so that no task still works on what the caller cleans up (open files)."""
-    if pool is None or len(items) < 2:
-        return [fn(x) for x in items]
-    futures = [pool.submit(fn, x) for x in items]
-    wait(futures)
-    return [f.result() for f in futures]
-
-
 def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bool = False,
-               device_id: int | None = None, processes: ProcessReader | None = None) -> list[torch.Tensor]:
+               device_id: int | None = None) -> list[torch.Tensor]:
     """``read_file`` for each path, in ``pool`` (runs of files per task) when given; in order. A failure raises a
     SampleError naming the sample's index and the file.
 
     With ``one_buffer`` (implied by ``pin``) the files are read back to back into one buffer, page-locked with
     ``pin``, and the samples are views of it (:func:`contiguous_bytes` finds that stretch again): a GPU consumer
     then copies the whole batch, or any part of it, by DMA without staging it first. ``device_id``: the GPU the
-    pipeline uses (page-locking must not create a CUDA context on another GPU). ``processes``: read that buffer
-    with these worker processes (see :mod:`.read_processes`) when one of its buffers is free."""
-    if pin or one_buffer or processes is not None:
-        return _read_into_one_buffer(paths, pool, pin, device_id, processes)
-    runs = _runs(len(paths), pool)
+    pipeline uses (page-locking must not create a CUDA context on another GPU)."""
+    if pin or one_buffer:
+        return _read_into_one_buffer(paths, pool, pin, device_id).samples
+    parts = runs(len(paths), pool)
 
     def read_run(run: range) -> list[torch.Tensor]:
         out = []
@@ -234,7 +206,7 @@ def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bo
                 raise SampleError(i, paths[i], exc) from exc
         return out
 
-    return [t for part in map_all(pool, read_run, runs) for t in part]
+    return [t for part in map_all(pool, read_run, parts) for t in part]
 
 
 _pinning_failed = False
@@ -269,31 +241,38 @@ def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
-def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None,
-                          processes: ProcessReader | None = None) -> list[torch.Tensor]:
-    # Sizes first, here (a stat costs microseconds), then one pass of the pool that opens, reads and closes each
-    # file: a pass to open the files and a second to read them cost 35-40 % of the speed in hand-offs.
+def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> Batch:
+    """The files back to back in one buffer (page-locked with ``pin``), as a packed batch of 1-D uint8 samples
+    named by their paths (see :meth:`Batch.from_packed`; a file that changed size while read makes the batch an
+    ordinary one of views of the buffer and separate reads). With the
+    compiled core the sizes are taken in one call and each pool task reads its run of files in one call, the GIL
+    released throughout; the fallback reads file by file in Python (the same bytes)."""
     n = len(paths)
-    sizes = [0] * n
-    for i, path in enumerate(paths):
-        try:
-            sizes[i] = os.stat(path).st_size
-        except OSError as e:
-            raise SampleError(i, path, _cannot_read(path, e)) from None
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    read = processes.read(paths, sizes, offsets) if processes is not None and n else None
-    if read is not None:
-        buf, got, grew = read
-        if processes.pinned:
-            _page_locked.add(buf.data_ptr())
-        grown = {i: read_file(paths[i]) for i in grew}
-        return [grown[i] if i in grown else buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
-    buf = _host_buffer(max(1, offsets[-1]), pin, device_id)
+    c = native.core()
+    sizes = c.file_sizes(paths) if c is not None else np.array([_size_of(p) for p in paths], np.int64)
+    bad = np.flatnonzero(sizes < 0)
+    if bad.size:
+        i = int(bad[0])
+        raise SampleError(i, paths[i], _cannot_read(paths[i], OSError(-int(sizes[i]), os.strerror(-int(sizes[i])))))
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    buf = _host_buffer(max(1, int(offsets[-1])), pin, device_id)
     host = buf.numpy()
-    got = [0] * n
+    got = np.zeros(n, np.int64)
     grown: dict[int, torch.Tensor] = {}
 
     def read_run(run: range) -> None:
+        lo, hi = run.start, run.stop
+        if c is not None:
+            done, status = c.read_files(paths[lo:hi], offsets[lo:hi], sizes[lo:hi], host)
+            got[lo:hi] = done
+            for k in np.flatnonzero(status).tolist():  # rare: a file that cannot be read, or grew
+                i = lo + k
+                if status[k] < 0:
+                    code = -int(status[k])
+                    raise SampleError(i, paths[i], _cannot_read(paths[i], OSError(code, os.strerror(code))))
+                grown[i] = read_file(paths[i])  # written to since its size was taken: read whole, apart
+            return
         for i in run:
             try:
                 fd = os.open(paths[i], os.O_RDONLY)
@@ -301,14 +280,24 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
                     got[i], grew = _read_fully(fd, host[offsets[i]: offsets[i + 1]])
                 finally:
                     os.close(fd)
-                if grew:  # written to since its size was taken: read whole, apart from the batch buffer
+                if grew:
                     grown[i] = read_file(paths[i])
             except OSError as e:
                 raise SampleError(i, paths[i], _cannot_read(paths[i], e)) from None
 
-    map_all(pool, read_run, _runs(n, pool, per_thread=True))
+    map_all(pool, read_run, runs(n, pool, per_thread=True))
+    if not grown and (got == sizes).all():  # the usual case: the samples lie back to back, as read
+        return Batch.from_packed(buf[: int(offsets[-1])], sizes[:, None], "", paths)
     # A file that shrank since its size was read keeps a gap after its bytes; its sample is what was read.
-    return [grown[i] if i in grown else buf[offsets[i]: offsets[i] + got[i]] for i in range(n)]
+    return Batch([grown[i] if i in grown else buf[int(offsets[i]): int(offsets[i] + got[i])] for i in range(n)],
+                 "", paths)
+
+
+def _size_of(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError as e:
+        return -(e.errno or 5)
 
 
 def is_page_locked_buffer(region: torch.Tensor) -> bool:
@@ -316,13 +305,28 @@ def is_page_locked_buffer(region: torch.Tensor) -> bool:
     return region.untyped_storage().data_ptr() in _page_locked
 
 
-def contiguous_bytes(samples) -> torch.Tensor | None:
-    """When ``samples`` (contiguous CPU tensors, 1-D uint8 as readers.file makes them) lie back to back, in order,
-    in the first one's storage (as ``read_files`` reads a batch for a GPU pipeline): that stretch as one uint8
-    tensor, else None. A consumer copies it in one transfer. Three cheap calls a sample: it runs on the GPU stage's
-    thread for every batch."""
-    full = [s for s in samples if s.nbytes]  # an empty view's data_ptr() is 0
-    if not full or full[0].device.type != "cpu":
+def batch_region(samples) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
+    """When ``samples`` (a Batch, or a list of contiguous CPU tensors; 1-D uint8 as readers.file makes them) lie
+    back to back, in order,
+    in the first one's storage (as ``read_files`` reads a batch for a GPU pipeline): ``(region, offsets, sizes)``,
+    that stretch as one uint8 tensor and each sample's place in it (int64 arrays); else None. A consumer copies or
+    parses the batch in one call. Three cheap calls a sample: it runs once per batch."""
+    packed = getattr(samples, "packed", None)
+    if packed is not None:  # a packed batch (readers.file's): nothing to walk
+        flat, shapes = packed
+        if flat.device.type != "cpu" or flat.dtype != torch.uint8 or shapes.shape[1] != 1:
+            return None
+        sizes = shapes[:, 0].copy()
+        offsets = np.zeros(len(sizes), np.int64)
+        np.cumsum(sizes[:-1], out=offsets[1:])
+        return (flat[: int(sizes.sum())], offsets, sizes) if len(sizes) else None
+    samples = getattr(samples, "samples", samples)
+    n = len(samples)
+    if not n or samples[0].device.type != "cpu":
+        return None
+    sizes = np.fromiter((s.nbytes for s in samples), np.int64, n)
+    full = [s for s, size in zip(samples, sizes.tolist()) if size]  # an empty view's data_ptr() is 0
+    if not full:
         return None
     first = full[0]
     storage = first.untyped_storage()
@@ -334,7 +338,15 @@ def contiguous_bytes(samples) -> torch.Tensor | None:
         end += s.nbytes
     if end - base > storage.nbytes():
         return None  # the chain runs past the first sample's storage into another allocation
-    return first.new_empty(0, dtype=torch.uint8).set_(storage, start - base, (end - start,), (1,))
+    offsets = np.zeros(n, np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    return first.new_empty(0, dtype=torch.uint8).set_(storage, start - base, (end - start,), (1,)), offsets, sizes
+
+
+def contiguous_bytes(samples) -> torch.Tensor | None:
+    """The region of :func:`batch_region` (the samples' bytes back to back in one tensor), or None."""
+    found = batch_region(samples)
+    return None if found is None else found[0]
 
 
 class ReaderBase(Operator):
@@ -373,30 +385,19 @@ class FileReader(ReaderBase):
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
         self.paths, self.labels = list_files(self.op_name, spec.args)
+        self._labels = np.asarray(self.labels, dtype=np.int32)
         if not self.paths:
             where = spec.args["file_root"] or spec.args["file_list"] or "files"
             raise ArgumentError(f"{self.op_name}: no files found in '{where}' (file_filters="
                                 f"{spec.args['file_filters']})")
         self.setup_order(len(self.paths))
-        self._reader: ProcessReader | None = None
-
-    def _processes(self) -> ProcessReader | None:
-        """The worker processes that read this reader's batches for a GPU pipeline (made on first use)."""
-        if self._reader is None and self.pin_outputs and self.copy_stream is not None:
-            count = read_processes_default()
-            if count:
-                self._reader = ProcessReader(count, self.spec.device_id, self.copy_stream)
-        return self._reader
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
 
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        data = read_files(paths, ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id,
-                          processes=self._processes())
-        labels = torch.from_numpy(np.asarray([[self.labels[i]] for i, _ in picks], dtype=np.int32))
-        return Batch(data, "", paths), Batch.from_dense(labels, "", paths)
+        if self.pin_outputs:  # a GPU pipeline: the batch back to back in one page-locked buffer
+            data = _read_into_one_buffer(paths, ctx.thread_pool, True, self.spec.device_id)
+        else:
+            data = Batch(read_files(paths, ctx.thread_pool), "", paths)
+        labels = torch.from_numpy(self._labels[[i for i, _ in picks]].reshape(-1, 1))
+        return data, Batch.from_dense(labels, "", paths)
