@@ -5,6 +5,7 @@ flight are not overwritten by the next batches."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -48,6 +49,17 @@ def test_ragged_batch_crosses_in_one_copy_as_views_of_one_device_buffer():
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
     same_shape = Batch([torch.full((2, 3), float(i)) for i in range(4)]).to("cuda", non_blocking=True)
     assert same_shape.dense is not None and same_shape.dense[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.cuda
+def test_packed_batch_crosses_as_its_one_buffer():
+    flat = torch.arange(18, dtype=torch.float32)
+    shapes = np.array([[3, 2], [0, 2], [5, 2], [1, 2]])
+    batch = Batch.from_packed(flat, shapes, "tc")
+    moved = batch.to("cuda", non_blocking=True)
+    assert moved.packed is not None and moved.packed[0].is_cuda and moved.shape() == batch.shape()
+    for got, want in zip(moved, batch):
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
 
 
 @pytest.mark.cuda

@@ -264,18 +264,20 @@ class Batch:
         return Batch([s.cpu() for s in self.samples], self._layout, self.source_info)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """The batch on ``device``. From the host to a GPU it crosses in ONE copy: a dense batch from where it lies
-        (a page-locked copy of it first with ``non_blocking``, unless :func:`host_empty` page-locked it already);
-        a list of samples gathered back to back into one staging buffer (page-locked with ``non_blocking``), then
-        split into views on the device."""
+        """The batch on ``device``. From the host to a GPU it crosses in ONE copy: a dense or packed batch from
+        where it lies (a page-locked copy of it first with ``non_blocking``, unless it lies in page-locked memory
+        already); a list of samples gathered back to back into one staging buffer (page-locked with
+        ``non_blocking``), then split into views on the device."""
         device = torch.device(device)
         if device.type == "cuda" and self.torch_device.type == "cpu" and len(self):
-            if self._dense is None:
-                return self._gathered_to(device, non_blocking)
-            dense = self._dense
-            if non_blocking and not is_page_locked(dense):
-                dense = dense.pin_memory()
-            return Batch.from_dense(dense.to(device, non_blocking=non_blocking), self._layout, self.source_info)
+            if self._dense is not None:
+                moved = _one_copy(self._dense, device, non_blocking)
+                return Batch.from_dense(moved, self._layout, self.source_info)
+            if self._packed is not None and self._samples is None:
+                flat, shapes = self._packed
+                return Batch.from_packed(_one_copy(flat, device, non_blocking), shapes, self._layout,
+                                         self.source_info)
+            return self._gathered_to(device, non_blocking)
         if self._dense is not None or (len(self) > 1 and self.is_dense_tensor()):
             dense = self.as_tensor()
             return Batch.from_dense(dense.to(device, non_blocking=non_blocking), self._layout, self.source_info)
@@ -295,6 +297,14 @@ class Batch:
         shapes = self.shape()
         shown = shapes if len(shapes) <= 4 else shapes[:4] + ["..."]
         return f"Batch(n={len(self)}, device={self.device!r}, dtype={self.dtype}, layout={self._layout!r}, shapes={shown})"
+
+
+def _one_copy(tensor: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
+    """A host tensor on the GPU in one copy; asynchronous from page-locked memory: the tensor's own when
+    host_empty made it (no query, no copy) or it is pinned already (pin_memory then returns it), else a copy."""
+    if non_blocking and not is_page_locked(tensor):
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=non_blocking)
 
 
 def gather_to(samples: Sequence[torch.Tensor], device: torch.device, pin: bool) -> tuple[torch.Tensor, list]:

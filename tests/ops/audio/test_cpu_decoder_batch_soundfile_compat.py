@@ -61,6 +61,7 @@ def test_threads_give_the_same_output_as_soundfile(tmp_path, use_core):
             outputs = [decoded(tmp_path, threads, len(files), **kw) for threads in (1, 2, 4)]
             for audio, rate in outputs:
                 assert audio.is_dense_tensor() == dense and (audio.dense is not None) == dense
+                assert (audio.packed is not None) != dense            # ragged: samples back to back in one buffer
                 assert rate.as_tensor().tolist() == [RATE] * len(files)
                 for i, data in enumerate(files.values()):
                     ref, _ = decode_audio(data, dtype=dtype, downmix=kw.get("downmix", False),
@@ -144,15 +145,21 @@ def test_gpu_pipeline_decodes_into_page_locked_memory_and_moves_it_whole(tmp_pat
     p.close()
 
 
-def test_files_of_one_size_held_as_one_tensor():
-    """A dense batch of encoded files (an external source of files of one size) is decoded from that tensor."""
+def test_files_held_in_one_tensor_dense_or_packed():
+    """A dense batch of encoded files (files of one size) or a packed one (readers.file's, back to back) goes to
+    the core as one buffer."""
     from sluice.ops.audio.decoder import decode_files
     from sluice.pipeline.batch import Batch
 
     files = [encode(sweep(1000, rate=RATE, seed=s), RATE, "WAV", "PCM_24") for s in range(3)]
-    batch = Batch.from_dense(torch.from_numpy(np.stack([np.frombuffer(f, np.uint8) for f in files])))
-    audio, rates = decode_files(batch, ["a", "b", "c"], dtype="int32", downmix=False, start_time=[0.1] * 3,
-                                duration=[0.0] * 3)
-    assert rates.tolist() == [RATE] * 3 and audio.dense is not None
-    for i, f in enumerate(files):
-        np.testing.assert_array_equal(audio[i].numpy(), decode_audio(f, dtype="int32", start_time=0.1)[0])
+    dense = Batch.from_dense(torch.from_numpy(np.stack([np.frombuffer(f, np.uint8) for f in files])))
+    files.append(encode(sweep(900, rate=RATE), RATE, "FLAC", "PCM_16"))
+    flat = torch.frombuffer(bytearray(b"".join(files)), dtype=torch.uint8)
+    packed = Batch.from_packed(flat, np.array([[len(f)] for f in files]))
+    for batch in (dense, packed):
+        n = len(batch)
+        audio, rates = decode_files(batch, ["a", "b", "c", "d"][:n], dtype="int32", downmix=False,
+                                    start_time=[0.1] * n, duration=[0.0] * n)
+        assert rates.tolist() == [RATE] * n and (audio.dense is not None) == (n == 3)
+        for i, f in enumerate(files[:n]):
+            np.testing.assert_array_equal(audio[i].numpy(), decode_audio(f, dtype="int32", start_time=0.1)[0])

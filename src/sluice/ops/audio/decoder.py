@@ -16,7 +16,8 @@ from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.kernels.audio.resample import resample_batch
 from sluice.native.audio import OK, WAV_FORMATS, host_tensor, open_files
-from sluice.ops.readers.file import contiguous_bytes, is_page_locked_buffer, map_all
+from sluice.ops.readers.file import batch_region, contiguous_bytes, is_page_locked_buffer
+from sluice.pipeline.pool import map_all
 from sluice.pipeline.batch import Batch, host_empty
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -144,24 +145,31 @@ def _raise_first(errors: dict, sources: list[str]) -> None:
 
 def _encoded(data: Batch | list[torch.Tensor], sources: list[str]) -> dict:
     """The batch's files as :func:`open_files` takes them: the one buffer that holds them back to back (readers.file
-    reads a GPU pipeline's batch so) with each file's offset and size, else one uint8 array per file."""
-    dense = data.dense if isinstance(data, Batch) else None
-    if dense is not None and dense.dtype == torch.uint8 and dense.dim() == 2 and dense.is_contiguous():
+    reads a GPU pipeline's batch so, packed; a dense batch is one too) with each file's offset and size, else one
+    uint8 array per file."""
+    batch = data if isinstance(data, Batch) else Batch(list(data))
+    if not _bytes_at_once(batch):
+        for i, s in enumerate(batch.samples):
+            if s.dtype != torch.uint8 or s.dim() != 1:
+                raise SampleError(i, sources[i], ValueError(
+                    f"decoders.audio expects encoded files as 1-D uint8 tensors, got {s.dtype} of shape "
+                    f"{tuple(s.shape)}"))
+    dense = batch.dense
+    if dense is not None and dense.is_contiguous():
         n, size = dense.shape                     # files of one size, held as one tensor: no per-file views
         return {"data": dense.reshape(-1).numpy(), "offsets": np.arange(n) * size, "sizes": np.full(n, size)}
-    samples = data.samples if isinstance(data, Batch) else list(data)
-    for i, s in enumerate(samples):
-        if s.dtype != torch.uint8 or s.dim() != 1:
-            raise SampleError(i, sources[i], ValueError(
-                f"decoders.audio expects encoded files as 1-D uint8 tensors, got {s.dtype} of shape "
-                f"{tuple(s.shape)}"))
-    region = contiguous_bytes(samples)
-    if region is None:
-        return {"data": [s.numpy() for s in samples]}
-    base = region.data_ptr()
-    sizes = [s.nbytes for s in samples]
-    offsets = [s.data_ptr() - base if size else 0 for s, size in zip(samples, sizes)]
+    found = batch_region(batch)
+    if found is None:
+        return {"data": [s.numpy() for s in batch.samples]}
+    region, offsets, sizes = found
     return {"data": region.numpy(), "offsets": offsets, "sizes": sizes}
+
+
+def _bytes_at_once(batch: Batch) -> bool:
+    """Whether a dense or packed batch is of 1-D uint8 samples, known without looking at each."""
+    if batch.dense is not None:
+        return batch.dense.dtype == torch.uint8 and batch.dense.dim() == 2
+    return batch.packed is not None and batch.packed[0].dtype == torch.uint8 and batch.packed[1].shape[1] == 1
 
 
 def _floats(values) -> np.ndarray:
@@ -189,7 +197,8 @@ def decode_files(data: Batch, sources: list[str], *, dtype: str, downmix: bool, 
     One call reads every header (:func:`sluice.native.audio.open_files`); the windows are planned for the whole
     batch at once; then the batch, split into at most ``parts`` runs of files, is decoded straight into one output
     buffer, one call per run in ``pool`` (the core releases the GIL). The output is one dense tensor (page-locked
-    with ``pin``, on ``device_id``'s context) when every sample has one shape, else views of one flat buffer.
+    with ``pin``, on ``device_id``'s context) when every sample has one shape, else a packed batch (one flat
+    buffer, page-locked likewise).
     ``start_time`` and ``duration`` hold one value per file (seconds; a duration of 0 reads to the end).
     Returns the audio and the sample rates; a failure raises a :class:`SampleError` naming the first failing
     sample and its file."""
@@ -217,11 +226,12 @@ def _output(n_out: np.ndarray, width: np.ndarray, dtype: torch.dtype, downmix: b
         shape = (n,) + shapes[0]
         dense = host_empty(shape, dtype, pin=True, device=device_id) if pin else host_tensor(shape, dtype)
         return Batch.from_dense(dense), dense.numpy(), np.arange(n, dtype=np.int64) * counts[0] * dtype.itemsize
-    # Shapes differ: views of one flat buffer (a ragged batch is gathered again to cross to a GPU).
-    flat = host_tensor((int(counts.sum()),), dtype)
-    parts = flat.split(counts.tolist())
+    # Shapes differ: one flat buffer holding the samples back to back, a packed batch (views made only when asked
+    # for; it crosses to a GPU in one copy too).
+    total = (int(counts.sum()),)
+    flat = host_empty(total, dtype, pin=True, device=device_id) if pin else host_tensor(total, dtype)
     offsets = (np.cumsum(counts) - counts) * dtype.itemsize
-    return Batch([p.view(shape) for p, shape in zip(parts, shapes)]), flat.numpy(), offsets
+    return Batch.from_packed(flat, np.array(shapes, dtype=np.int64)), flat.numpy(), offsets
 
 
 @SCHEMA.operator_class("cpu")
