@@ -273,7 +273,7 @@ class Batch:
             if self._dense is not None:
                 moved = _one_copy(self._dense, device, non_blocking)
                 return Batch.from_dense(moved, self._layout, self.source_info)
-            if self._packed is not None and self._samples is None:
+            if self._packed is not None:
                 flat, shapes = self._packed
                 return Batch.from_packed(_one_copy(flat, device, non_blocking), shapes, self._layout,
                                          self.source_info)
