@@ -21,9 +21,9 @@ TRANSFER = OpSchema(
 
 @TRANSFER.batch_kernel("gpu")
 def to_gpu(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
-    # One asynchronous copy per batch on the pipeline's stream (Batch.to): a dense batch from its page-locked
-    # buffer when an operator decoded into one (no host copy), else from a page-locked copy; samples of different
-    # shapes through one staging buffer, split into views on the device.
+    # One asynchronous copy per batch on the pipeline's stream (Batch.to): a dense or packed batch from its
+    # page-locked buffer when an operator made one (no host copy), else from a page-locked copy; a list of samples
+    # of different shapes through one staging buffer, split into views on the device.
     return data.to(ctx.device, non_blocking=True)
 
 
