@@ -185,7 +185,7 @@ def warp_affine(input0: DataNode, input1: DataNode | None = ..., /, *, device: s
 class decoders:
     """sluice.fn.decoders"""
     @staticmethod
-    def audio(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType = ..., downmix: bool = ..., sample_rate: float | DataNode = ..., quality: float = ..., start_time: float | DataNode = ..., duration: float | DataNode = ..., out_of_bounds_policy: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    def audio(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType = ..., downmix: bool = ..., sample_rate: float | DataNode = ..., quality: float = ..., start_time: float | DataNode = ..., duration: float | DataNode = ..., out_of_bounds_policy: str = ..., finite: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
         """Decodes audio files (WAV 8/16/24/32-bit integer and float, FLAC, OGG/Vorbis, OGG/Opus, MP3)."""
         ...
     @staticmethod

@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "decode_audio", "open_audio", "plan_window", "read_into", "WindowPlan", "audio_info", "resample_soxr",
-    "soxr_quality", "resample_length", "SUPPORTED_FORMATS", "OUT_OF_BOUNDS_POLICIES", "AudioDecodeError",
-    "WavPayload", "parse_wav", "PCM_FORMATS",
+    "decode_audio", "open_audio", "plan_window", "plan_windows", "read_into", "WindowPlan", "audio_info",
+    "resample_soxr", "soxr_quality", "resample_length", "SUPPORTED_FORMATS", "OUT_OF_BOUNDS_POLICIES",
+    "AudioDecodeError", "decode_error", "WavPayload", "parse_wav", "PCM_FORMATS", "RATE_RANGE", "FINITE_LIMIT",
+    "libsndfile_candidates",
 ]
 
 logger = logging.getLogger(__name__)
@@ -45,12 +46,44 @@ SUPPORTED_FORMATS = ("WAV (8/16/24/32-bit integer, 32/64-bit float)", "FLAC", "O
 #: What a window reaching past the end of the file does.
 OUT_OF_BOUNDS_POLICIES = ("error", "pad", "trim_to_shape")
 
+#: Sample rates (Hz) a file may declare; a header outside them is corrupt (a bit flip, say) and is refused.
+RATE_RANGE = (1, 1_000_000)
+#: With ``finite`` (the default), a file of float samples holding NaN, an infinity or a value of larger magnitude
+#: (120 dB above full scale: a flipped exponent bit gives ~1e37) is refused as corrupt.
+FINITE_LIMIT = 1e6
+#: libsndfile's channel limit (SF_MAX_CHANNELS); parse_wav leaves WAVs with more for libsndfile to refuse.
+MAX_CHANNELS = 1024
+
 _DTYPES = {"int16": np.int16, "int32": np.int32, "float32": np.float32}
 _DATA_CHUNK = re.compile(r"data\s*:\s*(\d+)\s*\(should be (\d+)\)")
+_FLOAT_SUBTYPES = ("FLOAT", "DOUBLE")
 
 
 class AudioDecodeError(ValueError):
     """A file libsndfile cannot decode (corrupt, truncated, empty or of an unsupported codec)."""
+
+
+#: What can be wrong with a file, by the names the compiled core reports (``sluice._core.AUDIO_PROBLEMS``):
+#: ``a``, ``b`` and ``text`` are the numbers and libsndfile's own message that go with each.
+_PROBLEMS = {
+    "empty": "the file is empty (0 bytes)",
+    "unsupported": "{text}. Supported formats: " + ", ".join(SUPPORTED_FORMATS),
+    "libsndfile": "{text}",
+    "wav_truncated": "the file is truncated (its data chunk announces {a} bytes, {b} are present)",
+    "ogg_truncated": "the Ogg stream is truncated (its last page is not marked end-of-stream)",
+    "short": "the file is truncated or corrupt (header announces {a} frames, decoded {b})",
+    "rate": f"its header declares a sample rate of {{a}} Hz, outside {RATE_RANGE[0]} Hz..{RATE_RANGE[1]} Hz: the "
+            "header is corrupt",
+    "not_finite": f"frame {{a}} holds a NaN, an infinity or a value beyond +-{FINITE_LIMIT:g}: the float samples "
+                  "are corrupt (pass finite=False to keep such values)",
+}
+
+
+def decode_error(source: str, problem: str, a: int = 0, b: int = 0, text: str = "") -> AudioDecodeError:
+    """The error for ``problem`` (a key of ``_PROBLEMS``) in the file ``source`` (``text``: libsndfile's message,
+    whose final period the sentence supplies)."""
+    detail = _PROBLEMS[problem].format(a=a, b=b, text=text.rstrip("."))
+    return AudioDecodeError(f"cannot decode audio{_where(source)}: {detail}")
 
 
 def _as_buffer(data: Any) -> bytes | memoryview:
@@ -118,29 +151,34 @@ def _open(data: Any, source: str):
 
     buf = _as_buffer(data)
     if len(buf) == 0:
-        raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is empty (0 bytes)")
+        raise decode_error(source, "empty")
     try:
         f = soundfile.SoundFile(_MemoryFile(buf), mode="r")
-    except Exception as exc:  # soundfile.LibsndfileError, TypeError for unknown formats
-        raise AudioDecodeError(
-            f"cannot decode audio{_where(source)}: {exc}. Supported formats: {', '.join(SUPPORTED_FORMATS)}"
-        ) from None
-    if f.format in ("WAV", "WAVEX", "RF64", "W64"):
-        _check_wav_length(f, source)
-    elif f.format == "OGG":
-        _check_ogg_end(f, buf, source)
+    except soundfile.LibsndfileError as exc:
+        # libsndfile's words only: soundfile's prefix names the in-memory file object, at a changing address
+        raise decode_error(source, "unsupported", text=exc.error_string) from None
+    except Exception as exc:  # noqa: BLE001 - TypeError for unknown formats
+        raise decode_error(source, "unsupported", text=str(exc)) from None
+    try:
+        if f.format in ("WAV", "WAVEX", "RF64", "W64"):
+            _check_wav_length(f, source)
+        elif f.format == "OGG":
+            _check_ogg_end(buf, source)
+        if not RATE_RANGE[0] <= f.samplerate <= RATE_RANGE[1]:
+            raise decode_error(source, "rate", a=f.samplerate)
+    except AudioDecodeError:
+        f.close()
+        raise
     return f
 
 
-def _check_ogg_end(f, buf, source: str) -> None:
+def _check_ogg_end(buf, source: str) -> None:
     """An Ogg stream ends with a page flagged end-of-stream; a file cut short lacks it (libsndfile then
     reports fewer frames, or none, without an error)."""
     tail = bytes(buf[-65536:])
     last = tail.rfind(b"OggS")
     if last < 0 or last + 5 >= len(tail) or not tail[last + 5] & 0x04:
-        f.close()
-        raise AudioDecodeError(f"cannot decode audio{_where(source)}: the Ogg stream is truncated (its last page "
-                               "is not marked end-of-stream)")
+        raise decode_error(source, "ogg_truncated")
 
 
 def _check_wav_length(f, source: str) -> None:
@@ -151,9 +189,7 @@ def _check_wav_length(f, source: str) -> None:
     if match:
         declared, actual = int(match.group(1)), int(match.group(2))
         if actual < declared < 0xFFFFFFF0:
-            f.close()
-            raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated (its data chunk "
-                                   f"announces {declared} bytes, {actual} are present)")
+            raise decode_error(source, "wav_truncated", a=declared, b=actual)
 
 
 def audio_info(data: Any, source: str = "") -> dict:
@@ -164,7 +200,7 @@ def audio_info(data: Any, source: str = "") -> dict:
 
 
 def decode_audio(data: Any, *, dtype: str = "float32", downmix: bool = False, start_time: float = 0.0,
-                 duration: float | None = None, out_of_bounds_policy: str = "error",
+                 duration: float | None = None, out_of_bounds_policy: str = "error", finite: bool = True,
                  source: str = "") -> tuple[np.ndarray, int]:
     """Decode audio held in memory with libsndfile.
 
@@ -177,6 +213,8 @@ def decode_audio(data: Any, *, dtype: str = "float32", downmix: bool = False, st
         out_of_bounds_policy: what a window reaching past the end does: ``"error"`` raises, ``"pad"`` fills the
             missing frames with zeros (the output always has ``round(duration * rate)`` frames), and
             ``"trim_to_shape"`` returns the frames that exist (possibly none).
+        finite: refuse a file of float samples whose window holds NaN, an infinity or a value beyond
+            :data:`FINITE_LIMIT` (a corrupt file); False keeps such values.
         source: the file's name, used in error messages.
 
     Returns:
@@ -191,7 +229,7 @@ def decode_audio(data: Any, *, dtype: str = "float32", downmix: bool = False, st
         plan = plan_window(f, start_time=start_time, duration=duration, out_of_bounds_policy=out_of_bounds_policy,
                            source=source)
         out = np.empty(plan.shape(downmix), np_dtype)
-        read_into(f, plan, out, source=source)
+        read_into(f, plan, out, source=source, finite=finite)
     return out, plan.rate
 
 
@@ -218,41 +256,80 @@ def _dtype(dtype: str) -> type:
 
 def open_audio(data: Any, source: str = ""):
     """An open ``soundfile.SoundFile`` over encoded bytes (a context manager); raises :class:`AudioDecodeError`
-    naming ``source`` for empty, corrupt, truncated or unsupported files."""
+    naming ``source`` for empty, corrupt, truncated or unsupported files and for sample rates outside
+    :data:`RATE_RANGE`."""
     return _open(data, source)
 
 
 def plan_window(f, *, start_time: float = 0.0, duration: float | None = None, out_of_bounds_policy: str = "error",
                 source: str = "") -> WindowPlan:
-    """Check a time window against an open file and say which frames to read (see :func:`decode_audio`)."""
+    """Check a time window against an open file (or a :class:`WavPayload`) and say which frames to read (see
+    :func:`decode_audio`)."""
+    start, n_read, n_out, errors = plan_windows([f.samplerate], [f.frames], [start_time], [duration or 0.0],
+                                                out_of_bounds_policy, [source])
+    if errors:
+        raise errors[0]
+    return WindowPlan(f.samplerate, f.channels, int(start[0]), int(n_read[0]), int(n_out[0]))
+
+
+_FRAMES_CAP = float(1 << 61)  # windows beyond any file: kept in int64 (they only ever pad or fail)
+
+
+def plan_windows(rate, frames, start_time, duration, out_of_bounds_policy: str = "error",
+                 sources: list[str] | None = None, valid=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """:func:`plan_window` for a batch at once: per file its sample rate and frame count, the window's start and
+    duration in seconds (a duration <= 0 reads to the end). Returns int64 arrays ``(start, n_read, n_out)`` and
+    ``{index: ValueError}`` for the files (among ``valid``, a mask; default all) whose window is invalid or, with
+    ``out_of_bounds_policy="error"``, reaches past the end."""
     if out_of_bounds_policy not in OUT_OF_BOUNDS_POLICIES:
         raise ValueError(f"Invalid out_of_bounds_policy ({out_of_bounds_policy!r}). Supported values are "
                          f"{', '.join(map(repr, OUT_OF_BOUNDS_POLICIES))}.")
+    rate = np.asarray(rate, dtype=np.int64).reshape(-1)
+    total = np.asarray(frames, dtype=np.int64).reshape(-1)
+    st = np.asarray(start_time, dtype=np.float64).reshape(-1)
+    du = np.asarray(duration, dtype=np.float64).reshape(-1)
+    bad_start = ~np.isfinite(st) | (st < 0)
+    bad_duration = ~np.isfinite(du)
+    has_want = ~bad_duration & (du > 0)
+    with np.errstate(invalid="ignore", over="ignore"):  # products of invalid values are not used
+        start = np.minimum(np.rint(np.where(bad_start, 0.0, st) * rate), _FRAMES_CAP).astype(np.int64)
+        want = np.minimum(np.rint(np.where(has_want, du, 0.0) * rate), _FRAMES_CAP).astype(np.int64)
+    end = np.where(has_want, start + want, total)
+    past = (end > total) | (start > total)
+    n_read = np.maximum(0, np.minimum(end, total) - start)
+    n_out = np.where(has_want, want, n_read) if out_of_bounds_policy == "pad" else n_read
+    wrong = bad_start | bad_duration | (past if out_of_bounds_policy == "error" else False)
+    if valid is not None:
+        wrong &= np.asarray(valid, dtype=bool)
+    errors = {}
+    for i in np.flatnonzero(wrong).tolist():
+        errors[i] = _window_error(float(st[i]), float(du[i]), int(start[i]), int(end[i]), int(total[i]),
+                                  int(rate[i]), sources[i] if sources else "")
+    return np.minimum(start, total), n_read, n_out, errors
+
+
+def _window_error(start_time: float, duration: float, start: int, end: int, total: int, rate: int,
+                  source: str) -> ValueError:
     if not math.isfinite(start_time) or start_time < 0:
-        raise ValueError(f"start_time must be a finite number of seconds >= 0, got {start_time}")
-    if duration is not None and not math.isfinite(duration):
-        raise ValueError(f"duration must be a finite number of seconds, got {duration}")
-    rate, channels, total = f.samplerate, f.channels, f.frames
-    start = int(round(start_time * rate))
-    want = None if duration is None or duration <= 0 else int(round(duration * rate))
-    end = total if want is None else start + want
-    if (end > total or start > total) and out_of_bounds_policy == "error":
-        raise ValueError(
-            f"the window [{start_time:g} s, {end / rate:g} s) of the audio{_where(source)} reaches past "
-            f"its end ({total / rate:g} s, {total} frames at {rate} Hz); pass "
-            "out_of_bounds_policy='pad' or 'trim_to_shape' to accept such windows")
-    n_read = max(0, min(end, total) - start)
-    n_out = want if (want is not None and out_of_bounds_policy == "pad") else n_read
-    return WindowPlan(rate, channels, min(start, total), n_read, n_out)
+        return ValueError(f"start_time must be a finite number of seconds >= 0, got {start_time}")
+    if not math.isfinite(duration):
+        return ValueError(f"duration must be a finite number of seconds, got {duration}")
+    return ValueError(
+        f"the window [{start_time:g} s, {end / rate:g} s) of the audio{_where(source)} reaches past "
+        f"its end ({total / rate:g} s, {total} frames at {rate} Hz); pass "
+        "out_of_bounds_policy='pad' or 'trim_to_shape' to accept such windows")
 
 
-def read_into(f, plan: WindowPlan, out: np.ndarray, source: str = "") -> None:
+def read_into(f, plan: WindowPlan, out: np.ndarray, source: str = "", finite: bool = True) -> None:
     """Decode the planned frames of the open file ``f`` into ``out`` (``plan.shape(downmix)``, any supported
-    dtype; 1-D means downmix), zero-filling the padded tail."""
+    dtype; 1-D means downmix), zero-filling the padded tail. Files of float samples are read as float64 and
+    converted here with libsndfile's arithmetic (:func:`_from_float`), so that ``finite`` can check the values
+    libsndfile would otherwise clip or round."""
     downmix = out.ndim == 1
     name = out.dtype.name
     if name not in _DTYPES:
         raise ValueError(f"Invalid dtype ({name!r}). Supported values are {', '.join(map(repr, _DTYPES))}.")
+    floats = f.subtype in _FLOAT_SUBTYPES
     head = out[: plan.n_read]
     try:
         if plan.n_read == 0:
@@ -260,25 +337,52 @@ def read_into(f, plan: WindowPlan, out: np.ndarray, source: str = "") -> None:
         else:
             if plan.start > 0:
                 f.seek(plan.start)
-            if downmix and plan.channels > 1:
-                frames = f.read(frames=plan.n_read, dtype=name, always_2d=True)
+            if floats or (downmix and plan.channels > 1):
+                frames = f.read(frames=plan.n_read, dtype="float64" if floats else name, always_2d=True)
             else:
                 got = f.read(frames=plan.n_read, dtype=name, always_2d=not downmix,
                              out=head if downmix else head.reshape(plan.n_read, plan.channels))
                 frames = None if got.shape[0] == plan.n_read else got.copy()
-    except Exception as exc:
-        raise AudioDecodeError(f"cannot decode audio{_where(source)}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - libsndfile's errors, named with the file
+        raise decode_error(source, "libsndfile", text=str(exc)) from None
     if frames is not None:
         short = plan.n_read - frames.shape[0]
         if short > 0 and not (f.format == "MP3" and short <= max(2 * 1152, f.frames // 50)):
             # libsndfile stops early on truncated files: say so rather than return silently short audio.
-            raise AudioDecodeError(f"cannot decode audio{_where(source)}: the file is truncated or corrupt "
-                                   f"(header announces {f.frames} frames, decoded {plan.start + frames.shape[0]})")
+            raise decode_error(source, "short", a=f.frames, b=plan.start + frames.shape[0])
         # An MP3 without a length header (no Xing/LAME tag) announces a length estimated from its size: a
         # shortfall of up to 2% (or two MPEG frames) is the estimate's error, and is zero-filled.
+        if floats:
+            if finite:
+                _check_finite(frames, plan.start, source)
+            frames = _from_float(frames, out.dtype.type)
         head[: frames.shape[0]] = _downmix(frames, out.dtype.type) if downmix else frames
         head[frames.shape[0]:] = 0
     out[plan.n_read:] = 0
+
+
+def _check_finite(frames: np.ndarray, start: int, source: str) -> None:
+    """Raise naming the first frame of ``frames`` ((n, channels) float64, from frame ``start``) that holds a NaN,
+    an infinity or a value beyond FINITE_LIMIT."""
+    bad = ~(np.abs(frames) <= FINITE_LIMIT)
+    if bad.any():
+        raise decode_error(source, "not_finite", a=start + int(np.argmax(bad.any(axis=1))))
+
+
+def _from_float(x: np.ndarray, dtype: type) -> np.ndarray:
+    """float64 samples as ``sf_readf_float`` / ``_short`` / ``_int`` return them from a float file with clipping
+    on (soundfile's setting): floats rounded to float32; integers ``lrint(x)`` unscaled, clipped at the type's
+    limits (libsndfile's thresholds: below -32768.0 and below -2147483647.0), NaN giving INT_MIN (x86's cvtsd2si),
+    which int16 keeps the low bits of (0)."""
+    if dtype is np.float32:
+        with np.errstate(over="ignore"):  # doubles beyond float32 become infinities, as in C
+            return x.astype(np.float32)
+    info = np.iinfo(dtype)
+    low = -32768.0 if dtype is np.int16 else -2147483647.0
+    with np.errstate(invalid="ignore"):
+        r = np.where(np.isnan(x), float(np.iinfo(np.int32).min), np.rint(x))
+        r = np.where(x > info.max, info.max, np.where(x < low, info.min, r))
+    return r.astype(np.int64).astype(dtype)
 
 
 def _downmix(frames: np.ndarray, dtype: type) -> np.ndarray:
@@ -319,7 +423,8 @@ def parse_wav(data: Any) -> WavPayload | None:
     ``[data_offset, data_offset + frames * block_align)``, little-endian, interleaved.
 
     Returns ``None`` for anything else (other containers and codecs, RIFX/RF64, a data chunk announcing more bytes
-    than the file holds or an unknown length, an odd block alignment): the caller then decodes with libsndfile
+    than the file holds or an unknown length, an odd block alignment, more than 1024 channels, a sample rate
+    outside :data:`RATE_RANGE`): the caller then decodes with libsndfile
     (:func:`decode_audio`), which accepts or rejects the file with its usual errors. For the files it accepts, the
     frame count is libsndfile's (``data size // block_align``).
 
@@ -355,11 +460,21 @@ def parse_wav(data: Any) -> WavPayload | None:
             if fmt is None or fmt[0] is None:
                 return None
             name, channels, rate, align = fmt
-            if channels < 1 or rate < 1 or align != channels * PCM_FORMATS[name] or not 0 < clen <= size - body:
+            if not (1 <= channels <= MAX_CHANNELS and RATE_RANGE[0] <= rate <= RATE_RANGE[1]) \
+                    or align != channels * PCM_FORMATS[name] or not 0 < clen <= size - body:
                 return None
             return WavPayload(rate, channels, clen // align, name, body, align)
         pos = body + clen + (clen & 1)   # chunks are padded to an even size
     return None
+
+
+def libsndfile_candidates() -> list[str]:
+    """The libsndfile soundfile loaded, as paths to ``dlopen`` in the order soundfile tried them (its wheel's
+    copy, then the system's): the first that opens is soundfile's own, so a compiled decoder gives its results."""
+    import soundfile
+
+    names = [getattr(soundfile, attr, None) for attr in ("_full_path", "_libname", "_explicit_libname")]
+    return [n for n in names if n]
 
 
 def soxr_quality(quality: float) -> str:

@@ -21,7 +21,9 @@ TRANSFER = OpSchema(
 
 @TRANSFER.batch_kernel("gpu")
 def to_gpu(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
-    # Uniform batches go over as one pinned, asynchronous copy on the pipeline's stream.
+    # One asynchronous copy per batch on the pipeline's stream (Batch.to): a dense or packed batch from its
+    # page-locked buffer when an operator made one (no host copy), else from a page-locked copy; a list of samples
+    # of different shapes through one staging buffer, split into views on the device.
     return data.to(ctx.device, non_blocking=True)
 
 

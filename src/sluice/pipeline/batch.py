@@ -8,13 +8,51 @@ every operator must accept ragged batches. The DALI-style methods (``at``, ``as_
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Batch", "to_tensor"]
+__all__ = ["Batch", "to_tensor", "host_empty", "is_page_locked", "gather_to"]
+
+logger = logging.getLogger(__name__)
+
+#: Storage addresses of the page-locked buffers host_empty made: Batch.to sends those without pinning a copy
+#: first. Asking torch instead (Tensor.is_pinned) costs a CUDA driver query on the GPU stage's thread. torch's
+#: host allocator keeps its blocks (only torch._C._host_emptyCache() returns them), so the set stays small; a
+#: stale address would only make a non-blocking copy from ordinary memory, which CUDA does synchronously.
+_page_locked: set[int] = set()
+_pinning_failed = False
+
+
+def host_empty(shape: Sequence[int], dtype: torch.dtype, *, pin: bool = False,
+               device: torch.device | int | None = None) -> torch.Tensor:
+    """An uninitialised CPU tensor, page-locked with ``pin`` (then a GPU copy from it is one asynchronous DMA).
+
+    Page-locked tensors come from torch's caching host allocator: a freed block is handed out again, with no new
+    page-locking, and not before the non-blocking copies queued from it have finished (copy_ records an event on
+    the copying stream for such blocks). ``device``: the GPU whose context is current while pinning (pinning
+    would otherwise make a context on GPU 0). Where nothing can be page-locked (no CUDA driver, or the memory is
+    exhausted) this says so once and returns ordinary memory."""
+    global _pinning_failed
+    if pin and not _pinning_failed:
+        try:
+            with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
+                out = torch.empty(tuple(shape), dtype=dtype, pin_memory=True)
+            _page_locked.add(out.untyped_storage().data_ptr())
+            return out
+        except (RuntimeError, AssertionError) as exc:
+            _pinning_failed = True
+            logger.warning("cannot page-lock a %s buffer of shape %s (%s); using ordinary memory from now on",
+                           dtype, tuple(shape), exc)
+    return torch.empty(tuple(shape), dtype=dtype)
+
+
+def is_page_locked(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` lies in a buffer :func:`host_empty` page-locked."""
+    return tensor.untyped_storage().data_ptr() in _page_locked
 
 
 def to_tensor(data: Any) -> torch.Tensor:
@@ -226,15 +264,59 @@ class Batch:
         return Batch([s.cpu() for s in self.samples], self._layout, self.source_info)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """The batch on ``device``; uniform batches move as one copy."""
+        """The batch on ``device``. From the host to a GPU it crosses in ONE copy: a dense or packed batch from
+        where it lies (a page-locked copy of it first with ``non_blocking``, unless it lies in page-locked memory
+        already); a list of samples gathered back to back into one staging buffer (page-locked with
+        ``non_blocking``), then split into views on the device."""
+        device = torch.device(device)
+        if device.type == "cuda" and self.torch_device.type == "cpu" and len(self):
+            if self._dense is not None:
+                moved = _one_copy(self._dense, device, non_blocking)
+                return Batch.from_dense(moved, self._layout, self.source_info)
+            if self._packed is not None:
+                flat, shapes = self._packed
+                return Batch.from_packed(_one_copy(flat, device, non_blocking), shapes, self._layout,
+                                         self.source_info)
+            return self._gathered_to(device, non_blocking)
         if self._dense is not None or (len(self) > 1 and self.is_dense_tensor()):
             dense = self.as_tensor()
-            if not dense.is_cuda and str(device).startswith("cuda") and non_blocking:
-                dense = dense.pin_memory()
             return Batch.from_dense(dense.to(device, non_blocking=non_blocking), self._layout, self.source_info)
         return Batch([s.to(device, non_blocking=non_blocking) for s in self.samples], self._layout, self.source_info)
+
+    def _gathered_to(self, device: torch.device, pin: bool) -> Batch:
+        samples = self.samples
+        if any(s.dtype != samples[0].dtype for s in samples):  # one buffer holds one type
+            return Batch([s.to(device, non_blocking=pin) for s in samples], self._layout, self.source_info)
+        moved, parts = gather_to(samples, device, pin)
+        shape = samples[0].shape
+        if all(s.shape == shape for s in samples):
+            return Batch.from_dense(moved.view((len(samples),) + tuple(shape)), self._layout, self.source_info)
+        return Batch(parts, self._layout, self.source_info)
 
     def __repr__(self) -> str:
         shapes = self.shape()
         shown = shapes if len(shapes) <= 4 else shapes[:4] + ["..."]
         return f"Batch(n={len(self)}, device={self.device!r}, dtype={self.dtype}, layout={self._layout!r}, shapes={shown})"
+
+
+def _one_copy(tensor: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
+    """A host tensor on the GPU in one copy; asynchronous from page-locked memory: the tensor's own when
+    host_empty made it (no query, no copy) or it is pinned already (pin_memory then returns it), else a copy."""
+    if non_blocking and not is_page_locked(tensor):
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=non_blocking)
+
+
+def gather_to(samples: Sequence[torch.Tensor], device: torch.device, pin: bool) -> tuple[torch.Tensor, list]:
+    """CPU ``samples`` (one dtype, any shapes) on ``device`` after one copy: gathered back to back into a staging
+    buffer (page-locked with ``pin``, and the copy then asynchronous), copied, and split there. Returns the copied
+    buffer and the samples as views of it.
+
+    The staging buffer comes from torch's caching host allocator each time: its blocks are reused rather than
+    page-locked afresh, and a block goes back into use only once the copies queued from it have run, so a batch in
+    flight is never overwritten by the next one."""
+    sizes = [s.numel() for s in samples]
+    stage = host_empty((sum(sizes),), samples[0].dtype, pin=pin, device=device if device.type == "cuda" else None)
+    torch.cat([s.reshape(-1) for s in samples], out=stage)
+    moved = stage.to(device, non_blocking=pin)
+    return moved, [part.view(s.shape) for part, s in zip(moved.split(sizes), samples)]

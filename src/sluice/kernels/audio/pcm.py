@@ -13,7 +13,7 @@ u8          (u - 128) << 8       (u - 128) << 24     (u - 128) / 2^7
 s16         s                    s << 16             s / 2^15
 s24         s >> 8 (truncates)   s << 8              s / 2^23
 s32         s >> 16 (truncates)  s                   float(s) / 2^31 (rounded to nearest)
-f32 / f64   rint(x)              rint(x)             x (f64: rounded to nearest)
+f32 / f64   rint(x), clipped     rint(x), clipped    x (f64: rounded to nearest)
 ==========  ===================  ==================  =====================================
 
 (libsndfile reads float files as integers without scaling, ``rint(x)``, unless asked to; soundfile does not ask.)
@@ -52,13 +52,26 @@ def _integers(raw: torch.Tensor, fmt: str) -> tuple[torch.Tensor, int]:
     return torch.where(v >= 1 << 31, v - (1 << 32), v).to(torch.int32), 32
 
 
+def _float_to_int(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Float samples read as integers, as libsndfile does with clipping on (soundfile's setting): ``lrint(x)``,
+    clipped above the type's maximum and below -32768.0 / -2147483647.0 (libsndfile's thresholds), NaN giving
+    INT_MIN (x86's cvtsd2si), of which int16 keeps the low bits (0). Compared in float64: float32 cannot hold
+    2147483647.0."""
+    x = x.to(torch.float64)
+    info = torch.iinfo(dtype)
+    low = -32768.0 if dtype == torch.int16 else -2147483647.0
+    r = torch.where(torch.isnan(x), float(torch.iinfo(torch.int32).min), torch.round(x))
+    r = torch.where(x > info.max, float(info.max), torch.where(x < low, float(info.min), r))
+    return r.to(torch.int64).to(dtype)   # C's narrowing conversion
+
+
 def _convert(raw: torch.Tensor, fmt: str, dtype: torch.dtype) -> torch.Tensor:
     """``(rows, samples)`` raw bytes -> ``(rows, samples)`` of ``dtype`` (see the module's table)."""
     if fmt in ("f32", "f64"):
         x = raw.view(torch.float32 if fmt == "f32" else torch.float64)
         if dtype == torch.float32:
             return x.to(torch.float32)
-        return torch.round(x).to(torch.int64).to(dtype)   # lrint, then C's narrowing conversion
+        return _float_to_int(x, dtype)
     v, bits = _integers(raw, fmt)
     if dtype == torch.float32:
         return v.to(torch.float32) * (2.0 ** (1 - bits))

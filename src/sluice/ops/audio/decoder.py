@@ -10,24 +10,18 @@ import numpy as np
 import torch
 
 from sluice import types
-from sluice.backends.audio import (
-    OUT_OF_BOUNDS_POLICIES,
-    decode_audio,
-    open_audio,
-    parse_wav,
-    plan_window,
-    read_into,
-    resample_soxr,
-)
+from sluice.backends.audio import FINITE_LIMIT, OUT_OF_BOUNDS_POLICIES, decode_error, plan_windows, resample_soxr
 from sluice.errors import SampleError
 from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.kernels.audio.resample import resample_batch
-from sluice.ops.readers.file import contiguous_bytes, is_page_locked_buffer, map_all
-from sluice.pipeline.batch import Batch
+from sluice.native.audio import OK, WAV_FORMATS, host_tensor, open_files
+from sluice.ops.readers.file import batch_region, contiguous_bytes, is_page_locked_buffer
+from sluice.pipeline.pool import map_all
+from sluice.pipeline.batch import Batch, host_empty
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
-__all__ = ["SCHEMA", "decode_batch"]
+__all__ = ["SCHEMA", "decode_batch", "decode_files"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +46,17 @@ SCHEMA = OpSchema(
 
     With ``sample_rate`` the audio is resampled (libsoxr, ``quality`` 0..100) and the rate output is the new rate.
     Corrupt, truncated, empty or unsupported files raise an error naming the file; a valid file holding no
-    frames decodes to an empty signal. Example::
+    frames decodes to an empty signal. So does a header declaring a sample rate outside 1 Hz..1 MHz, and (with
+    ``finite``, a sluice extension, on by default) a file of float samples whose window holds a NaN, an infinity or
+    a value beyond 1e6 (a corrupt file: a flipped bit gives 1e37); ``finite=False`` keeps such values. Example::
 
         encoded, _ = fn.readers.file(file_root=root)
         audio, rate = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=16000)
+
+    On the CPU a batch is decoded by sluice's compiled core with the GIL released: plain WAVs are converted
+    there, other formats are decoded by libsndfile (soundfile's copy) fed from memory; headers are read in one
+    call, then each of the pipeline's threads decodes a run of files straight into one output buffer (page-locked
+    when the pipeline has a GPU, so that ``.gpu()`` is one asynchronous copy). The values are soundfile's exactly.
 
     **device="mixed"** (a sluice extension: DALI's audio decoder runs on the CPU only) outputs both the audio
     and the rates on the GPU. PCM and IEEE-float WAVs (8/16/24/32-bit integer, 32/64-bit float, also
@@ -91,19 +92,25 @@ SCHEMA = OpSchema(
         Arg("out_of_bounds_policy", str, "error", "What a window reaching past the end of the file does: 'error', "
             "'pad' (silence up to duration) or 'trim_to_shape' (sluice extension).",
             choices=OUT_OF_BOUNDS_POLICIES),
+        Arg("finite", bool, True, f"Refuse files of float samples holding NaN, infinity or values beyond "
+            f"{FINITE_LIMIT:g} (corrupt files), naming the file; False keeps the values (sluice extension)."),
     ],
 )
 
 
 def decode_sample(data: torch.Tensor, source: str, *, dtype, downmix, sample_rate, quality, start_time, duration,
-                  out_of_bounds_policy, **_) -> tuple[torch.Tensor, torch.Tensor]:
+                  out_of_bounds_policy, finite=True, **_) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode one file (the general path: any window, resampling, any shape)."""
     target = float(sample_rate or 0.0)
     resample = target > 0
     # Decode in float32 when resampling, so that soxr works on floats; convert to dtype afterwards.
-    out, rate = decode_audio(_bytes(data), dtype="float32" if resample else _DTYPES[dtype], downmix=downmix,
-                             start_time=float(start_time), duration=float(duration) or None,
-                             out_of_bounds_policy=out_of_bounds_policy, source=source)
+    try:
+        audio, rates = decode_files(Batch([data]), [source], dtype="float32" if resample else _DTYPES[dtype],
+                                    downmix=downmix, start_time=[start_time], duration=[duration],
+                                    out_of_bounds_policy=out_of_bounds_policy, finite=finite)
+    except SampleError as exc:
+        raise exc.cause from None
+    out, rate = audio[0].numpy(), int(rates[0])
     if resample and target != rate:
         out = resample_soxr(out, rate, target, quality)
         rate = target
@@ -111,13 +118,6 @@ def decode_sample(data: torch.Tensor, source: str, *, dtype, downmix, sample_rat
         info = np.iinfo(_DTYPES[dtype])
         out = np.clip(np.rint(out.astype(np.float64) * info.max), info.min, info.max).astype(_DTYPES[dtype])
     return torch.from_numpy(np.ascontiguousarray(out)), _rate(rate)
-
-
-def _bytes(data: torch.Tensor) -> np.ndarray:
-    if data.dtype != torch.uint8 or data.dim() != 1:
-        raise ValueError(f"decoders.audio expects encoded files as 1-D uint8 tensors, got {data.dtype} of shape "
-                         f"{tuple(data.shape)}")
-    return data.numpy()
 
 
 def _rate(rate: float) -> torch.Tensor:
@@ -136,60 +136,126 @@ def _each(pool, fn, items: list, sources: list[str]) -> list:
     return map_all(pool, call, items)
 
 
+def _raise_first(errors: dict, sources: list[str]) -> None:
+    """Raise the error of the first sample that has one, as a :class:`SampleError` naming its file."""
+    if errors:
+        i = min(errors)
+        raise SampleError(i, sources[i], errors[i]) from errors[i]
+
+
+def _encoded(data: Batch | list[torch.Tensor], sources: list[str]) -> dict:
+    """The batch's files as :func:`open_files` takes them: the one buffer that holds them back to back (readers.file
+    reads a GPU pipeline's batch so, packed; a dense batch is one too) with each file's offset and size, else one
+    uint8 array per file."""
+    batch = data if isinstance(data, Batch) else Batch(list(data))
+    if not _bytes_at_once(batch):
+        for i, s in enumerate(batch.samples):
+            if s.dtype != torch.uint8 or s.dim() != 1:
+                raise SampleError(i, sources[i], ValueError(
+                    f"decoders.audio expects encoded files as 1-D uint8 tensors, got {s.dtype} of shape "
+                    f"{tuple(s.shape)}"))
+    dense = batch.dense
+    if dense is not None and dense.is_contiguous():
+        n, size = dense.shape                     # files of one size, held as one tensor: no per-file views
+        return {"data": dense.reshape(-1).numpy(), "offsets": np.arange(n) * size, "sizes": np.full(n, size)}
+    found = batch_region(batch)
+    if found is None:
+        return {"data": [s.numpy() for s in batch.samples]}
+    region, offsets, sizes = found
+    return {"data": region.numpy(), "offsets": offsets, "sizes": sizes}
+
+
+def _bytes_at_once(batch: Batch) -> bool:
+    """Whether a dense or packed batch is of 1-D uint8 samples, known without looking at each."""
+    if batch.dense is not None:
+        return batch.dense.dtype == torch.uint8 and batch.dense.dim() == 2
+    return batch.packed is not None and batch.packed[0].dtype == torch.uint8 and batch.packed[1].shape[1] == 1
+
+
+def _floats(values) -> np.ndarray:
+    """Per-sample float arguments (None meaning 0) as one array."""
+    return np.array([float(v or 0.0) for v in values], dtype=np.float64)
+
+
+def _chunks(weights: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """At most ``parts`` contiguous ranges ``(lo, hi)`` of the items, of about equal total weight (every item
+    weighs one more than given: opening a file costs something too)."""
+    n = len(weights)
+    if n == 0:
+        return []
+    cum = np.cumsum(np.asarray(weights, dtype=np.float64) + 1.0)
+    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, max(1, min(parts, n))) / max(1, min(parts, n)), "right")
+    bounds = np.unique(np.concatenate([[0], cuts, [n]])).tolist()
+    return [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+
+
+def decode_files(data: Batch, sources: list[str], *, dtype: str, downmix: bool, start_time, duration,
+                 out_of_bounds_policy: str = "error", finite: bool = True, pool=None, parts: int = 1,
+                 pin: bool = False, device_id: int | None = None) -> tuple[Batch, np.ndarray]:
+    """Decode a batch of encoded files (1-D uint8 tensors) without resampling: the CPU decoder's work.
+
+    One call reads every header (:func:`sluice.native.audio.open_files`); the windows are planned for the whole
+    batch at once; then the batch, split into at most ``parts`` runs of files, is decoded straight into one output
+    buffer, one call per run in ``pool`` (the core releases the GIL). The output is one dense tensor (page-locked
+    with ``pin``, on ``device_id``'s context) when every sample has one shape, else a packed batch (one flat
+    buffer, page-locked likewise).
+    ``start_time`` and ``duration`` hold one value per file (seconds; a duration of 0 reads to the end).
+    Returns the audio and the sample rates; a failure raises a :class:`SampleError` naming the first failing
+    sample and its file."""
+    n = len(data)
+    with open_files(**_encoded(data, sources), sources=sources) as files:
+        start, n_read, n_out, errors = plan_windows(files.rate, files.frames, _floats(start_time), _floats(duration),
+                                                    out_of_bounds_policy, sources, valid=files.status == OK)
+        _raise_first({**files.failures, **errors}, sources)
+        width = np.ones(n, np.int64) if downmix else files.channels
+        audio, out, offsets = _output(n_out, width, getattr(torch, dtype), downmix, pin, device_id)
+        runs = _chunks(n_read * width, parts if pool is not None else 1)
+        failed = map_all(pool, lambda r: files.decode(r[0], r[1], out, offsets, start, n_read, n_out, dtype,
+                                                      downmix, finite), runs)
+        _raise_first({i: e for part in failed for i, e in part.items()}, sources)
+        return audio, files.rate
+
+
+def _output(n_out: np.ndarray, width: np.ndarray, dtype: torch.dtype, downmix: bool, pin: bool,
+            device_id: int | None) -> tuple[Batch, np.ndarray, np.ndarray]:
+    """The batch's output buffer: ``(audio batch, the buffer as an array, byte offset of each sample in it)``."""
+    n = len(n_out)
+    shapes = [(int(f),) if downmix else (int(f), int(c)) for f, c in zip(n_out.tolist(), width.tolist())]
+    counts = n_out * width
+    if all(shape == shapes[0] for shape in shapes):
+        shape = (n,) + shapes[0]
+        dense = host_empty(shape, dtype, pin=True, device=device_id) if pin else host_tensor(shape, dtype)
+        return Batch.from_dense(dense), dense.numpy(), np.arange(n, dtype=np.int64) * counts[0] * dtype.itemsize
+    # Shapes differ: one flat buffer holding the samples back to back, a packed batch (views made only when asked
+    # for; it crosses to a GPU in one copy too).
+    total = (int(counts.sum()),)
+    flat = host_empty(total, dtype, pin=True, device=device_id) if pin else host_tensor(total, dtype)
+    offsets = (np.cumsum(counts) - counts) * dtype.itemsize
+    return Batch.from_packed(flat, np.array(shapes, dtype=np.int64)), flat.numpy(), offsets
+
+
 @SCHEMA.operator_class("cpu")
 class AudioDecoder(Operator):
-    """Decodes a batch in the pipeline's threads.
-
-    Without resampling, files are opened first (headers only); when all outputs will have one shape, every
-    thread then decodes straight into its row of one batch buffer, which is page-locked when the pipeline has a
-    GPU, so that ``.gpu()`` is a single asynchronous copy with no host copies in between. Otherwise each file is
-    decoded on its own (:func:`decode_sample`).
-    """
-
-    def __init__(self, spec: OpSpec):
-        super().__init__(spec)
-        self._pin = spec.device_id is not None and torch.cuda.is_available()
+    """Decodes a batch with the compiled core in the pipeline's threads (see :func:`decode_files`), into
+    page-locked memory when a GPU operator takes the output (``pin_outputs``, set by the executor); with
+    ``sample_rate`` each file is decoded and resampled on its own (:func:`decode_sample`)."""
 
     def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
         n = len(data)
         sources = ctx.source_info or [""] * n
-        pool = ctx.thread_pool
-        per = [args.sample(i) for i in range(n)]
         if n == 0:
             return Batch([]), Batch([])
-        if any(float(a["sample_rate"] or 0.0) > 0 for a in per):
-            results = _each(pool, lambda i: decode_sample(data[i], sources[i], **per[i]), list(range(n)), sources)
+        if (_floats(args["sample_rate"]) > 0).any():
+            per = [args.sample(i) for i in range(n)]
+            results = _each(ctx.thread_pool, lambda i: decode_sample(data[i], sources[i], **per[i]), list(range(n)),
+                            sources)
             return Batch([r[0] for r in results]), Batch([r[1] for r in results])
-
-        handles: list = [None] * n       # every file opened so far, closed whatever happens
-
-        def open_one(i):
-            a = per[i]
-            f = handles[i] = open_audio(_bytes(data[i]), sources[i])
-            return f, plan_window(f, start_time=float(a["start_time"]), duration=float(a["duration"]) or None,
-                                  out_of_bounds_policy=a["out_of_bounds_policy"], source=sources[i])
-
-        try:
-            opened = _each(pool, open_one, list(range(n)), sources)
-            downmix, dtype = per[0]["downmix"], _DTYPES[per[0]["dtype"]]
-            shapes = [plan.shape(downmix) for _, plan in opened]
-            if all(s == shapes[0] for s in shapes):
-                buf = torch.empty((n,) + shapes[0], dtype=getattr(torch, dtype), pin_memory=self._pin)
-                rows = buf.numpy()
-                _each(pool, lambda i: read_into(opened[i][0], opened[i][1], rows[i], sources[i]), list(range(n)),
-                      sources)
-                audio = Batch.from_dense(buf)
-            else:
-                def one(i):
-                    out = np.empty(shapes[i], dtype)
-                    read_into(opened[i][0], opened[i][1], out, sources[i])
-                    return torch.from_numpy(out)
-                audio = Batch(_each(pool, one, list(range(n)), sources))
-        finally:
-            for f in handles:
-                if f is not None:
-                    f.close()
-        return audio, Batch.from_dense(torch.tensor([float(p.rate) for _, p in opened], dtype=torch.float32))
+        audio, rates = decode_files(data, sources, dtype=_DTYPES[args.const("dtype")], downmix=args.const("downmix"),
+                                    start_time=args["start_time"], duration=args["duration"],
+                                    out_of_bounds_policy=args.const("out_of_bounds_policy"),
+                                    finite=args.const("finite"), pool=ctx.thread_pool, parts=self.spec.num_threads,
+                                    pin=self.pin_outputs, device_id=self.spec.device_id)
+        return audio, Batch.from_dense(torch.from_numpy(rates.astype(np.float32)))
 
 
 # ------------------------------------------------------------------------------------------------ mixed
@@ -204,21 +270,25 @@ class _Item:
     fmt: str                        # a key of SAMPLE_BYTES, or "native" for samples decoded on the CPU
     first: int = 0                  # WAV: byte offset of the window in the file
     nbytes: int = 0                 # bytes to copy (the rest of the row is silence)
+    start: int = 0                  # WAV: the window's first frame (named by errors)
     decoded: torch.Tensor | None = None
     target: float = 0.0             # sample_rate: > 0 converts to float32, resamples on the device, converts back
 
 
-def _plan_item(data: torch.Tensor, source: str, a: dict) -> _Item | None:
-    """The WAV payload window of one sample, or None when it needs the CPU decoder (not a plain PCM/float WAV, or
-    a header libsndfile should judge)."""
-    info = parse_wav(_bytes(data))
-    if info is None:
-        return None
-    plan = plan_window(info, start_time=float(a["start_time"]), duration=float(a["duration"]) or None,
-                       out_of_bounds_policy=a["out_of_bounds_policy"], source=source)
-    return _Item(float(info.samplerate), plan.n_out, info.channels, info.sample_format,
-                 info.data_offset + plan.start * info.block_align, plan.n_read * info.block_align,
-                 target=float(a["sample_rate"] or 0.0))
+def _wav_items(data, sources: list[str], per: list[dict]) -> list[_Item | None]:
+    """The WAV payload window of each sample, the batch's headers parsed in one call; None for a sample that needs
+    the CPU decoder (not a plain PCM/float WAV, or a header libsndfile should judge)."""
+    with open_files(**_encoded(data, sources), sources=sources, sndfile=False) as files:
+        fmt, offset, align = files.payloads()
+    wav = files.status == OK
+    start, n_read, n_out, errors = plan_windows(
+        files.rate, files.frames, _floats([a["start_time"] for a in per]), _floats([a["duration"] for a in per]),
+        per[0]["out_of_bounds_policy"], sources, valid=wav)
+    _raise_first(errors, sources)
+    first, nbytes = offset + start * align, n_read * align
+    return [_Item(float(files.rate[i]), int(n_out[i]), int(files.channels[i]), WAV_FORMATS[fmt[i]], int(first[i]),
+                  int(nbytes[i]), int(start[i]), target=float(per[i]["sample_rate"] or 0.0)) if wav[i] else None
+            for i in range(len(per))]
 
 
 def _row_bytes(frames: int, channels: int, fmt: str, dtype: torch.dtype) -> int:
@@ -227,10 +297,11 @@ def _row_bytes(frames: int, channels: int, fmt: str, dtype: torch.dtype) -> int:
 
 
 def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], *, device: torch.device,
-                 pool=None, pin: bool = False, direct: bool | None = None) -> tuple[Batch, Batch]:
+                 pool=None, pin: bool = False, direct: bool | None = None, defer=None) -> tuple[Batch, Batch]:
     """The mixed decoder's work for one batch, on any ``device`` (the operator runs it on the GPU; tests on the CPU).
 
-    WAV payloads are not decoded on the CPU: their headers are parsed (:func:`parse_wav`), each window's bytes are
+    WAV payloads are not decoded on the CPU: their headers are parsed (one call for the batch, with the rules of
+    :func:`sluice.backends.audio.parse_wav`), each window's bytes are
     copied from the reader's buffer straight into one staging buffer (page-locked when ``pin``; the copies run in
     ``pool``, NumPy releasing the GIL), which goes to ``device`` in ONE copy, together with the sample rates; one
     :func:`pcm_to_audio` per (format, channels) group then converts the whole group there. Other files are
@@ -240,7 +311,10 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
 
     When the files already lie in page-locked memory (readers.file reads a GPU pipeline's batch into one such
     buffer), nothing is staged on the host: that buffer goes to ``device`` in one DMA and each payload window is
-    copied from there into its row (``direct``; None decides by that, True forces it, for tests)."""
+    copied from there into its row (``direct``; None decides by that, True forces it, for tests).
+
+    With ``finite`` the float WAVs' windows are checked on ``device`` too; the check reads the result back, so it
+    is handed to ``defer`` (``BatchContext.defer``: it runs before the batch reaches the caller), or run now."""
     n = len(data)
     if n == 0:
         return Batch([]), Batch([])
@@ -249,7 +323,7 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
     if len(dtype_name) != 1 or len(downmix) != 1:
         raise ValueError("decoders.audio: dtype and downmix must be the same for every sample of a batch")
     dtype, downmix = getattr(torch, _DTYPES[dtype_name.pop()]), downmix.pop()
-    items = _each(None, lambda i: _plan_item(data[i], sources[i], per[i]), list(range(n)), sources)
+    items = _wav_items(data, sources, per)
     cpu = [i for i in range(n) if items[i] is None]
 
     def decode_on_cpu(i):
@@ -303,12 +377,40 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
         dense = out if len(idx) == n else None
         for r, i in enumerate(idx):
             samples[i] = out[r, : items[i].n_out]
+    check = _finite_check(moved, blocks, items, sources) if per[0].get("finite", True) else None
+    if check is not None:
+        (defer or (lambda c: c()))(check)
     if any(item.target > 0 for item in items):
         dense = _resample(samples, items, dtype, float(per[0]["quality"]))
     rate_batch = _MirroredBatch.mirror(moved[: 4 * n].view(torch.float32), torch.tensor(rates, dtype=torch.float32))
     if dense is not None and all(s.shape == dense.shape[1:] for s in samples):
         return Batch.from_dense(dense), rate_batch
     return Batch(samples), rate_batch
+
+
+def _finite_check(moved: torch.Tensor, blocks: list, items: list[_Item], sources: list[str]):
+    """``finite`` for the float WAVs of a mixed batch: per float group one reduction on the device finds each row's
+    first frame holding NaN, an infinity or a value beyond FINITE_LIMIT; returns the check that reads those back
+    and raises naming the first such sample (None when the batch has no float WAV)."""
+    found = []
+    for fmt, channels, _, idx, frames, row, start in blocks:
+        if fmt not in ("f32", "f64"):
+            continue
+        raw = moved[start: start + row * len(idx)].view(len(idx), row)[:, : frames * channels * SAMPLE_BYTES[fmt]]
+        bad = ~(raw.view(torch.float32 if fmt == "f32" else torch.float64).abs() <= FINITE_LIMIT)
+        found.append((idx, torch.where(bad.any(dim=1), bad.to(torch.uint8).argmax(dim=1) // channels, -1)))
+    if not found:
+        return None
+
+    def check() -> None:
+        errors = {}
+        for idx, first in found:
+            for r, frame in enumerate(first.tolist()):
+                if frame >= 0:
+                    errors[idx[r]] = decode_error(sources[idx[r]], "not_finite", a=items[idx[r]].start + frame)
+        _raise_first(errors, sources)
+
+    return check
 
 
 def _payload(item: _Item, sample: torch.Tensor) -> torch.Tensor:
@@ -404,4 +506,4 @@ class MixedAudioDecoder(Operator):
         n = len(data)
         sources = ctx.source_info or [""] * n
         return decode_batch(data, sources, [args.sample(i) for i in range(n)], device=ctx.device,
-                            pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda")
+                            pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda", defer=ctx.defer)

@@ -1,0 +1,238 @@
+"""sluice.native.audio: the compiled core and its pure-Python twin (soundfile) give the same samples and the same
+errors, and both equal soundfile.read, on every WAV subtype, channel count, dtype, downmix and window, on the
+formats libsndfile decodes, and on bad files. Without the core only the twin runs (against soundfile)."""
+
+from __future__ import annotations
+
+import io
+import struct
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from sluice import native
+from sluice.backends.audio import plan_windows
+from sluice.native.audio import OK, host_tensor, open_files
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops" / "audio"))
+from _audio_signals import encode, sweep  # noqa: E402
+
+RATE = 8000
+SUBTYPES = ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"]
+DTYPES = ["int16", "int32", "float32"]
+
+
+def signal(n: int, channels: int, seed: int = 0) -> np.ndarray:
+    x = sweep(n, rate=RATE, amp=0.9, seed=seed)
+    x[::37] = 1.0                     # full scale both ways: the conversions' edges
+    x[1::37] = -1.0
+    cols = [x * (1 - 0.1 * c) * (-1) ** c for c in range(channels)]
+    return np.stack(cols, axis=1) if channels > 1 else x
+
+
+def run(files: list[bytes], *, dtype="float32", downmix=False, start=0.0, duration=0.0, policy="error",
+        finite=True, region=False, parts=1):
+    """Decode ``files`` as the CPU decoder does (open, plan, decode in ``parts`` chunks in threads): the samples
+    (None for a failed file) and the error message of each failed file."""
+    n = len(files)
+    sources = [f"f{i}.bin" for i in range(n)]
+    if region:
+        sizes = [len(f) for f in files]
+        kw = {"data": np.frombuffer(b"".join(files) or b"\0", np.uint8), "offsets": np.cumsum([0] + sizes[:-1]),
+              "sizes": sizes}
+    else:
+        kw = {"data": [np.frombuffer(f, np.uint8) for f in files]}
+    with open_files(**kw, sources=sources) as fl:
+        st, nr, no, errs = plan_windows(fl.rate, fl.frames, [start] * n, [duration] * n, policy, sources,
+                                        valid=fl.status == OK)
+        errors = {i: str(e) for i, e in {**fl.failures, **errs}.items()}
+        if errs:                                              # as the operator: no decoding past a bad window
+            return [None] * n, errors
+        width = np.ones(n, np.int64) if downmix else fl.channels
+        counts = np.where(np.isin(np.arange(n), list(errors)), 0, no * width)
+        flat = np.zeros(int(counts.sum()), dtype)
+        offsets = (np.cumsum(counts) - counts) * flat.itemsize
+        bounds = np.linspace(0, n, parts + 1).astype(int)
+        with ThreadPoolExecutor(parts) as pool:
+            done = pool.map(lambda lo_hi: fl.decode(lo_hi[0], lo_hi[1], flat, offsets, st, nr, no, dtype, downmix,
+                                                    finite), zip(bounds[:-1], bounds[1:]))
+            for failed in done:
+                errors.update({i: str(e) for i, e in failed.items()})
+    shape = [(int(no[i]),) if downmix else (int(no[i]), int(fl.channels[i])) for i in range(n)]
+    out = [None if i in errors else flat[offsets[i] // flat.itemsize:][: counts[i]].reshape(shape[i])
+           for i in range(n)]
+    return out, errors
+
+
+def both(files: list[bytes], **kw):
+    """``run`` with the core and with the twin: identical samples and errors (the twin alone without the core)."""
+    with native.fallback():
+        twin = run(files, **kw)
+    if not native.available():
+        return twin
+    core = run(files, **kw)
+    assert core[1] == twin[1]
+    for a, b in zip(core[0], twin[0]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+    return core
+
+
+def reference(data: bytes, dtype: str, downmix: bool) -> np.ndarray:
+    """soundfile's full decode (downmixed as read_into does: float64 mean, rint for integers)."""
+    ref, _ = soundfile.read(io.BytesIO(data), dtype=dtype, always_2d=True)
+    if not downmix:
+        return ref
+    mean = ref.astype(np.float64).mean(axis=1)
+    return (np.rint(mean) if dtype != "float32" else mean).astype(dtype)
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "WAVEX"])
+@pytest.mark.parametrize("subtype", SUBTYPES)
+def test_every_wav_subtype_equals_soundfile(fmt, subtype):
+    files = [encode(signal(257, ch, seed=ch), RATE, fmt, subtype) for ch in (1, 2, 3, 9)]  # 9: pairwise sums
+    if native.available():
+        with open_files([np.frombuffer(f, np.uint8) for f in files], ["x"] * 4) as fl:
+            assert (fl.payloads()[0] >= 0).all()            # converted by the core, not decoded by libsndfile
+    for dtype in DTYPES:
+        for downmix in (False, True):
+            out, errors = both(files, dtype=dtype, downmix=downmix)
+            assert not errors
+            for f, got in zip(files, out):
+                np.testing.assert_array_equal(got, reference(f, dtype, downmix))
+
+
+@pytest.mark.parametrize("fmt,sub", [("FLAC", "PCM_16"), ("FLAC", "PCM_24"), ("AIFF", "PCM_16"), ("AIFF", "FLOAT"),
+                                     ("W64", "PCM_24"), ("RF64", "DOUBLE"), ("WAV", "ULAW"), ("OGG", "VORBIS"),
+                                     ("MP3", "MPEG_LAYER_III")])
+def test_libsndfile_formats_equal_soundfile(fmt, sub):
+    files = [encode(signal(RATE // 2, ch, seed=ch), RATE, fmt, sub) for ch in (1, 2)]
+    if native.available():
+        with open_files([np.frombuffer(f, np.uint8) for f in files], ["x"] * 2) as fl:
+            assert (fl.payloads()[0] == -1).all()           # decoded by libsndfile
+    for dtype in DTYPES:
+        for downmix in (False, True):
+            out, errors = both(files, dtype=dtype, downmix=downmix)
+            assert not errors
+            for f, got in zip(files, out):
+                if fmt == "MP3":  # soundfile.read's io.BytesIO feeds mpg123 otherwise: 1 LSB apart at times
+                    scale = 1.0 if dtype == "float32" else float(np.iinfo(dtype).max)
+                    np.testing.assert_allclose(got / scale, reference(f, dtype, downmix) / scale, rtol=0,
+                                               atol=max(2e-6, 1.5 / scale))
+                else:
+                    np.testing.assert_array_equal(got, reference(f, dtype, downmix))
+
+
+@pytest.mark.parametrize("sub", ["PCM_16", "FLOAT"])
+def test_windows_with_each_policy(sub):
+    files = [encode(signal(RATE, 2, seed=s), RATE, fmt, sub) for s, fmt in ((0, "WAV"), (1, "FLAC" if sub ==
+                                                                                           "PCM_16" else "AIFF"))]
+    full = [reference(f, "int32", False) for f in files]
+    for start, duration in ((0.25, 0.5), (0.013, 0.2), (0.999, 0.001), (0.75, 0.0)):
+        out, errors = both(files, dtype="int32", start=start, duration=duration)
+        s = int(round(start * RATE))
+        e = s + int(round(duration * RATE)) if duration else RATE
+        assert not errors and all(np.array_equal(o, f[s:e]) for o, f in zip(out, full))
+    for start in (0.9, 1.5):                                  # past the end: silence, cut, or an error
+        padded, _ = both(files, dtype="int32", start=start, duration=0.5, policy="pad")
+        trimmed, _ = both(files, dtype="int32", start=start, duration=0.5, policy="trim_to_shape")
+        s = min(int(round(start * RATE)), RATE)
+        for p, t, f in zip(padded, trimmed, full):
+            assert p.shape == (4000, 2) and not p[RATE - s:].any()
+            np.testing.assert_array_equal(p[: RATE - s], f[s:])
+            np.testing.assert_array_equal(t, f[s:])
+        _, errors = both(files, dtype="int32", start=start, duration=0.5)
+        assert sorted(errors) == [0, 1] and "f1.bin" in errors[1] and "reaches past its end" in errors[1]
+
+
+def float_wav(values: np.ndarray, subtype: str, fmt: str = "WAV") -> bytes:
+    buf = io.BytesIO()
+    with np.errstate(over="ignore"):                          # 1e300 is inf in float32
+        soundfile.write(buf, values if subtype == "DOUBLE" else values.astype(np.float32), RATE, format=fmt,
+                        subtype=subtype)
+    return buf.getvalue()
+
+
+EXTREMES = np.array([0.0, 0.5, -1.5, 2.5, 32766.5, 32767.6, -32768.4, -32767.5, 40000.5, 2147483646.6, 2.2e9,
+                     -2147483647.4, -3e9, 1e10, np.inf, -np.inf, np.nan, 7.0, 1e300, -0.0])
+
+
+@pytest.mark.parametrize("fmt,subtype", [("WAV", "FLOAT"), ("WAV", "DOUBLE"), ("AIFF", "FLOAT")])
+def test_float_files_keep_libsndfiles_clipping_and_finite_refuses_them(fmt, subtype):
+    x = np.stack([EXTREMES, np.full_like(EXTREMES, 0.25)], axis=1)
+    files = [float_wav(x, subtype, fmt), float_wav(0.5 * signal(300, 2), subtype, fmt)]
+    for dtype in DTYPES:
+        for downmix in (False, True):
+            out, errors = both(files, dtype=dtype, downmix=downmix, finite=False)
+            assert not errors
+            with np.errstate(invalid="ignore", over="ignore"):
+                for f, got in zip(files, out):
+                    np.testing.assert_array_equal(got, reference(f, dtype, downmix))
+    _, errors = both(files, finite=True)
+    assert list(errors) == [0] and "f0.bin" in errors[0] and "frame 9 " in errors[0]   # 2147483646.6 > 1e6
+    _, errors = both(files, start=14 / RATE, duration=3 / RATE)                       # inf, -inf, nan
+    assert "frame 14 " in errors[0]
+    _, errors = both(files, start=1 / RATE, duration=8 / RATE, downmix=True)         # up to 40000.5: kept
+    assert not errors
+
+
+def with_header(data: bytes, **fields) -> bytes:
+    """A WAV whose fmt chunk (at byte 20) says otherwise: ``rate`` or ``code``."""
+    b = bytearray(data)
+    if "rate" in fields:
+        struct.pack_into("<I", b, 24, fields["rate"])
+    if "code" in fields:
+        struct.pack_into("<H", b, 20, fields["code"])
+    return bytes(b)
+
+
+def test_bad_files_fail_alike_naming_the_file():
+    good = encode(signal(RATE, 1), RATE, "WAV", "PCM_16")
+    ogg = encode(signal(RATE, 1), RATE, "OGG", "VORBIS")
+    flac = encode(signal(RATE, 1), RATE, "FLAC", "PCM_16")
+    files = [good, b"", b"not audio at all" * 40, good[: len(good) // 2], ogg[: ogg.rfind(b"OggS") + 3],
+             flac[: len(flac) // 2], with_header(good, rate=2_000_000_000), with_header(good, rate=0),
+             with_header(good, code=0x2000), good[:40]]
+    out, errors = both(files)
+    assert out[0] is not None and sorted(errors) == list(range(1, len(files)))
+    for i, e in errors.items():
+        assert f"f{i}.bin" in e, e
+    assert "empty" in errors[1] and "Supported formats" in errors[2]
+    assert "data chunk announces" in errors[3] and "Ogg stream is truncated" in errors[4]
+    assert "flac decoder lost sync" in errors[5]                  # libsndfile's own words, while reading
+    assert "2000000000 Hz" in errors[6] and "1 Hz..1000000 Hz" in errors[6]
+
+
+def test_region_and_threads_give_the_same_as_one_call():
+    files = [encode(signal(700 + 50 * s, 1 + s % 3, seed=s), RATE, fmt, sub)
+             for s, (fmt, sub) in enumerate([("WAV", "PCM_16"), ("FLAC", "PCM_24"), ("WAV", "FLOAT"),
+                                             ("WAV", "PCM_U8"), ("OGG", "VORBIS"), ("WAV", "PCM_32")])]
+    files.insert(3, b"")                                      # a failure among them, in its chunk
+    one, errors = both(files, dtype="int16", downmix=True)
+    for kw in ({"region": True}, {"parts": 3}, {"region": True, "parts": 4}):
+        out, errs = both(files, dtype="int16", downmix=True, **kw)
+        assert errs == errors and list(errs) == [3]
+        for a, b in zip(out, one):
+            assert (a is None and b is None) or np.array_equal(a, b)
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled core is not built")
+def test_output_blocks_are_recycled_once_every_view_is_gone():
+    a = host_tensor((1000, 500), torch.float32)
+    where = a.data_ptr()
+    view = a[10:]
+    del a
+    b = host_tensor((1000, 500), torch.float32)
+    assert b.data_ptr() != where                              # the view still holds the first block
+    del view
+    c = host_tensor((999, 500), torch.float32)                # a little smaller: the same block again
+    assert c.data_ptr() == where and c.shape == (999, 500)
+    c.fill_(1.0)
+    assert float(c.sum()) == 999 * 500
