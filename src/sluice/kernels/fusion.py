@@ -228,3 +228,43 @@ def fuse(op_nodes: list[Any], outputs: Iterable[Any] | None = None) -> list[Any]
             drop.add(id(cr))
         logger.debug("fused %s into %s", [n for n in (cr, rz, node) if n is not None], fused)
     return [replace.get(id(n), n) for n in op_nodes if id(n) not in drop]
+
+
+def decode_audio_on_device(op_nodes: list[Any], outputs: Iterable[Any] | None = None) -> list[Any]:
+    """``fn.decoders.audio`` on the CPU whose audio goes only to ``.gpu()`` becomes the mixed decoder.
+
+    The mixed decoder gives the same values (its PCM conversion is libsndfile's arithmetic, tests/ops/audio/
+    test_mixed_decoder*.py), but moves the files' samples to the GPU as they are stored (16-bit samples: half the
+    bytes of float32) and converts them there, instead of converting on the host and moving the result. It applies
+    when the decoder resamples nothing (``sample_rate`` 0: soxr and the GPU resampler differ), its audio feeds only
+    the transfer, and its rate output is used by nothing; neither output may be a pipeline output. The transfer node is replaced by the mixed decoder (same
+    id and output, so its consumers hold) and the CPU decoder is dropped. ``SLUICE_DISABLE_FUSION=1`` turns it off.
+    """
+    if os.environ.get("SLUICE_DISABLE_FUSION") == "1":
+        return list(op_nodes)
+    from sluice.pipeline.graph import DataNode
+
+    out_ids = {id(d) for d in (outputs or ())}
+    consumers = _consumers(op_nodes)
+    drop: set[int] = set()
+    replace: dict[int, Any] = {}
+    for node in op_nodes:
+        if getattr(node.schema, "name", None) != "_transfer" or node.device != "gpu" or not node.inputs:
+            continue
+        audio = node.inputs[0]
+        dec = getattr(audio, "op", None)
+        if (dec is None or getattr(dec.schema, "name", None) != "decoders.audio" or dec.device != "cpu"
+                or audio.index != 0 or dec.arg_inputs or float(dec.const_args.get("sample_rate") or 0.0) != 0.0
+                or consumers.get(id(audio), []) != [node] or any(id(d) in out_ids for d in dec.outputs)):
+            continue
+        if consumers.get(id(dec.outputs[1])):
+            continue
+        mixed = copy.copy(node)
+        mixed.schema, mixed.device = dec.schema, "mixed"
+        mixed.inputs, mixed.const_args, mixed.arg_inputs = list(dec.inputs), dict(dec.const_args), {}
+        mixed.name, mixed.explicit_name = dec.name, dec.explicit_name
+        mixed.outputs = [node.outputs[0], DataNode(mixed, 1, "gpu")]
+        replace[id(node)] = mixed
+        drop.add(id(dec))
+        logger.debug("the CPU audio decoder %s feeding .gpu() decodes on the device", dec)
+    return [replace.get(id(n), n) for n in op_nodes if id(n) not in drop]

@@ -174,9 +174,9 @@ class Executor:
     def _fuse(nodes: list[OpNode], outputs: list[DataNode]) -> list[OpNode]:
         """Replace chains that one fused kernel does better (crop -> resize -> crop_mirror_normalize on the GPU);
         a node whose output the pipeline returns is never fused away."""
-        from sluice.kernels.fusion import fuse
+        from sluice.kernels.fusion import decode_audio_on_device, fuse
 
-        return fuse(nodes, outputs=outputs)
+        return decode_audio_on_device(fuse(nodes, outputs=outputs), outputs=outputs)
 
     def operator(self, name: str) -> Operator:
         for node in self.nodes:

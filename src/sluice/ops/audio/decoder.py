@@ -296,35 +296,27 @@ def _row_bytes(frames: int, channels: int, fmt: str, dtype: torch.dtype) -> int:
     return max(8, -(-frames * channels * width // 8) * 8)     # 8-byte aligned rows: any sample type views them
 
 
-def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], *, device: torch.device,
-                 pool=None, pin: bool = False, direct: bool | None = None, defer=None) -> tuple[Batch, Batch]:
-    """The mixed decoder's work for one batch, on any ``device`` (the operator runs it on the GPU; tests on the CPU).
+@dataclass
+class _Plan:
+    """A mixed batch's host work (:func:`plan_batch`): each sample's item, the output type and downmix."""
 
-    WAV payloads are not decoded on the CPU: their headers are parsed (one call for the batch, with the rules of
-    :func:`sluice.backends.audio.parse_wav`), each window's bytes are
-    copied from the reader's buffer straight into one staging buffer (page-locked when ``pin``; the copies run in
-    ``pool``, NumPy releasing the GIL), which goes to ``device`` in ONE copy, together with the sample rates; one
-    :func:`pcm_to_audio` per (format, channels) group then converts the whole group there. Other files are
-    decoded on the CPU (:func:`decode_sample`, without resampling) and travel in the same staging buffer. Samples
-    with a ``sample_rate`` are converted to float32, resampled on ``device`` (:func:`resample_batch`, one call per
-    rate pair) and converted to ``dtype`` as the CPU decoder does after soxr.
+    items: list[_Item]
+    dtype: torch.dtype
+    downmix: bool
 
-    When the files already lie in page-locked memory (readers.file reads a GPU pipeline's batch into one such
-    buffer), nothing is staged on the host: that buffer goes to ``device`` in one DMA and each payload window is
-    copied from there into its row (``direct``; None decides by that, True forces it, for tests).
 
-    With ``finite`` the float WAVs' windows are checked on ``device`` too; the check reads the result back, so it
-    is handed to ``defer`` (``BatchContext.defer``: it runs before the batch reaches the caller), or run now."""
-    n = len(data)
-    if n == 0:
-        return Batch([]), Batch([])
+def plan_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], pool=None,
+               items: list[_Item | None] | None = None) -> _Plan:
+    """The host work of a mixed batch: its WAV headers parsed in one call and windows planned, and every other file
+    decoded on the CPU (in ``pool``). A pipeline runs it in its CPU stage (``MixedAudioDecoder.prepare``), so that
+    the device stage only moves and converts. ``items``: the WAV items already parsed (:func:`_wav_items`)."""
     dtype_name = {a["dtype"] for a in per}
     downmix = {bool(a["downmix"]) for a in per}
     if len(dtype_name) != 1 or len(downmix) != 1:
         raise ValueError("decoders.audio: dtype and downmix must be the same for every sample of a batch")
     dtype, downmix = getattr(torch, _DTYPES[dtype_name.pop()]), downmix.pop()
-    items = _wav_items(data, sources, per)
-    cpu = [i for i in range(n) if items[i] is None]
+    items = list(items) if items is not None else _wav_items(data, sources, per)
+    cpu = [i for i in range(len(items)) if items[i] is None]
 
     def decode_on_cpu(i):
         target = float(per[i]["sample_rate"] or 0.0)
@@ -335,6 +327,74 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
 
     for i, item in zip(cpu, _each(pool, decode_on_cpu, cpu, sources)):
         items[i] = item
+    return _Plan(items, dtype, downmix)
+
+
+#: Integer PCM formats a uniform batch converts straight from the reader's buffer (float formats take the general
+#: path, which also runs their ``finite`` check).
+_STRIDED_FORMATS = ("u8", "s16", "s32")
+
+
+def _uniform_on_device(data, plan: _Plan, device: torch.device) -> torch.Tensor | None:
+    """The usual batch converted with no row copies: every sample a plain integer PCM WAV of one format and channel
+    count, read whole with no padding, its window at the same distance from the next one's in readers.file's
+    page-locked buffer (files of one size). The buffer goes over in one DMA and one strided view of it is
+    converted by one ``pcm_to_audio``: ``(n, frames[, channels])``. None when the batch is not like that."""
+    items = plan.items
+    first = items[0]
+    width = SAMPLE_BYTES.get(first.fmt, 0)
+    if (first.fmt not in _STRIDED_FORMATS or device.type != "cuda"
+            or any(it.fmt != first.fmt or it.channels != first.channels or it.target or it.decoded is not None
+                   or it.n_out != first.n_out or it.nbytes != first.n_out * first.channels * width for it in items)):
+        return None
+    found = batch_region(data)
+    if found is None or not is_page_locked_buffer(found[0]):
+        return None
+    region, offsets, _ = found
+    starts = offsets + np.array([it.first for it in items], np.int64)
+    step = int(starts[1] - starts[0]) if len(starts) > 1 else first.nbytes
+    if (len(starts) > 1 and not (np.diff(starts) == step).all()) or step % width or starts[0] % width or step < 1:
+        return None
+    on_device = region.to(device, non_blocking=True)
+    raw = on_device.as_strided((len(items), first.nbytes), (step, 1), int(starts[0]))
+    return pcm_to_audio(raw, first.fmt, channels=first.channels, frames=first.n_out, dtype=plan.dtype,
+                        downmix=plan.downmix)
+
+
+def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], *, device: torch.device,
+                 pool=None, pin: bool = False, direct: bool | None = None, defer=None,
+                 plan: _Plan | None = None) -> tuple[Batch, Batch]:
+    """The mixed decoder's work for one batch, on any ``device`` (the operator runs it on the GPU; tests on the CPU).
+
+    WAV payloads are not decoded on the CPU: their headers are parsed (one call for the batch, with the rules of
+    :func:`sluice.backends.audio.parse_wav`), each window's bytes are
+    copied from the reader's buffer straight into one staging buffer (page-locked when ``pin``; the copies run in
+    ``pool``, NumPy releasing the GIL), which goes to ``device`` in ONE copy, together with the sample rates; one
+    :func:`pcm_to_audio` per (format, channels) group then converts the whole group there. Other files are
+    decoded on the CPU (:func:`decode_sample`, without resampling) and travel in the same staging buffer. Samples
+    with a ``sample_rate`` are converted to float32, resampled on ``device`` (:func:`resample_batch`, one call per
+    rate pair) and converted to ``dtype`` as the CPU decoder does after soxr. ``plan``: the host part
+    (:func:`plan_batch`), made already.
+
+    When the files already lie in page-locked memory (readers.file reads a GPU pipeline's batch into one such
+    buffer), nothing is staged on the host: that buffer goes to ``device`` in one DMA and each payload window is
+    copied from there into its row (``direct``; None decides by that, True forces it, for tests); a batch of
+    integer PCM files of one size is converted from a strided view of it, without the row copies.
+
+    With ``finite`` the float WAVs' windows are checked on ``device`` too; the check reads the result back, so it
+    is handed to ``defer`` (``BatchContext.defer``: it runs before the batch reaches the caller), or run now."""
+    n = len(data)
+    if n == 0:
+        return Batch([]), Batch([])
+    plan = plan or plan_batch(data, sources, per, pool)
+    items, dtype, downmix = plan.items, plan.dtype, plan.downmix
+    rates = [item.target or item.rate for item in items]             # the rate output: after resampling
+    if direct is None and pin:
+        dense = _uniform_on_device(data, plan, device)
+        if dense is not None:
+            host_rates = torch.tensor(rates, dtype=torch.float32)
+            return Batch.from_dense(dense), _MirroredBatch.mirror(host_rates.to(device, non_blocking=True),
+                                                                  host_rates)
 
     # Staging layout: the rates (float32), then one (rows, row_bytes) block per (format, channels, type) group.
     groups: dict[tuple[str, int, torch.dtype], list[int]] = {}
@@ -347,7 +407,6 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
         row = _row_bytes(frames, channels, fmt, work)
         blocks.append((fmt, channels, work, idx, frames, row, offset))
         offset += row * len(idx)
-    rates = [item.target or item.rate for item in items]             # the rate output: after resampling
     region = contiguous_bytes([data[i] for i in range(n)]) if direct or (pin and device.type == "cuda") else None
     if direct is None:
         direct = region is not None and is_page_locked_buffer(region)
@@ -502,8 +561,33 @@ class MixedAudioDecoder(Operator):
         super().__init__(spec)
         self._pin = torch.cuda.is_available()
 
+    def prepare(self, ctx: BatchContext, data: Batch, *, args: BatchArgs):
+        """Run by the executor in the CPU stage, so that the device stage only moves and converts the batch: the
+        headers, windows and CPU decodes of :func:`plan_batch`; or, for a batch holding files libsndfile decodes
+        (FLAC, Ogg, MP3 ...), the CPU decoder's batch path (:func:`decode_files`, the pipeline's threads, into
+        page-locked memory), whose output the device stage copies over whole."""
+        n = len(data)
+        if n == 0:
+            return None
+        sources = ctx.source_info or [""] * n
+        per = [args.sample(i) for i in range(n)]
+        items = _wav_items(data, sources, per)
+        if all(it is not None for it in items) or (_floats(args["sample_rate"]) > 0).any():
+            return plan_batch(data, sources, per, ctx.thread_pool, items=items)
+        return decode_files(data, sources, dtype=_DTYPES[args.const("dtype")], downmix=args.const("downmix"),
+                            start_time=args["start_time"], duration=args["duration"],
+                            out_of_bounds_policy=args.const("out_of_bounds_policy"), finite=args.const("finite"),
+                            pool=ctx.thread_pool, parts=self.spec.num_threads, pin=ctx.device.type == "cuda",
+                            device_id=self.spec.device_id)
+
     def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
         n = len(data)
         sources = ctx.source_info or [""] * n
+        if isinstance(ctx.prepared, tuple):  # decoded on the CPU in the CPU stage: one copy over
+            audio, rates = ctx.prepared
+            host_rates = torch.from_numpy(rates.astype(np.float32))
+            return (audio.to(ctx.device, non_blocking=True),
+                    _MirroredBatch.mirror(host_rates.to(ctx.device, non_blocking=True), host_rates))
         return decode_batch(data, sources, [args.sample(i) for i in range(n)], device=ctx.device,
-                            pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda", defer=ctx.defer)
+                            pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda", defer=ctx.defer,
+                            plan=ctx.prepared)

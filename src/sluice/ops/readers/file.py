@@ -24,7 +24,7 @@ import torch
 from sluice import native
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
-from sluice.pipeline.batch import Batch
+from sluice.pipeline.batch import Batch, host_empty, is_page_locked
 from sluice.pipeline.pool import map_all, runs
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -209,36 +209,15 @@ def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bo
     return [t for part in map_all(pool, read_run, parts) for t in part]
 
 
-_pinning_failed = False
-#: Start addresses of the page-locked batch buffers handed out. torch's host allocator keeps and reuses its blocks
-#: (only ``torch._C._host_emptyCache()`` gives them back), so the set stays small; a stale address would only make
-#: a consumer's non-blocking copy a synchronous one. Asking torch (``Tensor.is_pinned``) instead cost a CUDA driver
-#: query per batch on the GPU stage's thread (12-21 % of it in the audio pipeline).
-_page_locked: set[int] = set()
-
 #: Larger batches (of videos, say) are read into ordinary memory: page-locked memory is scarce, and torch's
 #: host allocator keeps what it has handed out.
 MAX_PINNED_BATCH_BYTES = 256 << 20
 
 
 def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
-    global _pinning_failed
-    if pin and not _pinning_failed and nbytes <= MAX_PINNED_BATCH_BYTES:
-        try:
-            # On the pipeline's GPU: a first page-locked allocation would otherwise make a context on GPU 0 (in
-            # every rank's process, on a multi-GPU host).
-            if device_id is None:
-                buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-            else:
-                with torch.cuda.device(device_id):
-                    buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-            _page_locked.add(buf.data_ptr())
-            return buf
-        except (RuntimeError, AssertionError) as exc:  # no CUDA, or no page-locked memory left: ordinary memory
-            _pinning_failed = True
-            logger.warning("fn.readers.file: cannot page-lock a %d-byte batch buffer (%s); reading into ordinary "
-                           "memory from now on", nbytes, exc)
-    return torch.empty(nbytes, dtype=torch.uint8)
+    """A batch's buffer: page-locked (:func:`sluice.pipeline.batch.host_empty`, on the pipeline's GPU) with
+    ``pin`` up to MAX_PINNED_BATCH_BYTES, else ordinary memory."""
+    return host_empty((nbytes,), torch.uint8, pin=pin and nbytes <= MAX_PINNED_BATCH_BYTES, device=device_id)
 
 
 def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> Batch:
@@ -301,8 +280,8 @@ def _size_of(path: str) -> int:
 
 
 def is_page_locked_buffer(region: torch.Tensor) -> bool:
-    """Whether ``region`` (from :func:`contiguous_bytes`) lies in a page-locked batch buffer of this module."""
-    return region.untyped_storage().data_ptr() in _page_locked
+    """Whether ``region`` (from :func:`contiguous_bytes`) lies in a page-locked batch buffer."""
+    return is_page_locked(region)
 
 
 def batch_region(samples) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:

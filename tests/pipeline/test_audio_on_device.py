@@ -1,0 +1,68 @@
+"""A CPU audio decoder whose audio goes only to .gpu() decodes on the device (kernels.fusion.decode_audio_on_device):
+the graph rewrite, and the same values as the CPU decoder (cuda)."""
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from sluice import fn, pipeline_def, types
+from sluice.kernels.fusion import decode_audio_on_device
+
+
+def _wavs(tmp_path, n=6, subtype="PCM_16"):
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        sf.write(tmp_path / f"{i}.wav", rng.uniform(-0.9, 0.9, 1000 + 0 * i).astype(np.float32), 16000,
+                 subtype=subtype)
+    return [str(tmp_path / f"{i}.wav") for i in range(n)]
+
+
+def _graph(files, use_rate=False, sample_rate=0.0):
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None)
+    def pipe():
+        enc, _ = fn.readers.file(files=files)
+        audio, rate = fn.decoders.audio(enc, dtype=types.FLOAT, downmix=True, sample_rate=sample_rate)
+        out = audio.gpu()
+        return (out, rate) if use_rate else out
+    p = pipe()
+    from sluice.pipeline.executor import topological_order
+    return topological_order(p._outputs), p._outputs
+
+
+def _names(nodes):
+    return [(n.schema.name, n.device) for n in nodes]
+
+
+@pytest.mark.parametrize("use_rate,sample_rate,rewritten", [(False, 0.0, True), (True, 0.0, False),
+                                                            (False, 8000.0, False)])
+def test_the_rewrite_applies_only_where_the_values_stay_the_same(tmp_path, use_rate, sample_rate, rewritten):
+    nodes, outputs = _graph(_wavs(tmp_path), use_rate, sample_rate)
+    after = decode_audio_on_device(nodes, outputs)
+    if rewritten:
+        assert ("decoders.audio", "mixed") in _names(after) and ("_transfer", "gpu") not in _names(after)
+        mixed = next(n for n in after if n.device == "mixed")
+        assert mixed.outputs[0] is outputs[0]  # the transfer's output, which the pipeline returns
+    else:
+        assert _names(after) == _names(nodes)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("subtype", ["PCM_16", "PCM_U8", "PCM_32", "FLOAT", "PCM_24"])
+def test_decoded_on_the_device_equals_the_cpu_decoder(tmp_path, monkeypatch, subtype):
+    files = _wavs(tmp_path, 6, subtype)
+
+    def run(fused):
+        monkeypatch.setenv("SLUICE_DISABLE_FUSION", "0" if fused else "1")
+
+        @pipeline_def(batch_size=3, num_threads=2, device_id=0)
+        def pipe():
+            enc, _ = fn.readers.file(files=files)
+            audio, _ = fn.decoders.audio(enc, dtype=types.FLOAT, downmix=True)
+            return audio.gpu()
+        p = pipe()
+        p.build()
+        return [p.run()[0].as_cpu().as_tensor().clone() for _ in range(2)]
+
+    for a, b in zip(run(True), run(False)):
+        assert torch.equal(a, b)
