@@ -18,7 +18,7 @@ gen="$here/peers/gen.py"
 [ -d "$DATA/images" ] || { echo "making 8192 JPEGs"; PYTHONPATH=$SITE python3 "$gen" images "$DATA/images" 8192; }
 [ -d "$DATA/wav" ] || { echo "making 1024 WAVs"; PYTHONPATH=$SITE python3 "$gen" audio "$DATA/wav" 1024 10; }
 case " $works " in *audio_flac*) [ -d "$DATA/flac" ] || PYTHONPATH=$SITE python3 "$gen" flac "$DATA/wav" "$DATA/flac";; esac
-commit=$(cd "$top" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${COMMIT:-$(cd "$top" && git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # COMMIT: the device copy may lack the history
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 log="$OUT/side_by_side.log"; : > "$log"
 for w in $works; do
