@@ -32,7 +32,7 @@ from sluice.native import io as native_io
 from sluice.ops.readers.file import _host_buffer
 from sluice.pipeline.pool import map_all, runs
 
-__all__ = ["read_packed", "cached_index", "member_name", "as_list"]
+__all__ = ["read_packed", "read_into", "cached_index", "member_name", "as_list"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,28 +59,23 @@ def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.nda
     file) into one buffer. Returns ``(buffer, offsets, sizes)``: the uint8 buffer (page-locked with ``pin``) and
     where each range lies in it, back to back, except that the ranges whose indices are in ``align_at`` (the
     first of each output of a multi-output reader) start at a multiple of 8 bytes, so that an output's stretch can
-    be viewed as any type. A range that cannot be read whole raises
-    a SampleError naming ``names[i]`` (the file and member) and the bytes missing."""
+    be viewed as any type. A range that cannot be read whole raises a SampleError naming ``names[i]`` (the file
+    and member) and the bytes missing."""
     n = len(paths)
-    starts = np.asarray(starts, np.int64).copy()
+    starts = np.asarray(starts, np.int64)
     sizes = np.asarray(sizes, np.int64).copy()
-    remote = [i for i in range(n) if storage.is_url(paths[i])]
     fetched: dict[int, object] = {}
-    if remote:
-        try:
-            got = storage.fetch([(paths[i], int(starts[i]), None if sizes[i] < 0 else int(sizes[i]))
-                                 for i in remote])
-        except storage.StorageError as e:
-            i = next((i for i in remote if paths[i] in str(e)), remote[0])
-            raise SampleError(i, names[i], e) from None
-        for i, data in zip(remote, got):
+    whole = np.flatnonzero(sizes < 0).tolist()
+    if whole:  # sizes not known beforehand: whole objects are fetched now, local files sized
+        remote = [i for i in whole if storage.is_url(paths[i])]
+        for i, data in zip(remote, _fetch(paths, starts, sizes, names, remote)):
             fetched[i] = data
-            if sizes[i] >= 0 and len(data) != sizes[i]:
-                raise SampleError(i, names[i], _short(paths[i], starts[i], sizes[i], len(data), what))
             sizes[i] = len(data)
-    whole = np.flatnonzero(sizes < 0)
-    for i in whole.tolist():
-        sizes[i] = storage.size(paths[i]) - starts[i]
+        for i in sorted(set(whole) - set(remote)):
+            try:
+                sizes[i] = storage.size(paths[i]) - starts[i]
+            except storage.StorageError as e:
+                raise SampleError(i, names[i], e) from None
     offsets = np.zeros(n, np.int64)
     if n:
         np.cumsum(sizes[:-1], out=offsets[1:])
@@ -91,24 +86,55 @@ def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.nda
     host = buf.numpy()
     for i, data in fetched.items():
         host[offsets[i]: offsets[i] + sizes[i]] = storage.to_array(data)
-    local = np.array(sorted(set(range(n)) - set(remote)), np.int64)
-    if local.size:
-        def read_run(run: range) -> None:
-            idx = local[run.start:run.stop]
-            got, status = native_io.read_ranges([paths[i] for i in idx.tolist()], starts[idx], sizes[idx],
-                                                offsets[idx], host)
-            bad = np.flatnonzero((status != 0) | (got != sizes[idx]))
-            if bad.size:
-                k = int(bad[0])
-                i = int(idx[k])
-                if status[k] < 0:
-                    code = -int(status[k])
-                    raise SampleError(i, names[i], storage.StorageError(
-                        code, f"cannot read '{paths[i]}': {os.strerror(code)}"))
-                raise SampleError(i, names[i], _short(paths[i], starts[i], sizes[i], int(got[k]), what))
-
-        map_all(pool, read_run, runs(len(local), pool, per_thread=True))
+    rest = np.array(sorted(set(range(n)) - set(fetched)), np.int64)
+    read_into(paths, starts, sizes, names, host, offsets, rest, pool=pool, what=what)
     return buf, offsets, sizes
+
+
+def read_into(paths: Sequence[str], starts: np.ndarray, sizes: np.ndarray, names: Sequence[str], host: np.ndarray,
+              offsets: np.ndarray, which: np.ndarray | None = None, *, pool=None, what: str = "record") -> None:
+    """Read range ``i`` (``sizes[i]`` bytes of ``paths[i]`` from ``starts[i]``) into ``host[offsets[i]:]``, for
+    each ``i`` of ``which`` (default: all): local ranges by the compiled core, a run of them per pool thread,
+    remote ones fetched concurrently. A range that cannot be read whole raises a SampleError naming
+    ``names[i]``."""
+    which = np.arange(len(paths)) if which is None else np.asarray(which, np.int64)
+    remote = [i for i in which.tolist() if storage.is_url(paths[i])]
+    for i, data in zip(remote, _fetch(paths, starts, sizes, names, remote, what)):
+        host[offsets[i]: offsets[i] + sizes[i]] = storage.to_array(data)
+    local = which[[not storage.is_url(paths[i]) for i in which.tolist()]] if which.size else which
+    if not local.size:
+        return
+
+    def read_run(run: range) -> None:
+        idx = local[run.start:run.stop]
+        got, status = native_io.read_ranges([paths[i] for i in idx.tolist()], starts[idx], sizes[idx],
+                                            offsets[idx], host)
+        bad = np.flatnonzero((status != 0) | (got != sizes[idx]))
+        if bad.size:
+            k = int(bad[0])
+            i = int(idx[k])
+            if status[k] < 0:
+                code = -int(status[k])
+                raise SampleError(i, names[i], storage.StorageError(
+                    code, f"cannot read '{paths[i]}': {os.strerror(code)}"))
+            raise SampleError(i, names[i], _short(paths[i], starts[i], sizes[i], int(got[k]), what))
+
+    map_all(pool, read_run, runs(len(local), pool, per_thread=True))
+
+
+def _fetch(paths, starts, sizes, names, which: list[int], what: str = "record") -> list:
+    """The remote ranges ``which`` (size -1: to the end), fetched concurrently; each checked to be whole."""
+    if not which:
+        return []
+    try:
+        got = storage.fetch([(paths[i], int(starts[i]), None if sizes[i] < 0 else int(sizes[i])) for i in which])
+    except storage.StorageError as e:
+        i = next((i for i in which if paths[i] in str(e)), which[0])
+        raise SampleError(i, names[i], e) from None
+    for i, data in zip(which, got):
+        if sizes[i] >= 0 and len(data) != sizes[i]:
+            raise SampleError(i, names[i], _short(paths[i], starts[i], sizes[i], len(data), what))
+    return got
 
 
 def _short(path: str, start: int, size: int, got: int, what: str) -> OSError:
