@@ -101,8 +101,53 @@ def _b_video_reader(name, **extra):
     return build
 
 
+def _b_readers_webdataset(tmp):
+    import tarfile
+
+    shard = tmp / "s.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i in range(11):
+            for ext, data in (("bin", bytes([i]) * (i + 1)), ("cls", str(i).encode())):
+                info = tarfile.TarInfo(f"k{i:02d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return tuple(fn.readers.webdataset(paths=[str(shard)], ext=["bin", "cls"], random_shuffle=True,
+                                       initial_fill=4, name="R"))
+
+
+def _b_readers_numpy(tmp):
+    for i in range(11):
+        np.save(tmp / f"a{i:02d}.npy", np.arange(i, i + 6, dtype=np.int16).reshape(2, 3))
+    return fn.readers.numpy(file_root=str(tmp), roi_start=[1], roi_axes=[0], shuffle_after_epoch=True, name="R")
+
+
+def _b_readers_tfrecord(tmp):
+    import struct
+
+    from sluice import tfrecord
+    from sluice.backends.tfrecord import masked_crc
+    from sluice.native.io import crc32c
+
+    def field(num, payload):  # protobuf: a length-delimited field (payloads under 128 bytes here)
+        return bytes([num << 3 | 2, len(payload)]) + payload
+
+    def crc(data):
+        return masked_crc(int(crc32c(np.frombuffer(data, np.uint8), [0], [len(data)])[0]))
+
+    with open(tmp / "r.tfrecord", "wb") as f:
+        for i in range(11):
+            rec = field(1, field(1, field(1, b"x") + field(2, field(1, field(1, bytes([i]) * (i + 1))))))
+            length = struct.pack("<Q", len(rec))
+            f.write(length + struct.pack("<I", crc(length)) + rec + struct.pack("<I", crc(rec)))
+    return fn.readers.tfrecord(path=[str(tmp / "r.tfrecord")], random_shuffle=True, initial_fill=4, name="R",
+                               features={"x": tfrecord.FixedLenFeature((), tfrecord.string, "")})["x"]
+
+
 BUILDERS = {
     "readers.file": _b_readers_file,
+    "readers.webdataset": _b_readers_webdataset,
+    "readers.numpy": _b_readers_numpy,
+    "readers.tfrecord": _b_readers_tfrecord,
     "external_source": _b_external_source,
     "random.coin_flip": _b_random_no_input("coin_flip"),
     "random.uniform": _b_random_no_input("uniform"),

@@ -114,6 +114,8 @@ ARG_RULES: dict[str, dict[str, Any]] = {
 FN_ALIASES: dict[str, tuple[str, str | None]] = {
     "audio_decoder": ("decoders.audio", None),
     "file_reader": ("readers.file", None),
+    "tfrecord_reader": ("readers.tfrecord", None),
+    "numpy_reader": ("readers.numpy", None),
     "image_decoder": ("decoders.image", None),
     "image_decoder_crop": ("decoders.image_crop", None),
     "image_decoder_random_crop": ("decoders.image_random_crop", None),
@@ -134,6 +136,8 @@ FN_ALIASES: dict[str, tuple[str, str | None]] = {
 OPS_ALIASES: dict[str, tuple[str, str | None]] = {
     "AudioDecoder": ("decoders.audio", None),
     "FileReader": ("readers.file", None),
+    "TFRecordReader": ("readers.tfrecord", None),
+    "NumpyReader": ("readers.numpy", None),
     "ImageDecoder": ("decoders.image", None),
     "ImageDecoderCrop": ("decoders.image_crop", None),
     "ImageDecoderRandomCrop": ("decoders.image_random_crop", None),
