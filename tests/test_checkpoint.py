@@ -143,11 +143,40 @@ def _b_readers_tfrecord(tmp):
                                features={"x": tfrecord.FixedLenFeature((), tfrecord.string, "")})["x"]
 
 
+def _b_readers_coco(tmp):
+    import json
+
+    paths = _write_images(tmp / "coco", 7)
+    doc = {"images": [{"id": i, "file_name": f"{i:03d}.jpg", "width": 12, "height": 12} for i in range(7)],
+           "annotations": [{"id": i, "image_id": i, "category_id": 1, "bbox": [1, 1, 2 + i, 3]} for i in range(7)],
+           "categories": [{"id": 1}]}
+    (tmp / "ann.json").write_text(json.dumps(doc))
+    assert len(paths) == 7
+    return tuple(fn.readers.coco(file_root=str(tmp / "coco"), annotations_file=str(tmp / "ann.json"),
+                                 random_shuffle=True, initial_fill=3, image_ids=True, name="R"))
+
+
+def _b_readers_nemo_asr(tmp):
+    import json
+
+    import soundfile
+
+    lines = []
+    for i in range(7):
+        soundfile.write(tmp / f"{i}.wav", np.full(80 + 10 * i, (i + 1) / 10, np.float32), 8000, subtype="FLOAT")
+        lines.append(json.dumps({"audio_filepath": f"{i}.wav", "duration": (80 + 10 * i) / 8000, "text": str(i)}))
+    (tmp / "m.json").write_text("\n".join(lines))
+    return tuple(fn.readers.nemo_asr(manifest_filepaths=[str(tmp / "m.json")], shuffle_after_epoch=True,
+                                     read_idxs=True, name="R"))
+
+
 BUILDERS = {
     "readers.file": _b_readers_file,
     "readers.webdataset": _b_readers_webdataset,
     "readers.numpy": _b_readers_numpy,
     "readers.tfrecord": _b_readers_tfrecord,
+    "readers.coco": _b_readers_coco,
+    "readers.nemo_asr": _b_readers_nemo_asr,
     "external_source": _b_external_source,
     "random.coin_flip": _b_random_no_input("coin_flip"),
     "random.uniform": _b_random_no_input("uniform"),
