@@ -64,7 +64,8 @@ def run_op(op_name: str, *inputs: Sequence[Any], device: str = "cpu", layout: st
 class S3Server:
     """A moto S3 server on 127.0.0.1 (see :func:`s3_server`). ``fail_every = k`` answers every k-th request with
     HTTP 503 (S3's ``SlowDown``, which clients retry); ``stall = s`` holds every request ``s`` seconds before
-    answering; :meth:`stop` shuts the server down (connections are then refused)."""
+    answering; :meth:`stop` shuts the server down (connections are then refused). ``log`` records each request
+    as ``(method, path, Range header or None)``."""
 
     def __init__(self) -> None:
         self.endpoint = ""
@@ -72,6 +73,7 @@ class S3Server:
         self.stall = 0.0
         self.requests = 0
         self.failed = 0
+        self.log: list[tuple[str, str, str | None]] = []
         self._lock = threading.Lock()
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -80,6 +82,8 @@ class S3Server:
         def middleware(environ, start_response):
             with self._lock:
                 self.requests += 1
+                self.log.append((environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""),
+                                 environ.get("HTTP_RANGE")))
                 fail = self.fail_every > 0 and self.requests % self.fail_every == 0
                 self.failed += fail
             if self.stall:

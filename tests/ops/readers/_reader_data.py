@@ -1,7 +1,9 @@
-"""Data the reader tests write for themselves: tar shards, images, and uploads to the loopback S3 server."""
+"""Data the reader tests write for themselves: tar shards, images, TFRecord files (with this module's own protobuf
+encoding and CRC-32C, independent of the reader's), and uploads to the loopback S3 server."""
 
 import io
 import os
+import struct
 
 import numpy as np
 
@@ -52,3 +54,57 @@ def write_shards(folder, shards=2, per_shard=5, jpg=True, extra=None):
                 w.write(sample)
         paths.append(str(path))
     return paths
+
+
+def _crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked(data: bytes) -> int:
+    crc = _crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(v: int) -> bytes:
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def _field(num: int, payload: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+
+
+def example(features: dict) -> bytes:
+    """A tf.train.Example: bytes values as BytesList, floats as a packed FloatList, ints as a packed Int64List
+    (or, for names ending in '!', one unpacked varint field per value)."""
+    entries = b""
+    for name, values in features.items():
+        if isinstance(values, bytes) or (isinstance(values, list) and values and isinstance(values[0], bytes)):
+            lst = b"".join(_field(1, v) for v in ([values] if isinstance(values, bytes) else values))
+            feature = _field(1, lst)
+        elif isinstance(values[0], float):
+            feature = _field(2, _field(1, struct.pack(f"<{len(values)}f", *values)))
+        elif name.endswith("!"):
+            feature = _field(3, b"".join(_varint(1 << 3 | 0) + _varint(v) for v in values))
+        else:
+            feature = _field(3, _field(1, b"".join(_varint(v) for v in values)))
+        entries += _field(1, _field(1, name.rstrip("!").encode()) + _field(2, feature))
+    return _field(1, entries)
+
+
+def write_tfrecord(path, records):
+    with open(path, "wb") as f:
+        for rec in records:
+            length = struct.pack("<Q", len(rec))
+            f.write(length + struct.pack("<I", _masked(length)) + rec + struct.pack("<I", _masked(rec)))
