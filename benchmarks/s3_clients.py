@@ -118,7 +118,8 @@ def main() -> None:
                 assert got == sum(lengths)
             results[name] = (count / best_obj, len(starts) / best_rng)
         for i, what in enumerate(("small objects (list + get)", "byte ranges of one object")):
-            report(f"s3 loopback: {what}, {args.objects} x ~{args.size // 1024} KiB", "objects/s",
+            report(f"s3 loopback, obstore (the \"sluice\" column: its S3 client) vs fsspec+s3fs: {what}, "
+                   f"{args.objects} x ~{args.size // 1024} KiB", "objects/s",
                    results["obstore"][i], {"fsspec+s3fs": results["fsspec+s3fs"][i]})
 
 

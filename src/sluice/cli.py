@@ -22,9 +22,9 @@ STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SLUICE_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
-                                                          "sluice")
-    return Path(root)
+    from sluice.backends.storage import cache_dir as where  # the readers' index caches live there too
+
+    return where()
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ def FixedLenFeature(shape: Sequence[int] | int, dtype: str, default_value: Any =
     return Feature(dtype, shape, default_value)
 
 
-def VarLenFeature(dtype: str, default_value: Any = None, *, partial_shape: Sequence[int] | None = None) -> Feature:  # noqa: N802
+def VarLenFeature(dtype: str, default_value: Any = None, *,  # noqa: N802
+                  partial_shape: Sequence[int] | None = None) -> Feature:
     """A feature with any number of values per record, output as a 1-D tensor of them (a record lacking it gives
     ``[default_value]``, or an empty tensor when there is no default)."""
     if partial_shape is not None:

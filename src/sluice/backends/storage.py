@@ -12,8 +12,8 @@ index files). This module lists, sizes, opens and reads them; a batch's byte ran
   requests (5xx answers, throttling, broken connections, timeouts) are retried with exponential backoff
   (``SLUICE_S3_RETRIES``, default 5, for at most ``SLUICE_S3_RETRY_TIMEOUT`` seconds, default 60). A request that
   still fails raises :class:`StorageError` naming the URL. obstore was chosen over fsspec + s3fs by measurement
-  (benchmarks/s3_clients.py, ``docs/readers.md``): 2.3x the objects per second on many small objects from the
-  same server, and one merged request for many tar members instead of one each.
+  (benchmarks/s3_clients.py; benchmarks/RESULTS.md): 1.9-2.3x the objects per second on many small objects from
+  the same server, and merged requests for the many tar members of one shard instead of one request each.
 
 Credentials and endpoint follow the AWS conventions: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
 ``AWS_SESSION_TOKEN``, else the profile ``AWS_PROFILE`` (default ``default``) of the shared credentials file
@@ -124,6 +124,15 @@ class S3Settings:
 
     @classmethod
     def from_env(cls) -> S3Settings:
+        """The settings the environment gives now (the AWS files are read again only when it changes)."""
+        key = tuple(os.environ.get(k) for k in _ENV_KEYS)
+        found = _settings.get(key)
+        if found is None:
+            found = _settings[key] = cls._read_env()
+        return found
+
+    @classmethod
+    def _read_env(cls) -> S3Settings:
         env = os.environ
         profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
         creds = _ini(env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"), profile)
@@ -152,6 +161,14 @@ class S3Settings:
     def deadline(self) -> float:
         """The longest a request may take, retries included: no read waits longer."""
         return self.retry_timeout + self.timeout + self.connect_timeout + 5.0
+
+
+_ENV_KEYS = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+             "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3",
+             "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_NO_SIGN_REQUEST", "SLUICE_S3_TIMEOUT",
+             "SLUICE_S3_CONNECT_TIMEOUT", "SLUICE_S3_RETRIES", "SLUICE_S3_RETRY_TIMEOUT", "SLUICE_S3_CONCURRENCY",
+             "HOME")
+_settings: dict[tuple, S3Settings] = {}
 
 
 def _number(name: str, default: float) -> float:

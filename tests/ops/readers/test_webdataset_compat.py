@@ -235,3 +235,24 @@ def test_shard_changed_after_indexing_is_an_error_not_a_short_sample(tmp_path):
         f.truncate(2000)
     with pytest.raises(PipelineError, match=r"shard-000.tar' ends before the end of the member"):
         p.run()
+
+
+@pytest.mark.cuda
+def test_gpu_pipeline_gets_one_page_locked_packed_batch(tmp_path):
+    """Feeding the mixed image decoder, the jpg output lies back to back in one page-locked buffer (the decoder's
+    fast lane takes it as it takes readers.file's), and decodes to what the CPU decoder gives."""
+    from sluice.ops.readers.file import batch_region, is_page_locked_buffer
+
+    shards = write_shards(tmp_path, shards=2, per_shard=4)
+
+    @sluice.pipeline_def(batch_size=8, num_threads=2, device_id=0)
+    def pipe():
+        jpegs, cls = fn.readers.webdataset(paths=shards, ext=["jpg", "cls"])
+        return fn.decoders.image(jpegs, device="mixed"), fn.decoders.image(jpegs, device="cpu"), jpegs, cls
+
+    gpu, cpu, jpegs, cls = pipe().run()
+    region = batch_region(jpegs)
+    assert jpegs.packed is not None and region is not None and is_page_locked_buffer(region[0])
+    for g, c in zip(gpu, cpu):
+        assert g.is_cuda and g.shape == c.shape
+        assert (g.cpu().int() - c.int()).abs().float().mean() < 2.0  # nvJPEG vs libjpeg-turbo IDCT
