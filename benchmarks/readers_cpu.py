@@ -44,6 +44,17 @@ def write_shards(files: list[str], labels: list[int], out: Path, shards: int) ->
     return paths
 
 
+def jpeg_set(folder: Path, shards: int) -> tuple[list[str], list[int], list[str]]:
+    """The JPEGs below ``folder`` (sorted), their labels (class folder index) and the same as tar shards, written
+    once next to the folder."""
+    files = sorted(str(p) for p in folder.rglob("*.jpg"))
+    if not files:
+        sys.exit(f"no .jpg files under {folder}; run benchmarks/make_imagenet_like.py first")
+    classes = sorted({Path(f).parent.name for f in files})
+    labels = [classes.index(Path(f).parent.name) for f in files]
+    return files, labels, write_shards(files, labels, folder.parent / f"{folder.name}_shards", shards)
+
+
 def endless(loader):
     while True:
         yield from loader
@@ -111,12 +122,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-s3", action="store_true", help="skip the loopback S3 comparison")
     args = ap.parse_args()
-    files = sorted(str(p) for p in args.folder.rglob("*.jpg"))
-    if not files:
-        sys.exit(f"no .jpg files under {args.folder}; run benchmarks/make_imagenet_like.py first")
-    classes = sorted({Path(f).parent.name for f in files})
-    labels = [classes.index(Path(f).parent.name) for f in files]
-    shards = write_shards(files, labels, args.folder.parent / "shards", args.shards)
+    files, labels, shards = jpeg_set(args.folder, args.shards)
     n, bs = len(files), args.batch
     cpus = f"{os.cpu_count()} CPUs, {args.threads} threads/workers"
 

@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import images_per_second, report  # noqa: E402
-from readers_cpu import best_of, write_shards  # noqa: E402
+from readers_cpu import best_of, jpeg_set  # noqa: E402
 from train_pipeline import MEAN, STD  # noqa: E402
 
 from sluice import fn, pipeline_def, types  # noqa: E402
@@ -57,12 +57,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--cpu", action="store_true", help="decode on the CPU (a smoke test without a GPU)")
     args = ap.parse_args()
-    files = sorted(str(p) for p in args.folder.rglob("*.jpg"))
-    if not files:
-        sys.exit(f"no .jpg files under {args.folder}; run benchmarks/make_imagenet_like.py first")
-    classes = sorted({Path(f).parent.name for f in files})
-    labels = [classes.index(Path(f).parent.name) for f in files]
-    shards = write_shards(files, labels, args.folder.parent / f"{args.folder.name}_shards", args.shards)
+    files, labels, shards = jpeg_set(args.folder, args.shards)
     gpu = torch.cuda.is_available() and not args.cpu
     decoder, dev, device_id = ("mixed", "gpu", 0) if gpu else ("cpu", "cpu", None)
 
