@@ -101,8 +101,82 @@ def _b_video_reader(name, **extra):
     return build
 
 
+def _b_readers_webdataset(tmp):
+    import tarfile
+
+    shard = tmp / "s.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i in range(11):
+            for ext, data in (("bin", bytes([i]) * (i + 1)), ("cls", str(i).encode())):
+                info = tarfile.TarInfo(f"k{i:02d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return tuple(fn.readers.webdataset(paths=[str(shard)], ext=["bin", "cls"], random_shuffle=True,
+                                       initial_fill=4, name="R"))
+
+
+def _b_readers_numpy(tmp):
+    for i in range(11):
+        np.save(tmp / f"a{i:02d}.npy", np.arange(i, i + 6, dtype=np.int16).reshape(2, 3))
+    return fn.readers.numpy(file_root=str(tmp), roi_start=[1], roi_axes=[0], shuffle_after_epoch=True, name="R")
+
+
+def _b_readers_tfrecord(tmp):
+    import struct
+
+    from sluice import tfrecord
+    from sluice.backends.tfrecord import masked_crc
+    from sluice.native.io import crc32c
+
+    def field(num, payload):  # protobuf: a length-delimited field (payloads under 128 bytes here)
+        return bytes([num << 3 | 2, len(payload)]) + payload
+
+    def crc(data):
+        return masked_crc(int(crc32c(np.frombuffer(data, np.uint8), [0], [len(data)])[0]))
+
+    with open(tmp / "r.tfrecord", "wb") as f:
+        for i in range(11):
+            rec = field(1, field(1, field(1, b"x") + field(2, field(1, field(1, bytes([i]) * (i + 1))))))
+            length = struct.pack("<Q", len(rec))
+            f.write(length + struct.pack("<I", crc(length)) + rec + struct.pack("<I", crc(rec)))
+    return fn.readers.tfrecord(path=[str(tmp / "r.tfrecord")], random_shuffle=True, initial_fill=4, name="R",
+                               features={"x": tfrecord.FixedLenFeature((), tfrecord.string, "")})["x"]
+
+
+def _b_readers_coco(tmp):
+    import json
+
+    paths = _write_images(tmp / "coco", 7)
+    doc = {"images": [{"id": i, "file_name": f"{i:03d}.jpg", "width": 12, "height": 12} for i in range(7)],
+           "annotations": [{"id": i, "image_id": i, "category_id": 1, "bbox": [1, 1, 2 + i, 3]} for i in range(7)],
+           "categories": [{"id": 1}]}
+    (tmp / "ann.json").write_text(json.dumps(doc))
+    assert len(paths) == 7
+    return tuple(fn.readers.coco(file_root=str(tmp / "coco"), annotations_file=str(tmp / "ann.json"),
+                                 random_shuffle=True, initial_fill=3, image_ids=True, name="R"))
+
+
+def _b_readers_nemo_asr(tmp):
+    import json
+
+    import soundfile
+
+    lines = []
+    for i in range(7):
+        soundfile.write(tmp / f"{i}.wav", np.full(80 + 10 * i, (i + 1) / 10, np.float32), 8000, subtype="FLOAT")
+        lines.append(json.dumps({"audio_filepath": f"{i}.wav", "duration": (80 + 10 * i) / 8000, "text": str(i)}))
+    (tmp / "m.json").write_text("\n".join(lines))
+    return tuple(fn.readers.nemo_asr(manifest_filepaths=[str(tmp / "m.json")], shuffle_after_epoch=True,
+                                     read_idxs=True, name="R"))
+
+
 BUILDERS = {
     "readers.file": _b_readers_file,
+    "readers.webdataset": _b_readers_webdataset,
+    "readers.numpy": _b_readers_numpy,
+    "readers.tfrecord": _b_readers_tfrecord,
+    "readers.coco": _b_readers_coco,
+    "readers.nemo_asr": _b_readers_nemo_asr,
     "external_source": _b_external_source,
     "random.coin_flip": _b_random_no_input("coin_flip"),
     "random.uniform": _b_random_no_input("uniform"),

@@ -1,4 +1,5 @@
-"""The ``sluice`` command: ``sluice demo``, ``sluice bench``, ``sluice probe VIDEO``, ``sluice index PATH...``."""
+"""The ``sluice`` command: ``sluice demo``, ``sluice bench``, ``sluice probe VIDEO``, ``sluice index PATH...``,
+``sluice tfrecord-index FILE [INDEX]``."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SLUICE_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
-                                                          "sluice")
-    return Path(root)
+    from sluice.backends.storage import cache_dir as where  # the readers' index caches live there too
+
+    return where()
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -152,6 +153,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench.main(args)
 
 
+def cmd_tfrecord_index(args: argparse.Namespace) -> int:
+    """Write the index of a TFRecord file (DALI's tfrecord2idx format) for ``fn.readers.tfrecord(index_path=)``."""
+    from sluice.backends import storage
+    from sluice.backends.tfrecord import build_index
+
+    index = args.index or storage.basename(args.tfrecord) + ".idx"
+    with storage.open_file(args.tfrecord, buffer_size=8 << 20) as f:
+        text = build_index(f, args.tfrecord, storage.size(args.tfrecord))
+    Path(index).write_text(text)
+    print(f"indexed {text.count(chr(10))} records of {args.tfrecord} into {index}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description="GPU data loading for PyTorch with DALI's operators.")
     parser.add_argument("--version", action="version", version=f"sluice {sluice.__version__}")
@@ -169,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-size", type=int, default=32)
     bench.add_argument("--iterations", type=int, default=20)
     bench.set_defaults(func=cmd_bench)
+    tfr = sub.add_parser("tfrecord-index", help="index a TFRecord file for fn.readers.tfrecord (as DALI's "
+                         "tfrecord2idx)")
+    tfr.add_argument("tfrecord", help="the TFRecord file (a path or an s3:// URL)")
+    tfr.add_argument("index", nargs="?", help="the index to write (default: the file's name + .idx, here)")
+    tfr.set_defaults(func=cmd_tfrecord_index)
     try:
         from sluice.video_cli import add_subcommands  # `sluice probe VIDEO`, `sluice index PATH...`
     except ImportError as e:  # the video extra (PyAV) is not installed

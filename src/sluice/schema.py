@@ -403,7 +403,8 @@ def _batch_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operato
     return BatchKernelOperator
 
 
-_CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop"}  # DALI's irregular spellings
+_CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop", "coco": "COCO",
+                "tfrecord": "TFRecord"}  # DALI's irregular spellings
 
 
 def _camel(name: str) -> str:
@@ -433,7 +434,8 @@ class OpSchema:
                  args: Sequence[Arg] = (), random: bool = False,
                  output_layout: str | Callable[..., str | list[str]] | None = None,
                  input_names: Sequence[str] | None = None, register: bool = True,
-                 default_device: str | None = None, stateful: bool = False):
+                 default_device: str | None = None, stateful: bool = False,
+                 output_names: Callable[[dict[str, Any]], list[str]] | None = None):
         self.name = name
         self.doc = inspect.cleandoc(doc)
         self.min_inputs, self.max_inputs = (inputs, inputs) if isinstance(inputs, int) else inputs
@@ -448,6 +450,9 @@ class OpSchema:
         self.stateful = stateful or random
         self._output_layout = output_layout
         self.input_names = list(input_names) if input_names else None
+        #: For operators whose outputs are named by their arguments (readers.tfrecord's features): the names, and
+        #: ``fn.x`` returns a dict of them instead of a list.
+        self.output_names = output_names
         own = list(args)
         if random:
             own.append(Arg("seed", int, -1, "Seed of this operator's random generator; -1 derives it from the "

@@ -18,6 +18,7 @@ from sluice.compat.dali.plugin import pytorch as dali_torch
 from sluice.errors import ArgumentError, PipelineError
 from sluice.pipeline.batch import Batch
 from sluice.schema import _camel
+from sluice.tfrecord import FixedLenFeature, string
 
 
 def _walk(root, dotted):
@@ -26,8 +27,17 @@ def _walk(root, dotted):
     return root
 
 
+_READER_ARGS = {
+    "readers.tfrecord": {"path": ["x.tfrecord"], "features": {"a": FixedLenFeature((), string, "")}},
+    "readers.coco": {"file_root": "/nonexistent", "annotations_file": "instances.json"},
+    "readers.nemo_asr": {"manifest_filepaths": ["manifest.json"]},
+}
+
+
 def _inputs_and_args(target):
     """Enough inputs and arguments to build a node of ``target`` (nothing runs)."""
+    if target in _READER_ARGS:
+        return [], dict(_READER_ARGS[target])
     if target.startswith("readers."):
         if "video" in target:
             return [], {"filenames": ["clip.mp4"], "sequence_length": 2}
@@ -40,6 +50,8 @@ def _inputs_and_args(target):
 
 
 def _target_of(outputs):
+    if isinstance(outputs, dict):  # named outputs (readers.tfrecord)
+        outputs = list(outputs.values())
     node = outputs[0] if isinstance(outputs, list) else outputs
     return node.op
 
@@ -131,8 +143,8 @@ def test_unsupported_arguments_name_operator_and_argument():
         fn.resize(fn.external_source(name="b"), resize_z=2)
 
 
-@pytest.mark.parametrize("where, name", [(fn, "box_encoder"), (fn.readers, "tfrecord"), (ops, "PythonFunction"),
-                                         (ops.readers, "COCO"), (types, "DALITensorLayout"), (math, "erf"),
+@pytest.mark.parametrize("where, name", [(fn, "box_encoder"), (fn.readers, "caffe"), (ops, "PythonFunction"),
+                                         (ops.readers, "Caffe2"), (types, "DALITensorLayout"), (math, "erf"),
                                          (dali_torch, "feed_gpu_tensor")])
 def test_missing_names_raise_not_implemented(where, name):
     with pytest.raises(NotImplementedError, match=f"nvidia.dali.*{name} is not provided by sluice"):

@@ -114,6 +114,10 @@ ARG_RULES: dict[str, dict[str, Any]] = {
 FN_ALIASES: dict[str, tuple[str, str | None]] = {
     "audio_decoder": ("decoders.audio", None),
     "file_reader": ("readers.file", None),
+    "tfrecord_reader": ("readers.tfrecord", None),
+    "numpy_reader": ("readers.numpy", None),
+    "coco_reader": ("readers.coco", None),
+    "nemo_asr_reader": ("readers.nemo_asr", None),
     "image_decoder": ("decoders.image", None),
     "image_decoder_crop": ("decoders.image_crop", None),
     "image_decoder_random_crop": ("decoders.image_random_crop", None),
@@ -134,6 +138,10 @@ FN_ALIASES: dict[str, tuple[str, str | None]] = {
 OPS_ALIASES: dict[str, tuple[str, str | None]] = {
     "AudioDecoder": ("decoders.audio", None),
     "FileReader": ("readers.file", None),
+    "TFRecordReader": ("readers.tfrecord", None),
+    "NumpyReader": ("readers.numpy", None),
+    "COCOReader": ("readers.coco", None),
+    "NemoAsrReader": ("readers.nemo_asr", None),
     "ImageDecoder": ("decoders.image", None),
     "ImageDecoderCrop": ("decoders.image_crop", None),
     "ImageDecoderRandomCrop": ("decoders.image_random_crop", None),

@@ -7,7 +7,7 @@ which is both a ``NotImplementedError`` (what the caller should catch) and an ``
 Example::
 
     from sluice.compat.dali import fn
-    fn.readers.tfrecord(path="x")   # NotSupportedError: nvidia.dali.fn.readers.tfrecord is not provided by ...
+    fn.readers.caffe(path="x")   # NotSupportedError: nvidia.dali.fn.readers.caffe is not provided by ...
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class NotSupportedError(NotImplementedError, AttributeError):
 
 
 def dali_name(module_name: str, name: str = "") -> str:
-    """``sluice.compat.dali.fn.readers`` + ``tfrecord`` -> ``nvidia.dali.fn.readers.tfrecord``."""
+    """``sluice.compat.dali.fn.readers`` + ``caffe`` -> ``nvidia.dali.fn.readers.caffe``."""
     base = "nvidia.dali" + module_name[len(_PREFIX):] if module_name.startswith(_PREFIX) else module_name
     return f"{base}.{name}" if name else base
 

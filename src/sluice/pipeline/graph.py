@@ -206,9 +206,9 @@ def _call(op_name: str, inputs: list[DataNode], args: dict[str, Any], device: st
     return outs if isinstance(outs, DataNode) else outs[0]
 
 
-def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> DataNode | list[DataNode]:
+def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> DataNode | list[DataNode] | dict[str, DataNode]:
     """Validate a call of ``fn.<schema.name>`` and record it. Returns one DataNode, or a list for operators with
-    several outputs (as DALI does)."""
+    several outputs (as DALI does), or a dict for operators whose outputs are named (readers.tfrecord)."""
     kwargs = dict(kwargs)
     device = kwargs.pop("device", None)
     name = kwargs.pop("name", None)
@@ -253,4 +253,6 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
     current = Pipeline.current()
     if current is not None:
         current._register_node(op)
+    if schema.output_names is not None:
+        return dict(zip(schema.output_names(const), op.outputs))
     return op.outputs[0] if len(op.outputs) == 1 else list(op.outputs)

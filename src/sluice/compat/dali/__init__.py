@@ -10,6 +10,7 @@ DALI module                                     provided as
 ``nvidia.dali.types``                           :mod:`sluice.types` plus ``Constant``
 ``nvidia.dali.tensors``                         ``TensorListCPU`` / ``TensorListGPU`` checks on :class:`sluice.Batch`
 ``nvidia.dali.math``                            ``abs``, ``pow`` (others raise NotImplementedError)
+``nvidia.dali.tfrecord``                        :mod:`sluice.tfrecord` (``FixedLenFeature``, ``VarLenFeature``)
 ``nvidia.dali.backend`` / ``data_node``           tensor types, memory calls / ``DataNode``
 ``nvidia.dali.plugin.pytorch``                  :mod:`sluice.torch` iterators and ``feed_ndarray``
 ``nvidia.dali.plugin.pytorch.experimental.proxy``  :mod:`sluice.torch.proxy`
@@ -36,6 +37,7 @@ from sluice.compat.dali import (
     pipeline,
     plugin,
     tensors,
+    tfrecord,
     types,
 )
 from sluice.compat.dali.pipeline import DataNode, Pipeline, pipeline_def
@@ -44,6 +46,7 @@ from sluice.compat.dali.pipeline import DataNode, Pipeline, pipeline_def
 # layer provides (readers/decoders namespaces, pipeline_def), with sluice's own version as the local part.
 __version__ = f"1.0.0+sluice.{_sluice_version}"
 
-__all__ = ["DataNode", "Pipeline", "fn", "math", "ops", "pipeline", "pipeline_def", "plugin", "tensors", "types"]
+__all__ = ["DataNode", "Pipeline", "fn", "math", "ops", "pipeline", "pipeline_def", "plugin", "tensors", "tfrecord",
+           "types"]
 
 __getattr__ = _module_getattr(__name__, lambda: _public_names(_sys.modules[__name__]))

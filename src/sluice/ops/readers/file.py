@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from sluice import native
+from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
 from sluice.pipeline.batch import Batch, host_empty, is_page_locked
@@ -93,27 +94,30 @@ def list_files(op: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
         paths = [os.path.join(root, f) if root else f for f in files]
         return paths, list(labels)
     if file_list is not None:
-        if not os.path.isfile(file_list):
-            raise ArgumentError(f"{op}: file_list '{file_list}' does not exist")
-        base = root if root else os.path.dirname(os.path.abspath(file_list))
+        try:
+            text = storage.read_text(file_list)  # a local file or an s3:// URL
+        except storage.StorageError:
+            raise ArgumentError(f"{op}: file_list '{file_list}' does not exist") from None
+        base = root if root else storage.dirname(file_list)
         paths, labels = [], []
-        with open(file_list) as f:
-            for number, line in enumerate(f, 1):
-                line = line.strip()
-                if not line or line.startswith("#"):
-                    continue
-                parts = line.rsplit(maxsplit=1)
-                if len(parts) != 2:
-                    raise ArgumentError(f"{op}: line {number} of '{file_list}' should be 'path label': {line!r}")
-                try:
-                    labels.append(int(parts[1]))
-                except ValueError:
-                    raise ArgumentError(f"{op}: line {number} of '{file_list}' has a non-integer label "
-                                        f"{parts[1]!r}") from None
-                paths.append(os.path.join(base, parts[0]))
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.rsplit(maxsplit=1)
+            if len(parts) != 2:
+                raise ArgumentError(f"{op}: line {number} of '{file_list}' should be 'path label': {line!r}")
+            try:
+                labels.append(int(parts[1]))
+            except ValueError:
+                raise ArgumentError(f"{op}: line {number} of '{file_list}' has a non-integer label "
+                                    f"{parts[1]!r}") from None
+            paths.append(storage.join(base, parts[0]))
         return paths, labels
     if root is None:
         raise ArgumentError(f"{op}: give file_root, file_list or files")
+    if storage.is_url(root):
+        return _list_url(op, root, args)
     if not os.path.isdir(root):
         raise ArgumentError(f"{op}: file_root '{root}' does not exist or is not a folder")
     patterns = args["file_filters"] or ["*"]
@@ -143,6 +147,29 @@ def list_files(op: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
                 paths.append(os.path.join(root, f))
                 labels.append(0)
     return paths, labels
+
+
+def _list_url(op: str, root: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
+    """``list_files`` for an s3:// ``file_root``: the first level of key prefixes below it are the classes (or,
+    with none, the objects directly below it have label 0), as sub-folders of a local root are."""
+    try:
+        urls, _ = storage.list_files(root)
+    except storage.StorageError as e:
+        raise ArgumentError(f"{op}: file_root: {e}") from None
+    prefix = root.rstrip("/") + "/"
+    fold = (lambda n: n) if args["case_sensitive_filter"] else str.lower
+    patterns = [fold(p) for p in (args["file_filters"] or ["*"])]
+    rel = [(u, u[len(prefix):]) for u in urls]
+    rel = [(u, r) for u, r in rel if any(fnmatch.fnmatchcase(fold(r.rsplit("/", 1)[-1]), p) for p in patterns)]
+    classes = sorted({r.split("/", 1)[0] for _, r in rel if "/" in r})
+    if args["dir_filters"]:
+        classes = [d for d in classes if any(fnmatch.fnmatch(d, p) for p in args["dir_filters"])]
+    if not classes:
+        return [u for u, r in rel if "/" not in r], [0] * sum("/" not in r for _, r in rel)
+    label = {c: k for k, c in enumerate(classes)}
+    picked = [(label[r.split("/", 1)[0]], u) for u, r in rel if "/" in r and r.split("/", 1)[0] in label]
+    picked.sort()
+    return [u for _, u in picked], [k for k, _ in picked]
 
 
 def _cannot_read(path: str, e: OSError) -> OSError:
@@ -369,12 +396,21 @@ class FileReader(ReaderBase):
             where = spec.args["file_root"] or spec.args["file_list"] or "files"
             raise ArgumentError(f"{self.op_name}: no files found in '{where}' (file_filters="
                                 f"{spec.args['file_filters']})")
+        self.remote = any(storage.is_url(p) for p in self.paths)
         self.setup_order(len(self.paths))
 
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, Batch]:
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
-        if self.pin_outputs or native.available():
+        if self.remote:  # objects in S3 (or a mix): fetched concurrently, back to back in one buffer
+            from sluice.ops.readers._base import read_packed
+
+            n = len(paths)
+            buf, _, sizes = read_packed(self.op_name, paths, np.zeros(n, np.int64), np.full(n, -1, np.int64),
+                                        paths, pool=ctx.thread_pool, pin=self.pin_outputs,
+                                        device_id=self.spec.device_id, what="file")
+            data = Batch.from_packed(buf[: int(sizes.sum())], sizes[:, None], "", paths)
+        elif self.pin_outputs or native.available():
             # the batch back to back in one buffer (page-locked for a GPU pipeline), read by runs of files in the
             # compiled core: decoders then parse and decode it in one call per run too
             data = _read_into_one_buffer(paths, ctx.thread_pool, self.pin_outputs, self.spec.device_id)
