@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sluice import sequences as _seq
 from sluice import types
 from sluice.errors import ArgumentError, SampleError
 from sluice.pipeline.batch import Batch
@@ -232,6 +233,9 @@ class BatchContext:
     _rekeyed: _RekeyedRng | None = field(default=None, repr=False)
     #: What the operator's ``prepare`` returned for this batch, when the executor ran it ahead (else None).
     prepared: Any = field(default=None, repr=False)
+    #: When the batch holds the frames of sequences (:mod:`sluice.sequences`): the sample each frame belongs to.
+    #: Random draws are the sample's, so every frame of a clip gets the same window. None: item i is sample i.
+    sample_ids: list[int] | None = field(default=None, repr=False)
 
     @property
     def rng(self) -> np.random.Generator:
@@ -244,7 +248,10 @@ class BatchContext:
         """A generator for sample ``i`` of this batch, independent of the order in which samples run (the same
         values as the sample kernel's ``SampleContext.rng``). With ``reuse`` one generator of this context is
         re-keyed for the sample, which is cheaper; it is valid until the next ``sample_rng(..., reuse=True)`` call,
-        so use it at once, in one thread."""
+        so use it at once, in one thread. For the frames of sequences, ``i`` is a frame and the generator is its
+        sample's."""
+        if self.sample_ids is not None:
+            i = self.sample_ids[i]
         if not reuse:
             return _rng(self.seed, self.iteration, i + 1)
         if self._rekeyed is None:
@@ -366,9 +373,12 @@ def _sample_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operat
             n = ctx.batch_size
             layout = ctx.layouts[0] if ctx.layouts else ""
 
+            ids = ctx.sample_ids
+
             def one(i: int):
-                sctx = SampleContext(ctx.op_name, i, ctx.source_info[i] if ctx.source_info else "", layout,
-                                     ctx.seed, ctx.iteration)
+                # the frames of a sequence share their sample's index, and so its random draws
+                sctx = SampleContext(ctx.op_name, i if ids is None else ids[i],
+                                     ctx.source_info[i] if ctx.source_info else "", layout, ctx.seed, ctx.iteration)
                 try:
                     out = fn(sctx, *(b[i] for b in inputs), **args.sample(i))
                 except Exception as e:  # noqa: BLE001 - re-raised with the sample named
@@ -390,6 +400,20 @@ def _sample_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operat
 
     SampleKernelOperator.__name__ = f"{_camel(schema.name)}_{device}"
     return SampleKernelOperator
+
+
+def _sequence_operator(schema: OpSchema, op_class: type[Operator]) -> type[Operator]:
+    """``op_class`` taking sequences as ``schema.sequences`` says (:mod:`sluice.sequences`)."""
+
+    class SequenceOperator(op_class):  # type: ignore[valid-type, misc]
+        def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs):
+            counts = _seq.needs_frames(schema, inputs, args)
+            if counts is None:
+                return super().run(ctx, *inputs, args=args)
+            return _seq.run_as_frames(schema, self.spec, super().run, ctx, inputs, args, counts)
+
+    SequenceOperator.__name__ = SequenceOperator.__qualname__ = op_class.__name__
+    return SequenceOperator
 
 
 def _batch_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operator]:
@@ -435,7 +459,8 @@ class OpSchema:
                  output_layout: str | Callable[..., str | list[str]] | None = None,
                  input_names: Sequence[str] | None = None, register: bool = True,
                  default_device: str | None = None, stateful: bool = False,
-                 output_names: Callable[[dict[str, Any]], list[str]] | None = None):
+                 output_names: Callable[[dict[str, Any]], list[str]] | None = None,
+                 sequences: str | None = None, sequence_outputs: int | None = None):
         self.name = name
         self.doc = inspect.cleandoc(doc)
         self.min_inputs, self.max_inputs = (inputs, inputs) if isinstance(inputs, int) else inputs
@@ -453,6 +478,14 @@ class OpSchema:
         #: For operators whose outputs are named by their arguments (readers.tfrecord's features): the names, and
         #: ``fn.x`` returns a dict of them instead of a list.
         self.output_names = output_names
+        if sequences is not None and sequences not in _seq.MODES:
+            raise ValueError(f"schema {name}: sequences={sequences!r}; use one of {_seq.MODES} or None")
+        #: How the operator takes sequences (layouts starting with F), DALI's ``AllowSequences``: ``"frames"``
+        #: (the batch of sequences runs as the batch of their frames), ``"axis"`` (the kernels take the F axis;
+        #: per-frame arguments run frame by frame) or None (no sequence semantics). See :mod:`sluice.sequences`.
+        self.sequences = sequences
+        #: With ``sequences``: how many leading outputs are sequences (the rest are per sample); None: all.
+        self.sequence_outputs = sequence_outputs
         own = list(args)
         if random:
             own.append(Arg("seed", int, -1, "Seed of this operator's random generator; -1 derives it from the "
@@ -478,7 +511,7 @@ class OpSchema:
                              f"(devices={self.devices})")
         if device in self.kernels:
             raise ValueError(f"{self.name}: two kernels for device '{device}'")
-        self.kernels[device] = op_class
+        self.kernels[device] = _sequence_operator(self, op_class) if self.sequences else op_class
 
     def sample_kernel(self, device: str) -> Callable:
         """Register ``fn(ctx, *sample_inputs, **sample_args)``, run per sample in the pipeline's threads."""
@@ -580,7 +613,11 @@ class OpSchema:
         return inspect.Signature(params)
 
     def docstring(self) -> str:
-        lines = [self.doc, "", f"Devices: {', '.join(self.devices)}.", "", "Arguments:"]
+        lines = [self.doc, "", f"Devices: {', '.join(self.devices)}."]
+        if self.sequences:
+            lines.append("Sequences (layouts FHWC, FCHW): every frame is processed with its sample's arguments; "
+                         "a scalar argument may give one value per frame.")
+        lines += ["", "Arguments:"]
         for arg in self.args.values():
             if arg.name in ("preserve", "bytes_per_sample_hint"):
                 continue

@@ -55,6 +55,7 @@ def _make_schema() -> OpSchema:
         "_fused_crop_resize_crop_mirror_normalize",
         doc="""[crop ->] resize -> crop_mirror_normalize as one GPU node (made by sluice.kernels.fusion.fuse).""",
         devices=("gpu",),
+        sequences="frames",  # a batch of clips is the batch of their frames: one kernel pair for all of them
         output_layout=lambda a, lay: a.get("c.output_layout") or "CHW",
         args=_fused_args(),
         register=False,

@@ -101,6 +101,7 @@ _LAYOUT_DOC = "Input: channel-last images (HWC, FHWC, DHWC) or any tensor; the o
 
 SCHEMA = OpSchema(
     "brightness_contrast",
+    sequences="axis",
     doc=f"""Adjusts the brightness and contrast of images.
 
     ``out = brightness_shift * max_out + brightness * (contrast_center + contrast * (in - contrast_center))``,
@@ -115,6 +116,7 @@ SCHEMA = OpSchema(
 
 BRIGHTNESS_SCHEMA = OpSchema(
     "brightness",
+    sequences="axis",
     doc=f"""Adjusts the brightness of images: ``out = brightness_shift * max_out + brightness * in``.
 
     {_LAYOUT_DOC} Example::
@@ -127,6 +129,7 @@ BRIGHTNESS_SCHEMA = OpSchema(
 
 CONTRAST_SCHEMA = OpSchema(
     "contrast",
+    sequences="axis",
     doc=f"""Adjusts the contrast of images: ``out = contrast_center + contrast * (in - contrast_center)``.
 
     {_LAYOUT_DOC} Example::

@@ -142,6 +142,7 @@ def _run_batch(images, image_type, output_type, dtype=None):
 
 SCHEMA = OpSchema(
     "color_space_conversion",
+    sequences="axis",
     doc="""Converts channel-last images between colour spaces: RGB, BGR, GRAY (1 channel) and YCbCr (BT.601).
 
     GRAY is ``0.299 R + 0.587 G + 0.114 B`` (as OpenCV's ``COLOR_RGB2GRAY``); YCbCr is ITU-R BT.601 with

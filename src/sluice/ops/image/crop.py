@@ -32,6 +32,7 @@ CROP_ARGS = [
 
 SCHEMA = OpSchema(
     "crop",
+    sequences="axis",
     doc="""Crop images with a window of fixed size at a relative position.
 
     Example::

@@ -37,6 +37,7 @@ CMN_ARGS = [
 
 SCHEMA = OpSchema(
     "crop_mirror_normalize",
+    sequences="frames",
     doc="""Crop, mirror, normalise, transpose and cast images.
 
     ``out = (in - mean) * (scale / std) + shift``. Example::

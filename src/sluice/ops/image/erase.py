@@ -17,6 +17,7 @@ __all__ = ["SCHEMA", "erase_one"]
 
 SCHEMA = OpSchema(
     "erase",
+    sequences="axis",
     doc="""Erase rectangles (cutout / random erasing).
 
     Example::

@@ -16,6 +16,7 @@ __all__ = ["SCHEMA"]
 
 SCHEMA = OpSchema(
     "flip",
+    sequences="axis",
     doc="""Flip images along the width (``horizontal``) and/or the height (``vertical``).
 
     Example::

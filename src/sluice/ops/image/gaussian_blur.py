@@ -154,6 +154,7 @@ def _run_batch(images, sigma, window_size, dtype=None):
 
 SCHEMA = OpSchema(
     "gaussian_blur",
+    sequences="frames",  # frames blur as images (OpenCV on the CPU): a clip's frames as its images would
     doc="""Applies a Gaussian blur over the spatial axes (every axis but ``C`` and ``F``).
 
     With only ``sigma``, the window is ``2 * ceil(3 * sigma) + 1``; with only ``window_size``, sigma is

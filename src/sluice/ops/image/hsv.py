@@ -152,6 +152,7 @@ _NOTE = ("Inputs are channel-last 3-channel images (HWC, FHWC, DHWC). The change
 
 HSV_SCHEMA = OpSchema(
     "hsv",
+    sequences="axis",
     doc=f"""Adjusts hue, saturation and value (brightness) of RGB images.
 
     ``hue`` is added (degrees); ``saturation`` and ``value`` multiply. {_NOTE} Example::
@@ -163,6 +164,7 @@ HSV_SCHEMA = OpSchema(
 )
 HUE_SCHEMA = OpSchema(
     "hue",
+    sequences="axis",
     doc=f"""Changes the hue of images by ``hue`` degrees. {_NOTE} Example::
 
         images = fn.hue(images, hue=45.0)
@@ -172,6 +174,7 @@ HUE_SCHEMA = OpSchema(
 )
 SATURATION_SCHEMA = OpSchema(
     "saturation",
+    sequences="axis",
     doc=f"""Changes the saturation of images (multiplier; 0 gives greyscale). {_NOTE} Example::
 
         images = fn.saturation(images, saturation=fn.random.uniform(range=[0.5, 1.5]))
@@ -181,6 +184,7 @@ SATURATION_SCHEMA = OpSchema(
 )
 COLOR_TWIST_SCHEMA = OpSchema(
     "color_twist",
+    sequences="axis",
     doc=f"""Adjusts hue, saturation, brightness and contrast of images in one pass.
 
     ``out = brightness * (contrast * M(hue, saturation) @ rgb + (1 - contrast) * half_range)``, with

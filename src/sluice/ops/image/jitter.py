@@ -19,6 +19,7 @@ __all__ = ["SCHEMA", "jitter_one"]
 
 SCHEMA = OpSchema(
     "jitter",
+    sequences="axis",
     doc="""Random pixel jitter.
 
     Example::

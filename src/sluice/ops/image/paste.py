@@ -15,6 +15,7 @@ __all__ = ["SCHEMA", "paste_one"]
 
 SCHEMA = OpSchema(
     "paste",
+    sequences="axis",
     doc="""Paste images onto a bigger canvas (zoom-out augmentation).
 
     Example::

@@ -22,6 +22,7 @@ __all__ = ["SCHEMA"]
 
 SCHEMA = OpSchema(
     "random_resized_crop",
+    sequences="frames",
     doc="""Crop a random window (``random_area`` of the image, aspect ratio in ``random_aspect_ratio``) and resize
     it to ``size``.
 

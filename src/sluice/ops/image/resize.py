@@ -57,6 +57,7 @@ RESIZE_ARGS = [
 
 SCHEMA = OpSchema(
     "resize",
+    sequences="frames", sequence_outputs=1,
     doc="""Resize images.
 
     Give the size one way: ``resize_x``/``resize_y``, ``size``, ``resize_shorter`` or ``resize_longer``;

@@ -23,6 +23,7 @@ __all__ = ["SCHEMA", "rotation_matrix", "rotated_size"]
 
 SCHEMA = OpSchema(
     "rotate",
+    sequences="frames",
     doc="""Rotate images counter-clockwise by ``angle`` degrees.
 
     Example::

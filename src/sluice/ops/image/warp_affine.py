@@ -21,6 +21,7 @@ __all__ = ["SCHEMA", "interp_name", "hwc_batch"]
 
 SCHEMA = OpSchema(
     "warp_affine",
+    sequences="frames",
     doc="""Warp images with an affine transform.
 
     Example::

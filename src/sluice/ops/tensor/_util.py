@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sluice import sequences
 from sluice.pipeline.batch import Batch
 
 __all__ = [
@@ -155,41 +156,14 @@ def with_frames(run: Callable[[Batch, dict[str, list | None]], Any], images: Bat
     """Run ``run(images, args)`` (``args``: per-sample value lists, or None for defaults). When the layout starts
     with F and a sample gets several values of an argument, one per frame (DALI's per-frame arguments), the frames
     of every sample run as samples of their own and the results are joined back into sequences (a dense tensor
-    stays dense)."""
-    layout = images.layout()
-    n = len(images)
-    counts = [int(x.shape[0]) if x.dim() else 1 for x in images]
-    per_frame = False
-    for name, values in args.items():
-        for i, v in enumerate(values or []):
-            k = len(as_float_list(v)) if v is not None else 0
-            if k > 1:
-                if not layout.startswith("F") or k != counts[i]:
-                    raise ValueError(f"argument '{name}' has {k} values for sample {i}; give one value, or one per "
-                                     f"frame of a sequence (layout starting with F; this one is {layout!r} with "
-                                     f"{counts[i]} in the first axis)")
-                per_frame = True
+    stays dense); :mod:`sluice.sequences` holds the rules."""
+    counts = sequences.frame_counts(images) if sequences.is_sequence(images) else None
+    per_frame = {name for name, values in args.items()
+                 if values is not None and sequences.per_frame_values(name, values, counts)}
     if not per_frame:
         return run(images, args)
-    frame_args: dict[str, list | None] = {}
-    for name, values in args.items():
-        if values is None:
-            frame_args[name] = None
-            continue
-        spread: list = []
-        for i, v in enumerate(values):
-            lst = as_float_list(v) if v is not None else []
-            spread += [None] * counts[i] if not lst else lst * counts[i] if len(lst) == 1 else lst
-        frame_args[name] = spread
-    if images.dense is not None:
-        frames = Batch.from_dense(images.dense.reshape(-1, *images.dense.shape[2:]), layout[1:])
-    else:
-        frames = Batch([f for x in images for f in x.unbind(0)], layout[1:])
-    result = run(frames, frame_args)
-    if isinstance(result, torch.Tensor):
-        return result.reshape(n, counts[0], *result.shape[1:])
-    out, k = [], 0
-    for c in counts:
-        out.append(torch.stack(result[k:k + c]))
-        k += c
-    return out
+    frame_args = {name: None if values is None else sequences.spread(values, counts, name in per_frame)
+                  for name, values in args.items()}
+    result = run(sequences.frames_of(images, counts), frame_args)
+    folded = sequences.fold(to_batch(result), counts, "", "sequence")
+    return folded.dense if folded.dense is not None else folded.samples
