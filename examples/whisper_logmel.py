@@ -63,7 +63,9 @@ def whisper_features(root: str, n_mels: int, norm: str, device: str):
         audio, rate = fn.decoders.audio(data, dtype=types.INT16, downmix=True)
     audio = fn.audio_resample(audio, in_rate=rate, out_rate=float(SAMPLE_RATE), dtype=types.FLOAT, device=device)
     audio = fn.slice(audio, start=[0], shape=[N_SAMPLES], axes=[0], out_of_bounds_policy="pad")   # 30 s
-    spec = fn.spectrogram(audio, nfft=N_FFT, window_length=N_FFT, window_step=HOP, power=2, device=device)
+    # Whisper's STFT window is torch's periodic Hann, not DALI's (sluice's default): pass it
+    spec = fn.spectrogram(audio, nfft=N_FFT, window_length=N_FFT, window_step=HOP, power=2, device=device,
+                          window_fn=torch.hann_window(N_FFT, dtype=torch.float64).tolist())
     spec = fn.slice(spec, start=[0], shape=[N_FRAMES], axes=[1])                  # drop the last frame
     mel = fn.mel_filter_bank(spec, sample_rate=float(SAMPLE_RATE), nfilter=n_mels, device=device)
     log_mel = fn.to_decibels(mel, multiplier=1.0, reference=1.0, cutoff_db=-10.0, device=device)  # log10

@@ -1,4 +1,6 @@
-"""The spectrogram kernel against librosa.stft: power and magnitude, centred or not, reflect or zero padding.
+"""The spectrogram kernel against librosa.stft: power and magnitude, centred or not, reflect or zero padding,
+with librosa's periodic Hann window passed explicitly (the default window is DALI's, checked in
+test_dali_numerics_numpy_compat.py).
 
 Tolerances: relative error (max |a - b| / max |b|) <= 1e-4 in float64, <= 1e-3 in float32, against librosa's
 float64 result.
@@ -19,6 +21,11 @@ librosa = pytest.importorskip("librosa")
 TOL = {torch.float64: 1e-4, torch.float32: 1e-3}
 
 
+def hann(n, dtype=torch.float64):
+    """librosa's own (periodic) Hann window."""
+    return torch.tensor(librosa.filters.get_window("hann", n, fftbins=True), dtype=dtype)
+
+
 def librosa_spec(x, nfft, win, step, power, center, reflect):
     s = np.abs(librosa.stft(x, n_fft=nfft, hop_length=step, win_length=win, window="hann", center=center,
                             pad_mode="reflect" if reflect else "constant")) ** power
@@ -33,7 +40,7 @@ def test_centered_matches_librosa(dtype, nfft, win, step, power, reflect):
     x = sweep(3001)
     spec, frames = stft_power(torch.tensor(x, dtype=dtype)[None], torch.tensor([x.size]), nfft=nfft,
                               window_length=win, window_step=step, power=power, center_windows=True,
-                              reflect_padding=reflect)
+                              reflect_padding=reflect, window=hann(win, dtype))
     ref = librosa_spec(x, nfft, win, step, power, True, reflect)
     assert spec.dtype == dtype
     assert int(frames[0]) == ref.shape[1] == num_windows(x.size, win, step, True)
@@ -46,7 +53,7 @@ def test_not_centered_matches_librosa(dtype):
     # nfft == window_length.
     x = sweep(2000)
     spec, frames = stft_power(torch.tensor(x, dtype=dtype)[None], torch.tensor([x.size]), nfft=256,
-                              window_length=256, window_step=100, center_windows=False)
+                              window_length=256, window_step=100, center_windows=False, window=hann(256, dtype))
     ref = librosa_spec(x, 256, 256, 100, 2, False, True)
     assert int(frames[0]) == ref.shape[1] == (2000 - 256) // 100 + 1
     assert rel_err(spec[0].T.numpy(), ref) <= TOL[dtype]
@@ -67,10 +74,10 @@ def test_ragged_batch_equals_per_sample():
 def test_short_signal_reflects_like_numpy():
     # 7 samples, window 100: the reflection wraps many times; np.pad(mode="reflect") is the reference.
     x = sweep(7)
-    spec, _ = stft_power(torch.tensor(x)[None], torch.tensor([7]), nfft=100, window_length=100, window_step=40)
+    spec, _ = stft_power(torch.tensor(x)[None], torch.tensor([7]), nfft=100, window_length=100, window_step=40,
+                         window=hann(100))
     padded = np.pad(x, 50, mode="reflect")
-    win = librosa.filters.get_window("hann", 100, fftbins=True)
-    ref = np.abs(np.fft.rfft(padded[:100] * win)) ** 2
+    ref = np.abs(np.fft.rfft(padded[:100] * hann(100).numpy())) ** 2
     assert rel_err(spec[0, 0].numpy(), ref) <= 1e-10
 
 

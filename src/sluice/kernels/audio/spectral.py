@@ -28,8 +28,13 @@ __all__ = [
 
 
 def hann_window(length: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The periodic Hann window of ``length`` samples (as ``torch.hann_window``, ``scipy``'s ``fftbins=True``)."""
-    return torch.hann_window(length, periodic=True, dtype=torch.float64, device=device).to(dtype)
+    """DALI's Hann window of ``length`` samples, ``w[n] = 0.5 - 0.5 cos(2 pi (n + 0.5) / length)``, computed in
+    float64 (``HannWindow`` of DALI's ``dali/kernels/signal/window/window_functions.h``): sampled at the centres
+    of the ``length`` cells of one period, so it is symmetric and never 0, unlike the periodic Hann window of
+    librosa and ``torch.hann_window`` (``0.5 - 0.5 cos(2 pi n / length)``). The default window of
+    ``fn.spectrogram``; pass ``window_fn`` for another."""
+    n = torch.arange(length, dtype=torch.float64, device=device)
+    return (0.5 * (1.0 - torch.cos((2 * math.pi / length) * (n + 0.5)))).to(dtype)
 
 
 def num_windows(length: int, window_length: int, window_step: int, center_windows: bool) -> int:

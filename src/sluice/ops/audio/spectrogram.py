@@ -16,8 +16,9 @@ SCHEMA = OpSchema(
     doc="""Produces a spectrogram from a 1-D signal: ``(nfft // 2 + 1, windows)`` for layout ``"ft"``.
 
     Input: one channel, shape ``(n,)``, ``(n, 1)`` or ``(1, n)``. Windows of ``window_length`` samples every
-    ``window_step`` samples are multiplied by ``window_fn`` (default: the periodic Hann window, as librosa and
-    torch use) and transformed with an ``nfft``-point real FFT (``nfft`` defaults to ``window_length``; a
+    ``window_step`` samples are multiplied by ``window_fn`` (default: DALI's Hann window,
+    ``0.5 - 0.5 cos(2 pi (n + 0.5) / window_length)``; librosa and ``torch.stft`` use the periodic Hann window,
+    ``0.5 - 0.5 cos(2 pi n / window_length)``: pass it as ``window_fn`` to match them) and transformed with an ``nfft``-point real FFT (``nfft`` defaults to ``window_length``; a
     shorter window is centred in the FFT frame). With ``center_windows`` window ``t`` is centred on sample
     ``t * window_step`` and there are ``n // window_step + 1`` windows; the signal is extended by reflection
     (``reflect_padding``) or with zeros. Without it only whole windows inside the signal are taken. An empty
@@ -34,7 +35,8 @@ SCHEMA = OpSchema(
         Arg("nfft", int, None, "FFT size; the output has nfft // 2 + 1 bins. Defaults to window_length."),
         Arg("window_length", int, 512, "Window size in samples."),
         Arg("window_step", int, 256, "Step between windows in samples."),
-        Arg("window_fn", "float_list", None, "Window samples (window_length values); default Hann."),
+        Arg("window_fn", "float_list", None, "Window samples (window_length values); default DALI's Hann window "
+            "(0.5 - 0.5 cos(2 pi (n + 0.5) / window_length))."),
         Arg("power", int, 2, "Exponent of the magnitude: 1 (amplitude) or 2 (power).", choices=(1, 2)),
         Arg("center_windows", bool, True, "Centre windows on multiples of window_step (padding the signal)."),
         Arg("reflect_padding", bool, True, "Pad by reflecting the signal (True) or with zeros (False)."),
