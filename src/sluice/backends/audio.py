@@ -488,8 +488,12 @@ def soxr_quality(quality: float) -> str:
 
 
 def resample_length(in_length: int, in_rate: float, out_rate: float) -> int:
-    """Output length of resampling ``in_length`` samples: ``round(in_length * out_rate / in_rate)`` (soxr's rule)."""
-    return int(math.floor(in_length * float(out_rate) / float(in_rate) + 0.5))
+    """Output length of resampling ``in_length`` samples: ``ceil(in_length * out_rate / in_rate)``, the rates taken
+    as float32 and the arithmetic in float64, as DALI computes it (``resampled_length`` of
+    ``dali/kernels/signal/resampling.h``, used by its ``audio_resample`` and its audio decoder). The output
+    sample ``j`` lies at input time ``j * in_rate / out_rate``: the last one is the last that lies inside the
+    signal. (soxr gives ``round(...)``: one sample fewer for about half of the lengths.)"""
+    return int(math.ceil(in_length * float(np.float32(out_rate)) / float(np.float32(in_rate))))
 
 
 def resample_soxr(signal: np.ndarray, in_rate: float, out_rate: float, quality: float = 50.0) -> np.ndarray:
@@ -512,10 +516,12 @@ def resample_soxr(signal: np.ndarray, in_rate: float, out_rate: float, quality: 
         return signal.copy()
     dtype = signal.dtype
     work = signal if dtype in (np.float32, np.float64, np.int16, np.int32) else signal.astype(np.float32)
+    if round(signal.shape[0] * out_rate / in_rate) < n_out:
+        # soxr stops at round(length * ratio); DALI's length is one more. soxr flushes its filter with zeros, so
+        # zeros appended to the input leave its first outputs as they are and give the last one its true value.
+        tail = np.zeros((int(math.ceil(in_rate / out_rate)) + 1,) + work.shape[1:], work.dtype)
+        work = np.concatenate([work, tail])
     out = soxr.resample(np.ascontiguousarray(work), float(in_rate), float(out_rate), quality=soxr_quality(quality))
-    if out.shape[0] != n_out:  # soxr's own length may differ by one for non-integral ratios
-        if out.shape[0] > n_out:
-            out = out[:n_out]
-        else:
-            out = np.concatenate([out, np.zeros((n_out - out.shape[0],) + out.shape[1:], out.dtype)])
-    return out.astype(dtype, copy=False)
+    if out.shape[0] < n_out:  # not seen: soxr's length is round(length * ratio)
+        out = np.concatenate([out, np.zeros((n_out - out.shape[0],) + out.shape[1:], out.dtype)])
+    return out[:n_out].astype(dtype, copy=False)

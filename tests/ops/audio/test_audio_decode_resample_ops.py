@@ -74,10 +74,11 @@ def test_decoder_errors_name_the_file(tmp_path):
 def test_resample_op_matches_soxr(device, dtype):
     xs = [tones(4410, 44100).astype(np.float32), tones(3000, 44100, freqs=(700.0,), amps=(0.5,)).astype(np.float32)]
     out = run_op("audio_resample", xs, device=device, in_rate=44100.0, out_rate=16000.0, dtype=dtype)
+    # DALI's length is ceil(n * 16000 / 44100): 1600 and 1089, where soxr stops at round(): 1600 and 1088
+    assert [len(y) for y in out] == [1600, 1089]
     for x, y in zip(xs, out):
         ref = soxr.resample(x, 44100, 16000, quality="HQ")
-        y = y.cpu().numpy()
-        assert y.shape == ref.shape
+        y = y.cpu().numpy()[: ref.size]
         if dtype is types.INT16:
             assert y.dtype == np.int16
             y = y / 32767.0

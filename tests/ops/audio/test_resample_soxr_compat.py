@@ -14,7 +14,7 @@ import soxr
 import torch
 
 from sluice.backends.audio import resample_length, resample_soxr, soxr_quality
-from sluice.kernels.audio.resample import output_length, quality_to_lobes, resample_batch
+from sluice.kernels.audio.resample import quality_to_lobes, resample_batch
 
 from _audio_signals import tones
 
@@ -27,7 +27,8 @@ def test_kernel_matches_soxr(in_rate, out_rate):
     ref = soxr.resample(x, in_rate, out_rate, quality="VHQ")
     y, lens = resample_batch(torch.tensor(x)[None], torch.tensor([x.size]), in_rate, out_rate)
     y = y[0].numpy()
-    assert lens == [ref.size] == [output_length(x.size, in_rate, out_rate)]
+    assert lens == [y.size] == [resample_length(x.size, in_rate, out_rate)] == [-(-x.size * out_rate // in_rate)]
+    y = y[: ref.size]  # soxr's length is round(), DALI's ceil(): one more for some lengths
     m = ref.size // 10
     assert np.abs(y[m:-m] - ref[m:-m]).max() <= 1e-3
     assert np.abs(y - ref).max() <= 2e-2

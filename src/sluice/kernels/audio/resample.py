@@ -26,9 +26,10 @@ from fractions import Fraction
 import numpy as np
 import torch
 
+from sluice.backends.audio import resample_length
 from sluice.kernels.audio.spectral import _on_device
 
-__all__ = ["quality_to_lobes", "resample_batch", "output_length"]
+__all__ = ["quality_to_lobes", "resample_batch"]
 
 _MAX_PHASE_MATRIX = 1 << 22      # elements of the (L, M + taps) matrix above which the direct schedule is used
 _DIRECT_CHUNK = 1 << 24          # (batch * outputs * taps) elements per chunk of the direct schedule
@@ -39,11 +40,6 @@ def quality_to_lobes(quality: float) -> int:
     if not 0 <= quality <= 100:
         raise ValueError(f"quality must be within [0, 100], got {quality}")
     return int(round(0.007 * quality * quality - 0.09 * quality + 3))
-
-
-def output_length(in_length: int, in_rate: float, out_rate: float) -> int:
-    """``round(in_length * out_rate / in_rate)``, the length soxr produces (and the CPU operator returns)."""
-    return int(math.floor(in_length * float(out_rate) / float(in_rate) + 0.5))
 
 
 def _kernel(t: np.ndarray | torch.Tensor, cutoff: float, half_width: float, lib):
@@ -114,7 +110,7 @@ def resample_batch(signals: torch.Tensor, lengths: torch.Tensor, in_rate: float,
 
     Samples of row ``b`` past ``lengths[b]`` must be zero (they are treated as the silence after the signal).
     Returns the padded output (float32, or float64 for float64 input) and the per-signal output lengths
-    (:func:`output_length`).
+    (:func:`sluice.backends.audio.resample_length`, DALI's ``ceil(length * out_rate / in_rate)``).
     """
     if in_rate <= 0 or out_rate <= 0:
         raise ValueError(f"sample rates must be > 0, got in_rate={in_rate}, out_rate={out_rate}")
@@ -124,7 +120,7 @@ def resample_batch(signals: torch.Tensor, lengths: torch.Tensor, in_rate: float,
     channels = x.shape[2] if x.dim() == 3 else None
     if channels is not None:
         x = x.permute(0, 2, 1).reshape(-1, x.shape[1])
-    out_lengths = [output_length(int(n), in_rate, out_rate) for n in lengths.tolist()]
+    out_lengths = [resample_length(int(n), in_rate, out_rate) for n in lengths.tolist()]
     n_out = max(out_lengths, default=0)
     if x.shape[0] == 0 or n_out == 0 or x.shape[1] == 0:
         y = x.new_zeros(x.shape[0], n_out)

@@ -23,7 +23,7 @@ SCHEMA = OpSchema(
     doc="""Resamples audio: 1-D signals or ``(time, channels)`` arrays.
 
     The ratio is ``out_rate / in_rate``, or ``scale``, or ``out_length / input length``. The output has
-    ``round(length * ratio)`` samples. The CPU uses libsoxr (``quality`` picks its recipe: <15 QQ, <35 LQ,
+    ``ceil(length * ratio)`` samples, as in DALI (the rates taken as float32). The CPU uses libsoxr (``quality`` picks its recipe: <15 QQ, <35 LQ,
     <50 MQ, <75 HQ, else VHQ); the GPU resamples the whole batch with a Hann-windowed sinc filter of 3..64 lobes
     (``quality`` 0..100, 16 at 50, as DALI), grouped by rate pair: one matrix product per group when the reduced
     ratio has few phases (44.1 kHz -> 16 kHz is 160/441), per-output taps otherwise. Within the tested band the
