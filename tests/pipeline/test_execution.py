@@ -126,14 +126,71 @@ def test_pipeline_subclass_with_define_graph_and_feed_input():
             return self.data * 2
 
         def iter_setup(self):
-            self.feed_input(self.data, np.full((2, 3), self.counter, np.int32), layout="AB")
+            self.feed_input(self.data, np.full((2, 3), self.counter, np.int32), layout="A")  # samples are 1-D
             self.counter += 1
 
     p = Legacy()
     p.build()
     outs = [p.run()[0] for _ in range(3)]
     assert [int(o.at(0)[0]) for o in outs] == [0, 2, 4]
-    assert outs[0].layout() == "AB"
+    assert outs[0].layout() == "A"
+
+
+def test_feed_input_layout_must_describe_the_samples():
+    """As DALI (dali/c_api_2/validation.h): a layout has one letter per dimension of the samples; encoded bytes
+    (1-D) labelled HWC are refused, not passed on to be read as images."""
+    @sluice.pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def pipe():
+        return fn.external_source(name="jpegs")
+
+    p = pipe()
+    p.build()
+    encoded = [np.frombuffer(b"\xff\xd8\xff\xe0 not really a jpeg", np.uint8)] * 2
+    with pytest.raises(sluice.ArgumentError, match="The layout 'HWC' cannot describe 1-dimensional data"):
+        p.feed_input("jpegs", encoded, layout="HWC")
+    with pytest.raises(sluice.ArgumentError, match="The layout 'HWC' cannot describe 2-dimensional data"):
+        p.feed_input("jpegs", np.zeros((2, 4, 5), np.uint8), layout="HWC")  # a batch of two 4 x 5 samples
+    p.feed_input("jpegs", np.zeros((2, 4, 5, 3), np.uint8), layout="HWC")
+    p.feed_input("jpegs", [bytes(b) for b in encoded])  # no layout: anything goes
+    first, second = p.run()[0], p.run()[0]
+    assert first.layout() == "HWC" and second.layout() == "" and second.shape() == [(len(encoded[0]),)] * 2
+
+    @sluice.pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def with_source():  # the layout argument of external_source is checked the same way
+        return fn.external_source(source=lambda: encoded, layout="HWC")
+
+    with pytest.raises(PipelineError, match="The layout 'HWC' cannot describe 1-dimensional data"):
+        with_source().run()
+
+
+def test_gpu_copy_keeps_its_source_name():
+    """DALI's .gpu() keeps the name and source of the node (nvidia/dali/data_node.py): feed_input(node.gpu(), ...)
+    feeds the external_source."""
+    pipe = sluice.Pipeline(batch_size=2, num_threads=1, device_id=None)
+    with pipe:
+        audio = fn.external_source(name="audio")
+        moved = audio.gpu()
+    assert moved.name == audio.name == "audio" and moved.moved_from() is audio
+    assert moved.gpu() is moved and moved.op.schema.name == "_transfer"
+
+
+@pytest.mark.cuda
+def test_feed_input_through_a_gpu_node():
+    class AudioPipe(sluice.Pipeline):
+        def __init__(self):
+            super().__init__(batch_size=2, num_threads=1, device_id=0)
+
+        def define_graph(self):
+            self.audio = fn.external_source(name="audio").gpu()
+            return self.audio * 2
+
+        def iter_setup(self):
+            self.feed_input(self.audio, [np.arange(4, dtype=np.float32)] * 2)
+
+    p = AudioPipe()
+    p.build()
+    (out,) = p.run()
+    assert out.device == "gpu" and out.as_cpu().at(1).tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
 def test_feed_input_missing_data_is_a_clear_error():

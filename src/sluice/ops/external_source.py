@@ -28,6 +28,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from sluice import types
 from sluice.errors import ArgumentError
 from sluice.errors import SampleError
@@ -99,6 +101,30 @@ def _positional_count(fn: Callable) -> int:
                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
 
 
+def _sample_ndims(data: Any) -> list[int]:
+    """The number of dimensions of each sample of a batch as sources and feed_input give it (a list of samples, an
+    array or tensor with a leading batch dimension, or a Batch), without converting it."""
+    if isinstance(data, Batch):
+        return [len(s) for s in data.shape()]
+    if isinstance(data, (list, tuple)):
+        return [1 if isinstance(x, (bytes, bytearray, memoryview)) else int(getattr(x, "ndim", np.ndim(x)))
+                for x in data]
+    ndim = getattr(data, "ndim", None)
+    return [int(ndim) - 1] if ndim else []
+
+
+def check_layout(layout: str | None, data: Any, where: str) -> None:
+    """Refuse a layout whose length is not the samples' number of dimensions, as DALI does when it wraps the data
+    (``Validate(layout, ndim)`` of ``dali/c_api_2/validation.h``): ``feed_input(encoded_bytes, layout="HWC")`` is
+    an error, not a batch of 1-D samples labelled HWC."""
+    if not layout:
+        return
+    for i, ndim in enumerate(_sample_ndims(data)):
+        if ndim != len(layout):
+            raise ArgumentError(f"{where}: The layout '{layout}' cannot describe {ndim}-dimensional data (sample "
+                                f"{i}); give a layout of {ndim} letters, or none")
+
+
 def make_batch(data: Any, layout: str, op: str) -> Batch:
     """A Batch from what a source returned: a list of samples, or an array/tensor with a leading batch dim."""
     if isinstance(data, Batch):
@@ -128,7 +154,7 @@ class ExternalSource(Operator):
         if self.cycle not in (False, True, "quiet", "raise", "no"):
             raise ArgumentError(f"fn.external_source: invalid cycle ({self.cycle!r}). Supported values are False, "
                                 "True, 'quiet', 'raise'.")
-        self.layouts = _per_output(a["layout"], self.n_out, "")
+        self.arg_layouts = self.layouts = _per_output(a["layout"], self.n_out, "")
         self.dtypes = _per_output(a["dtype"], self.n_out, None)
         self.ndims = _per_output(a["ndim"], self.n_out, None)
         self.name = f"fn.external_source '{spec.name}'"
@@ -168,6 +194,8 @@ class ExternalSource(Operator):
     def feed(self, data: Any, layout: str | None) -> None:
         if self.source is not None:
             raise ArgumentError(f"{self.name} has a source; feed_input is for external sources without one")
+        if not self.multi:
+            check_layout(layout or self.arg_layouts[0], data, f"feed_input('{self.spec.name}')")
         self.fed.append((data, layout))
 
     # ---- one batch ----------------------------------------------------------------------------------------
@@ -208,8 +236,8 @@ class ExternalSource(Operator):
             else:
                 raise RuntimeError(f"{self.name}: no data was fed for this iteration; call "
                                    f"pipe.feed_input('{self.spec.name}', data) (or do it in iter_setup) before run()")
-            if layout:
-                self.layouts = _per_output(layout, self.n_out, "")
+            # this batch's layout: feed_input's, else the operator's (one feed's layout does not stick)
+            self.layouts = _per_output(layout, self.n_out, "") if layout else self.arg_layouts
             return list(data) if self.multi else [data]
         if self._pool is not None:
             if kind == "sample_callable":
@@ -269,6 +297,7 @@ class ExternalSource(Operator):
         outs = []
         for i, data in enumerate(raw):
             batch = make_batch(data, self.layouts[i], self.name)
+            check_layout(self.layouts[i], batch, self.name)
             if len(batch) > self.spec.batch_size:
                 raise ArgumentError(f"{self.name}: the source gave a batch of {len(batch)} samples, more than the "
                                     f"pipeline's batch_size {self.spec.batch_size}")

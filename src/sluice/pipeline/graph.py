@@ -69,7 +69,19 @@ class DataNode:
 
     @property
     def name(self) -> str:
+        """The producing operator's name (``[i]`` for output ``i`` of several). A ``.gpu()`` / ``.cpu()`` copy keeps
+        the name of what it copies, as in DALI (``DataNode._to_backend`` of ``nvidia/dali/data_node.py``)."""
+        source = self.moved_from()
+        if source is not self:
+            return source.name
         return self.op.name if len(self.op.outputs) == 1 else f"{self.op.name}[{self.index}]"
+
+    def moved_from(self) -> DataNode:
+        """The node this one copies between devices (through ``.gpu()`` / ``.cpu()``), or this node itself."""
+        node = self
+        while node.op.schema.name == "_transfer" and node.op.inputs:
+            node = node.op.inputs[0]
+        return node
 
     def __repr__(self) -> str:
         return f"DataNode({self.name}, device={self.device!r})"

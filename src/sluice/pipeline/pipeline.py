@@ -323,8 +323,9 @@ class Pipeline:
     def feed_input(self, data_node: DataNode | str, data: Any, layout: str | None = None,
                    cuda_stream: Any = None, use_copy_kernel: bool = False) -> None:
         """Give an ``external_source`` (by name or DataNode) the data of the next iteration: a list of samples or
-        one tensor/array whose first dimension is the batch."""
-        name = data_node.op.name if isinstance(data_node, DataNode) else data_node
+        one tensor/array whose first dimension is the batch. A DataNode moved by ``.gpu()`` feeds its source, as
+        in DALI. ``layout`` must have one letter per dimension of the samples (DALI refuses others too)."""
+        name = data_node.moved_from().op.name if isinstance(data_node, DataNode) else data_node
         ex = self.executor
         node = ex.node_named(name)
         if node is None or node.schema.name != "external_source":
