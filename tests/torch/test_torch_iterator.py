@@ -115,8 +115,7 @@ def test_external_source_end_of_data_is_the_epoch():
     assert one_epoch(it, "x") == [[1, 2], [3, 4], [5, 6], [7]]
     with pytest.raises(StopIteration):
         next(it)
-    with pytest.raises(TypeError, match="no length"):
-        len(it)
+    assert len(it) == 0  # unknown, as DALI says it
     it.reset()
     assert one_epoch(it, "x") == [[1, 2], [3, 4], [5, 6], [7]]
 

@@ -161,3 +161,23 @@ def test_file_paths_through_the_proxy(tmp_path):
                 np.testing.assert_array_equal(image.numpy(), np.asarray(Image.open(files[i]).convert("RGB")))
                 seen.append(i)
     assert sorted(seen) == list(range(5))
+
+
+def test_start_thread_and_stop_thread():
+    """The lifecycle DALI's proxy documents besides the context manager (DALIServer.start_thread / stop_thread of
+    nvidia/dali/plugin/pytorch/experimental/proxy): both may be called twice; stop_thread before start_thread does
+    nothing; after stop_thread batches fail until start_thread."""
+    server = sp.DALIServer(sum_diff_pipe())
+    server.stop_thread()  # never started: nothing to stop
+    server.start_thread()
+    server.start_thread()
+    a = np.ones((2, 2), np.float32)
+    out = server.produce_data(default_collate([server.proxy(a=a * i, b=a) for i in range(4)]))
+    assert out[0][:, 0, 0].tolist() == [1.0, 2.0, 3.0, 4.0] and out[1][:, 0, 0].tolist() == [-1.0, 0.0, 1.0, 2.0]
+    server.stop_thread()
+    server.stop_thread()
+    with pytest.raises(Exception, match="stopped"):
+        server.produce_data(default_collate([server.proxy(a=a, b=a)] * 4))
+    server.start_thread()
+    assert float(server.produce_data(default_collate([server.proxy(a=a, b=a)] * 4))[1][0, 0, 0]) == 0.0
+    server.stop_thread()

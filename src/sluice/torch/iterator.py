@@ -192,10 +192,11 @@ class _BaseIterator:
         return self._size
 
     def __len__(self) -> int:
-        """Batches in this epoch (per pipeline)."""
+        """Batches in this epoch (per pipeline). 0 without ``reader_name`` and ``size`` (the sources end the
+        epoch, so the length is unknown), as DALI's ``__len__`` (``nvidia/dali/plugin/base_iterator.py``) gives:
+        ``tqdm(total=len(loader))`` works and shows no total."""
         if self._size < 0:
-            raise TypeError("this iterator has no length: give reader_name or size (it runs until the pipeline's "
-                            "sources end)")
+            return 0
         per_step = self.batch_size if self._reader_name else self._num_gpus * self.batch_size
         if self._last_batch_policy == LastBatchPolicy.DROP:
             return self._size // per_step

@@ -223,7 +223,8 @@ class DALIServer:
     ``deterministic``: as in DALI, the same order of pipeline runs (and so the same augmentations from a seeded
     pipeline) on every run; :class:`DataLoader` then yields batches in sampler order (see the module doc).
     ``timeout``: seconds to wait for one batch before raising (default: no limit, but a stopped server or a dead
-    thread always raises). Use it as a context manager, or call ``start()`` / ``stop()``.
+    thread always raises). Use it as a context manager, or call ``start()`` / ``stop()`` (DALI's names,
+    ``start_thread()`` / ``stop_thread()``, do the same).
 
     ``input_names`` lists the pipeline's inputs in the order DALI gives them (and ``proxy``'s positional
     arguments follow): the order of the pipeline's graph, walked from the first output through each operator's
@@ -296,6 +297,16 @@ class DALIServer:
             req.future.set_exception(PipelineError("the DALIServer was stopped before this batch ran"))
 
     close = stop
+
+    def start_thread(self) -> None:
+        """DALI's name for :meth:`start` (``DALIServer.start_thread`` of DALI's proxy); starting a running server
+        does nothing."""
+        self.start()
+
+    def stop_thread(self) -> None:
+        """DALI's name for :meth:`stop`; as in DALI, it does nothing when the thread was never started."""
+        if self._thread is not None:
+            self.stop()
 
     def __enter__(self) -> DALIServer:
         return self.start()
