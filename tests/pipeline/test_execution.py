@@ -193,6 +193,38 @@ def test_feed_input_through_a_gpu_node():
     assert out.device == "gpu" and out.as_cpu().at(1).tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
+@pytest.mark.parametrize("exec_async", [True, False])
+def test_iter_setup_stop_iteration_ends_the_epoch_after_prepared_iterations(exec_async):
+    """As DALI's Pipeline._run_once: StopIteration from iter_setup stops asking for iterations; those already
+    prepared (the prefetch queue) still come out, then run() raises StopIteration; reset() starts over."""
+    class Counting(sluice.Pipeline):
+        def __init__(self):
+            super().__init__(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=3,
+                             exec_async=exec_async)
+            self.fed = 0
+
+        def define_graph(self):
+            self.data = fn.external_source(name="data")
+            return self.data
+
+        def iter_setup(self):
+            if self.fed == 4:
+                raise StopIteration
+            self.feed_input(self.data, [np.int32([self.fed])])
+            self.fed += 1
+
+    p = Counting()
+    p.build()
+    assert [int(p.run()[0].at(0)[0]) for _ in range(4)] == [0, 1, 2, 3]
+    with pytest.raises(StopIteration):
+        p.run()
+    p.reset()
+    p.fed = 2
+    assert [int(p.run()[0].at(0)[0]) for _ in range(2)] == [2, 3]
+    with pytest.raises(StopIteration):
+        p.run()
+
+
 def test_feed_input_missing_data_is_a_clear_error():
     @sluice.pipeline_def(batch_size=2, num_threads=1, device_id=None)
     def pipe():

@@ -160,6 +160,7 @@ class Executor:
         self._ready: deque = deque()
         self._cond = threading.Condition()
         self._requested = 0  # iterations asked of the first stage
+        self._outstanding = 0  # iterations asked for and not yet taken (queued, running or finished)
         self._stopped = False
         self._halted = False  # stage 1 met the end of the epoch or a failure; waits for drain()
         self.broken: BaseException | None = None
@@ -307,6 +308,7 @@ class Executor:
         """Ask for ``n`` more iterations."""
         with self._cond:
             self._requested += n
+            self._outstanding += n
             self._cond.notify_all()
 
     def _stage_loop(self, k: int, stage: _Stage) -> None:
@@ -382,16 +384,19 @@ class Executor:
                     raise PipelineBrokenError("the pipeline's worker threads have stopped")
                 if not self._cond.wait(timeout=1.0 if timeout is None else timeout) and timeout is not None:
                     raise TimeoutError("no batch arrived in time")
+            self._outstanding = max(0, self._outstanding - 1)
             return self._ready.popleft()
 
     def pending(self) -> int:
+        """Iterations asked for and not yet taken: waiting, running in a stage, or finished."""
         with self._cond:
-            return self._requested + len(self._ready)
+            return self._outstanding
 
     def drain(self) -> None:
         """Forget requested and finished iterations (after the end of an epoch, before a reset)."""
         with self._cond:
             self._requested = 0
+            self._outstanding = 0
             self._ready.clear()
             self._halted = False
             self._cond.notify_all()

@@ -101,6 +101,7 @@ class Pipeline:
         self._built = False
         self._graph_defined = False
         self._epoch_ended = False
+        self._setup_ended = False  # iter_setup raised StopIteration: no more iterations this epoch
         self._consumed = 0  # iterations handed to the caller since the start
         self._lock = threading.RLock()
 
@@ -126,7 +127,9 @@ class Pipeline:
         raise NotImplementedError("define the graph with @pipeline_def, set_outputs(), or override define_graph()")
 
     def iter_setup(self) -> None:
-        """Override in subclasses to ``feed_input`` before each iteration (the legacy DALI style)."""
+        """Override in subclasses to ``feed_input`` before each iteration (the legacy DALI style). Raising
+        StopIteration ends the epoch once the iterations already prepared have come out (as in DALI's
+        ``Pipeline._run_once``)."""
 
     def set_outputs(self, *outputs: DataNode) -> None:
         """Name the DataNodes that ``run()`` returns, in order."""
@@ -199,8 +202,21 @@ class Pipeline:
             if count is None:
                 count = self.prefetch_queue_depth if self._pending() == 0 else 1
             for _ in range(count):
-                self.iter_setup()
-                self._request()
+                if not self._prepare_one():
+                    break
+
+    def _prepare_one(self) -> bool:
+        """``iter_setup()``, then ask for one iteration; False, asking for nothing, once ``iter_setup`` has raised
+        StopIteration (then ``outputs()`` ends the epoch when the iterations asked for before have come out)."""
+        if self._setup_ended:
+            return False
+        try:
+            self.iter_setup()
+        except StopIteration:
+            self._setup_ended = True
+            return False
+        self._request()
+        return True
 
     def _request(self) -> None:
         if self.exec_async:
@@ -220,6 +236,9 @@ class Pipeline:
             self._check_usable()
             if self._epoch_ended:
                 raise StopIteration("the pipeline reached the end of its data; call reset()")
+            if self._setup_ended and self._pending() == 0:
+                self._epoch_ended = True
+                raise StopIteration("iter_setup ended the epoch; call reset()")
             ex = self.executor
             if self.exec_async:
                 item = ex.take()
@@ -275,8 +294,7 @@ class Pipeline:
                 self.schedule_run()
             elif not self._epoch_ended:
                 # Keep the queue full: one new request for the iteration we take now.
-                self.iter_setup()
-                self._request()
+                self._prepare_one()
             return self.outputs()
 
     def reset(self) -> None:
@@ -291,6 +309,7 @@ class Pipeline:
             for op in ex.operators.values():
                 op.reset()
             self._epoch_ended = False
+            self._setup_ended = False
             self._sync_requested = 0
 
     # ---- readers ------------------------------------------------------------------------------------------
@@ -372,6 +391,7 @@ class Pipeline:
             self._executor = None
             self._built = False
             self._epoch_ended = False
+            self._setup_ended = False
             self._sync_requested = 0
             self._consumed = 0
             self._checkpoint_to_restore = checkpoint
