@@ -319,3 +319,14 @@ def test_with_pipeline_and_set_outputs():
         pipe.set_outputs(fn.random.coin_flip(probability=1.0))
     (out,) = pipe.run()
     assert out.as_tensor().tolist() == [1, 1]
+
+
+def test_video_decoder_arguments_moot_in_sluice_are_accepted():
+    """DALI's decoders.video arguments that sluice's exact packet index or its thread model make moot
+    (dali/operators/video/decoder/video_decoder_cpu.cc): accepted and dropped, not NotSupportedError."""
+    from sluice.compat._legacy import translate
+    from sluice.schema import get_schema
+
+    args = translate(get_schema("decoders.video"), "fn.experimental.decoders.video",
+                     {"frames": [0, 1], "build_index": True, "affine": False})
+    assert args == {"frames": [0, 1]}

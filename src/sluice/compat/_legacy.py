@@ -86,6 +86,13 @@ _VIDEO_RULES: dict[str, Any] = {
     "image_type": OnlyValues((types.RGB,), "sluice decodes video frames to RGB only"),
     "channels": OnlyValues((3,), "sluice decodes video frames to 3 channels (RGB) only"),
 }
+_VIDEO_DECODER_RULES: dict[str, Any] = {
+    # dali/operators/video/decoder/video_decoder_cpu.cc: build_index (default True) makes DALI scan the file for a
+    # frame index to seek with; sluice always locates frames through its exact packet index (cached on disk)
+    "build_index": Dropped("sluice always seeks through its exact per-file packet index", deprecated=False),
+    "affine": Dropped("it pins DALI's own decoding threads to cores; sluice's threads are the pipeline's",
+                      deprecated=False),
+}
 _CROP_RULES: dict[str, Any] = {
     "output_dtype": Renamed("dtype"),
     "image_type": Dropped(_NO_EFFECT),
@@ -104,6 +111,7 @@ ARG_RULES: dict[str, dict[str, Any]] = {
     "decoders.image_crop": _DECODER_RULES,
     "decoders.image_random_crop": _DECODER_RULES,
     "decoders.image_slice": _DECODER_RULES,
+    "decoders.video": _VIDEO_DECODER_RULES,
     "readers.video": _VIDEO_RULES,
     "readers.video_resize": _VIDEO_RULES,
     "cast": {"output_dtype": Renamed("dtype")},
