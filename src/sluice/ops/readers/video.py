@@ -45,7 +45,8 @@ VIDEO_ARGS = [
     Arg("filenames", "str_list", None, "Video files to read."),
     Arg("labels", "int_list", None, "Labels of `filenames`; default 0, 1, 2, ..."),
     Arg("file_root", str, None, "Folder of class sub-folders of videos (or the root of file_list/filenames)."),
-    Arg("file_list", str, None, "Text file with lines 'path label [start [end]]'."),
+    Arg("file_list", str, None, "Text file with lines 'path label [start [end]]'; relative paths are relative to "
+        "file_root, or to the working directory (as DALI opens them), not to the list's folder."),
     Arg("file_list_format", str, "timestamps", "Whether file_list start/end are 'timestamps' (seconds) or "
         "'frames'.", choices=("timestamps", "frames")),
     Arg("file_list_frame_num", bool, False, "DALI's spelling of file_list_format='frames'."),
@@ -97,7 +98,10 @@ SCHEMA = OpSchema(
 def _parse_file_list(op: str, file_list: str, root: str | None) -> list[tuple[str, int, float | None, float | None]]:
     if not os.path.isfile(file_list):
         raise ArgumentError(f"{op}: file_list '{file_list}' does not exist")
-    base = root if root else os.path.dirname(os.path.abspath(file_list))
+    # DALI's video reader opens file_list paths as written, relative to the working directory, not to the list's
+    # folder (get_file_label_pair of dali/operators/reader/loader/video_loader.cc); file_root, where given, is
+    # their root.
+    base = root or ""
     entries = []
     with open(file_list) as f:
         for number, line in enumerate(f, 1):
