@@ -216,3 +216,35 @@ def test_fused_gpu_clips_equal_cpu_frames():
     for i in range(2):
         diff = (gpu[i].cpu() - cpu[i]).abs()
         assert float(diff.max()) < 0.04 and float(diff.mean()) < 0.005
+
+
+def _gpu_kernel(op, samples, layout, const, per_sample):
+    """The operator's GPU kernel class, run on CPU tensors (its torch code is device-agnostic; Triton only runs on
+    CUDA): the sequence handling of the GPU operators checked without a GPU."""
+    from sluice.pipeline.batch import Batch
+    from sluice.schema import BatchArgs, BatchContext, OpSpec, _finish_outputs, get_schema
+
+    schema = get_schema(op)
+    args, _ = schema.validate({**const, **{k: v[0] for k, v in per_sample.items()}}, lambda v: False)
+    if schema.random:
+        args["seed"] = 5
+    for name in per_sample:
+        args.pop(name, None)
+    n = len(samples)
+    spec = OpSpec(schema, "gpu", args, op, n, 1, None, 5)
+    ctx = BatchContext(op, n, [""] * n, [layout], torch.device("cpu"), None, seed=5)
+    batch = Batch([torch.from_numpy(s) for s in samples], layout)
+    out = schema.kernel_for("gpu")(spec).run(ctx, batch, args=BatchArgs(args, dict(per_sample), n))
+    return _finish_outputs(schema, spec, out, [batch])[0]  # as the executor hands it on
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_gpu_kernels_take_sequences(op):
+    const, per_sample = CASES[op]
+    clips = _clips()
+    out = _gpu_kernel(op, clips, "FHWC", const, per_sample)
+    assert out.layout().startswith("F"), out.layout()
+    for j in range(F):
+        ref = _gpu_kernel(op, [c[j] for c in clips], "HWC", const, per_sample)
+        for i in range(len(clips)):
+            _same(out[i][j], ref[i], ref[i].dtype)
