@@ -1,4 +1,8 @@
-"""Test options: the `cuda` mark (skipped without a GPU) and a `device` fixture binding tests to cpu and gpu."""
+"""Test options: the `cuda` mark (skipped without a GPU) and a `device` fixture binding tests to cpu and gpu.
+Everything sluice writes while the tests run (video indexes, demo images) goes to pytest's temporary folder: the
+cache root ``SLUICE_CACHE`` points there for the whole session, never at the user's ``~/.cache/sluice``."""
+
+import os
 
 import pytest
 import torch
@@ -18,6 +22,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sluice_cache(tmp_path_factory):
+    """sluice's cache root for the session (subprocesses started by tests inherit it)."""
+    saved = {k: os.environ.get(k) for k in ("SLUICE_CACHE", "SLUICE_VIDEO_INDEX_DIR")}
+    root = tmp_path_factory.mktemp("sluice_cache")
+    os.environ["SLUICE_CACHE"] = str(root)
+    os.environ.pop("SLUICE_VIDEO_INDEX_DIR", None)  # the video indexes follow SLUICE_CACHE
+    yield root
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.cuda)])
