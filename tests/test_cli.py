@@ -12,6 +12,15 @@ import sluice
 from sluice.cli import main
 
 
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """main() sets the level of the 'sluice' logger (-v / -q), as a command should; tests put it back."""
+    logger = logging.getLogger("sluice")
+    level = logger.level
+    yield
+    logger.setLevel(level)
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
@@ -111,10 +120,7 @@ def test_verbose_and_quiet_set_the_log_level(monkeypatch, args, level):
     seen = {}
     monkeypatch.setattr(cli, "cmd_demo", lambda a: seen.setdefault("level", logging.getLogger("sluice").level))
     argv = args if "demo" in args else [*args, "demo"]
-    try:
-        assert main(argv) == level  # cmd_demo's return value: the level it ran with
-    finally:
-        logging.getLogger("sluice").setLevel(logging.NOTSET)
+    assert main(argv) == level  # cmd_demo's return value: the level it ran with
     assert seen["level"] == level
 
 
