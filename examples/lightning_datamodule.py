@@ -6,7 +6,8 @@ follows LOCAL_RANK, so nothing here names a rank)::
 
     python examples/lightning_datamodule.py --root /data/imagenet/train --devices 2 --epochs 1
 
-Without ``--root`` it makes a small folder of coloured JPEGs (two classes) and trains on that.
+Without ``--root`` it makes a small folder of coloured JPEGs (two classes) and trains on that; ``--cpu`` trains
+on the CPU (``--cpu --per-class 8 --epochs 1`` is a quick run).
 
 Lightning calls ``len(train_dataloader())`` and iterates it once per epoch; the sluice iterator gives both, and
 ``auto_reset=True`` starts the next epoch by itself. Lightning's sampler injection does not apply: sharding is
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
 import torch
 
@@ -26,6 +26,7 @@ try:
 except ImportError:  # the older package name
     import pytorch_lightning as pl
 
+import sluice
 from sluice import fn, pipeline_def, types
 from sluice.torch import DALIClassificationIterator, LastBatchPolicy
 
@@ -63,15 +64,17 @@ class SluiceDataModule(pl.LightningDataModule):
         pl.Trainer(devices=2, strategy="ddp", use_distributed_sampler=False).fit(model, dm)
     """
 
-    def __init__(self, root: str, batch_size: int = 64, size: int = 64, num_threads: int = 4):
+    def __init__(self, root: str, batch_size: int = 64, size: int = 64, num_threads: int = 4,
+                 use_gpu: bool | None = None):
         super().__init__()
         self.root, self.batch_size, self.size, self.num_threads = root, batch_size, size, num_threads
+        self.use_gpu = torch.cuda.is_available() if use_gpu is None else use_gpu
         self.loader: _Batches | None = None
 
     def setup(self, stage: str | None = None) -> None:
         # Runs in every DDP process after torch.distributed is initialised: the reader's shard defaults to the
         # global rank and the pipeline's GPU to LOCAL_RANK.
-        use_gpu = torch.cuda.is_available()
+        use_gpu = self.use_gpu
         pipe = train_pipe(self.root, self.size, use_gpu, batch_size=self.batch_size, num_threads=self.num_threads,
                           device_id=None if not use_gpu else int(os.environ.get("LOCAL_RANK", 0)), seed=42)
         self.loader = _Batches(DALIClassificationIterator(pipe, reader_name="Reader", auto_reset=True,
@@ -118,15 +121,19 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--cpu", action="store_true", help="train and decode on the CPU even if a GPU exists")
+    parser.add_argument("--per-class", type=int, default=16, help="JPEGs per class to make without --root")
     args = parser.parse_args()
-    root = args.root or tempfile.mkdtemp(prefix="sluice_lightning_")
-    if args.root is None:
-        make_demo_data(root)
-    accelerator = "gpu" if torch.cuda.is_available() else "cpu"
-    trainer = pl.Trainer(max_epochs=args.epochs, accelerator=accelerator, devices=args.devices,
+    root = args.root
+    if root is None:  # made once, in sluice's cache folder ($SLUICE_CACHE)
+        root = str(sluice.cache_dir("examples", f"lightning_jpegs_{args.per_class}"))
+        make_demo_data(root, per_class=args.per_class)
+    use_gpu = torch.cuda.is_available() and not args.cpu
+    trainer = pl.Trainer(max_epochs=args.epochs, accelerator="gpu" if use_gpu else "cpu", devices=args.devices,
                          strategy="ddp" if args.devices > 1 else "auto", use_distributed_sampler=False,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    trainer.fit(TinyNet(), SluiceDataModule(root, batch_size=args.batch_size, size=32))
+    trainer.fit(TinyNet(), SluiceDataModule(root, batch_size=args.batch_size, size=32, use_gpu=use_gpu))
+    print(f"trained {args.epochs} epochs on {'GPU' if use_gpu else 'CPU'}: loss {trainer.callback_metrics['loss']:.4f}")
 
 
 if __name__ == "__main__":

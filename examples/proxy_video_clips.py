@@ -11,7 +11,8 @@ carries. Example::
     python benchmarks/make_videos.py --out /tmp/bench_videos        # longer 720p videos, then:
     python examples/proxy_video_clips.py --videos /tmp/bench_videos --device mixed --workers 8
 
-Without ``--videos`` it writes a few small barcode videos with PyAV.
+Without ``--videos`` it writes a few small barcode videos with PyAV (``--cpu --count 2 --epochs 1`` is a quick
+run on the CPU).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import tempfile
 import time
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+import sluice
 import sluice.torch.proxy as sp
 from sluice import fn, pipeline_def
 from sluice.backends.video import get_index
@@ -69,10 +70,13 @@ def decode_clips(device: str, size: int):
 
 
 def make_demo_videos(root: str, count: int = 3) -> list[str]:
+    os.makedirs(root, exist_ok=True)
     paths = []
     for k in range(count):
         path = os.path.join(root, f"clip{k}.mp4")
-        write_barcode_video(path, num_frames=120, width=160, height=96)
+        if not os.path.exists(path):
+            write_barcode_video(path + ".part.mp4", num_frames=120, width=160, height=96)
+            os.replace(path + ".part.mp4", path)
         paths.append(path)
     return paths
 
@@ -85,10 +89,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--size", type=int, default=0, help="resize frames to size x size (0: keep)")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--cpu", action="store_true", help="decode on the CPU even if a GPU exists (--device cpu)")
+    parser.add_argument("--count", type=int, default=3, help="how many barcode videos to make without --videos")
     args = parser.parse_args()
+    if args.cpu:
+        args.device = "cpu"
 
+    # Without --videos: small barcode videos, made once in sluice's cache folder ($SLUICE_CACHE)
     paths = sorted(glob.glob(os.path.join(args.videos, "*.mp4"))) if args.videos else \
-        make_demo_videos(tempfile.mkdtemp(prefix="sluice_clips_"))
+        make_demo_videos(str(sluice.cache_dir("examples", "barcode_videos")), args.count)
     device_id = 0 if args.device == "mixed" else None
     pipe = decode_clips(args.device, args.size, batch_size=args.batch_size, num_threads=4, device_id=device_id, seed=1)
     with sp.DALIServer(pipe) as server:

@@ -12,6 +12,7 @@ pipeline's CUDA output with two torch operations (sluice has no per-sample reduc
 
     python examples/whisper_logmel.py --root /data/speech --n-mels 128 --batch 32
     python examples/whisper_logmel.py            # makes 256 synthetic clips (5-45 s, 44.1 kHz) first
+    python examples/whisper_logmel.py --cpu --clips 8 --batch 4 --iterations 2    # small, on the CPU
 
 With ``--check`` the first batch is compared with Whisper's formula computed in float64 from soundfile + soxr.
 """
@@ -21,12 +22,12 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import tempfile
 import time
 
 import numpy as np
 import torch
 
+import sluice
 from sluice import fn, pipeline_def, types
 
 SAMPLE_RATE, N_FFT, HOP, CHUNK_SECONDS = 16000, 400, 160, 30
@@ -107,14 +108,18 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=24)
     ap.add_argument("--norm", default="whisper", choices=("whisper", "per_feature"))
     ap.add_argument("--device", default="gpu" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU exists (--device cpu)")
+    ap.add_argument("--clips", type=int, default=256, help="how many synthetic clips to make without --root")
     ap.add_argument("--check", action="store_true", help="compare the first batch with Whisper's formula")
     args = ap.parse_args()
 
+    if args.cpu:
+        args.device = "cpu"
     root = args.root
-    if root is None:
-        root = os.path.join(tempfile.gettempdir(), "sluice_whisper_clips")
+    if root is None:  # made once, in sluice's cache folder ($SLUICE_CACHE)
+        root = str(sluice.cache_dir("examples", f"whisper_clips_{args.clips}"))
         if not glob.glob(os.path.join(root, "*", "*.wav")):
-            make_clips(root)
+            make_clips(root, count=args.clips)
     pipe = whisper_features(root, args.n_mels, args.norm, args.device, batch_size=args.batch,
                             num_threads=args.threads, device_id=0 if args.device == "gpu" else None, seed=1)
     (first,) = pipe.run()                       # warm-up (CUDA context, cuFFT plans); checked at the end

@@ -2,7 +2,7 @@
 
     python benchmarks/diag/train_variants.py /tmp/sbs/images [variant ...]
 variants: full, no_crop (decoders.image), no_mirror, fp32, no_resize_cmn (decoder only), decode_only_crop;
-"@N" after a variant sets num_threads (full@4)
+"@N" after a variant sets num_threads (full@4);  --memory ITERATIONS: GPU memory, RSS and /dev/shm over a run
 """
 import sys
 import time
@@ -38,8 +38,33 @@ def build(root, variant, threads=16):
     return p
 
 
+def memory(root: str, iterations: int, every: int = 1000) -> None:
+    """GPU memory, host RSS and /dev/shm entries over ``iterations`` of the full program (the images issue's
+    flat-memory check): one line per ``every`` iterations."""
+    import os
+
+    p = build(root, "full")
+    loader = DALIClassificationIterator(p, reader_name="Reader", auto_reset=True)
+    it = iter(loader)
+    page = os.sysconf("SC_PAGE_SIZE")
+    for k in range(iterations + 1):
+        try:
+            next(it)
+        except StopIteration:
+            it = iter(loader)
+            next(it)
+        if k % every == 0:
+            torch.cuda.synchronize()
+            rss = int(open("/proc/self/statm").read().split()[1]) * page
+            print(f"MEMORY iteration {k:6d} gpu allocated {torch.cuda.memory_allocated() >> 20:6d} MiB, peak "
+                  f"{torch.cuda.max_memory_allocated() >> 20:6d} MiB, host RSS {rss >> 20:6d} MiB, /dev/shm entries "
+                  f"{len(os.listdir('/dev/shm'))}", flush=True)
+
+
 def main():
     root = sys.argv[1]
+    if sys.argv[2:3] == ["--memory"]:
+        return memory(root, int(sys.argv[3]))
     for variant in sys.argv[2:] or ["full", "no_crop", "no_mirror", "fp32", "no_resize_cmn"]:
         variant, _, threads = variant.partition("@")  # full@4: the full program with 4 threads
         p = build(root, variant, int(threads or 16))

@@ -18,12 +18,14 @@ Example::
 """
 
 from sluice import types
-from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError, SluiceError
+from sluice._cache import cache_dir
+from sluice.errors import ArgumentError, MissingDependencyError, PipelineBrokenError, PipelineError, SluiceError
 from sluice.pipeline import Batch, Constant, DataNode, Pipeline, pipeline_def
 from sluice import ops  # noqa: E402  (registers the operators)
 from sluice import fn  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["pipeline_def", "Pipeline", "DataNode", "Batch", "Constant", "fn", "ops", "types",
-           "SluiceError", "ArgumentError", "PipelineError", "PipelineBrokenError", "__version__"]
+__all__ = ["pipeline_def", "Pipeline", "DataNode", "Batch", "Constant", "fn", "ops", "types", "cache_dir",
+           "SluiceError", "ArgumentError", "MissingDependencyError", "PipelineError", "PipelineBrokenError",
+           "__version__"]

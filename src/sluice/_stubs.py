@@ -90,20 +90,26 @@ def generate() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def write_or_check(path: Path, text: str, argv: list[str], command: str) -> int:
+    """Write a generated file, or with ``--check`` in ``argv`` return 1 (saying which ``command`` rewrites it) when
+    ``path`` differs from ``text``. Shared by the generators of fn.pyi and docs/operators.md."""
+    if "--check" in argv:
+        current = path.read_text() if path.exists() else ""
+        if current != text:
+            print(f"{path} is out of date: run {command}", file=sys.stderr)
+            return 1
+        return 0
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     import sluice.ops  # noqa: F401 - registers the operators
 
     argv = sys.argv[1:] if argv is None else argv
-    text = generate()
-    if "--check" in argv:
-        current = STUB.read_text() if STUB.exists() else ""
-        if current != text:
-            print(f"{STUB} is out of date: run python -m sluice._stubs", file=sys.stderr)
-            return 1
-        return 0
-    STUB.write_text(text)
-    print(f"wrote {STUB}")
-    return 0
+    return write_or_check(STUB, generate(), argv, "python -m sluice._stubs")
 
 
 if __name__ == "__main__":

@@ -72,12 +72,8 @@ class _PILDataset(torch.utils.data.Dataset):
     """The peer: torchvision-style RandomResizedCrop + flip on PIL images, written with PIL alone (torchvision
     has no CPU build on some machines)."""
 
-    def __init__(self, root: str, size: int = 224):
-        from sluice.ops.readers.file import list_files
-
-        self.paths, self.labels = list_files("bench", {"file_root": root, "file_list": None, "files": None,
-                                                       "labels": None, "file_filters": ["*.jpg"],
-                                                       "case_sensitive_filter": False, "dir_filters": None})
+    def __init__(self, paths: list[str], labels: list[int], size: int = 224):
+        self.paths, self.labels = paths, labels
         self.size = size
 
     def __len__(self) -> int:
@@ -100,11 +96,12 @@ class _PILDataset(torch.utils.data.Dataset):
         return torch.from_numpy(np.array(img)).permute(2, 0, 1), self.labels[i]
 
 
-def dataloader_images_per_s(root: str, batch_size: int, iterations: int, workers: int) -> float:
+def dataloader_images_per_s(paths: list[str], labels: list[int], batch_size: int, iterations: int,
+                            workers: int) -> float:
     """Images/s of the PyTorch DataLoader + PIL peer, normalised (on the GPU when there is one)."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-    loader = torch.utils.data.DataLoader(_PILDataset(root), batch_size=batch_size, shuffle=True,
+    loader = torch.utils.data.DataLoader(_PILDataset(paths, labels), batch_size=batch_size, shuffle=True,
                                          num_workers=workers, pin_memory=cuda, drop_last=True,
                                          persistent_workers=workers > 0)
     mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
@@ -128,11 +125,11 @@ def dataloader_images_per_s(root: str, batch_size: int, iterations: int, workers
     return seen / (time.perf_counter() - start)
 
 
-def sluice_images_per_s(root: str, batch_size: int, iterations: int) -> float:
+def sluice_images_per_s(root: str, files: list[str], labels: list[int], batch_size: int, iterations: int) -> float:
     from sluice.cli import demo_pipeline
 
     cuda = torch.cuda.is_available()
-    pipe = demo_pipeline(root, batch_size, 0 if cuda else None)
+    pipe = demo_pipeline(root, files, labels, batch_size, 0 if cuda else None)
     pipe.run()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     _sync(device)
@@ -161,9 +158,11 @@ def main(args: argparse.Namespace) -> int:
     report("engine overhead per iteration (batch 256)", "ms", o["sluice_ms"], {"plain PyTorch loop": o["plain_ms"]},
            higher_is_better=False)
     print(f"engine overhead above the plain loop: {o['overhead_ms']:.3f} ms per iteration")
-    root = str(make_demo_images(cache_dir() / "demo_images", count=args.images))
-    ours = sluice_images_per_s(root, args.batch_size, args.iterations)
+    root = cache_dir("demo_images")
+    files, labels = make_demo_images(root, count=args.images)
+    ours = sluice_images_per_s(str(root), files, labels, args.batch_size, args.iterations)
     workers = min(16, os.cpu_count() or 1)
-    peer = dataloader_images_per_s(root, args.batch_size, args.iterations, workers)
+    peer = dataloader_images_per_s([str(root / f) for f in files], labels, args.batch_size, args.iterations,
+                                   workers)
     report("image training pipeline", "images/s", ours, {f"DataLoader+PIL ({workers} workers)": peer})
     return 0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["SluiceError", "ArgumentError", "PipelineError", "PipelineBrokenError", "SampleError"]
+__all__ = ["SluiceError", "ArgumentError", "MissingDependencyError", "PipelineError", "PipelineBrokenError",
+           "SampleError"]
 
 
 class SluiceError(Exception):
@@ -11,6 +12,11 @@ class SluiceError(Exception):
 
 class ArgumentError(SluiceError, ValueError, TypeError):
     """A wrong argument to an operator or a pipeline: unknown, of the wrong type, or out of range."""
+
+
+class MissingDependencyError(SluiceError, ImportError):
+    """An optional package that an operator or a command needs is not installed. The message names the operator
+    (or command), the package and the extra that brings it: ``pip install 'sluice[image]'``."""
 
 
 class PipelineError(SluiceError, RuntimeError):

@@ -413,6 +413,7 @@ def _sequence_operator(schema: OpSchema, op_class: type[Operator]) -> type[Opera
             return _seq.run_as_frames(schema, self.spec, super().run, ctx, inputs, args, counts)
 
     SequenceOperator.__name__ = SequenceOperator.__qualname__ = op_class.__name__
+    SequenceOperator.__module__ = op_class.__module__  # where the operator is written (the docs group it by that)
     return SequenceOperator
 
 
@@ -460,6 +461,7 @@ class OpSchema:
                  input_names: Sequence[str] | None = None, register: bool = True,
                  default_device: str | None = None, stateful: bool = False,
                  output_names: Callable[[dict[str, Any]], list[str]] | None = None,
+                 requires: dict[str, Sequence[str]] | None = None,
                  sequences: str | None = None, sequence_outputs: int | None = None):
         self.name = name
         self.doc = inspect.cleandoc(doc)
@@ -497,6 +499,12 @@ class OpSchema:
         self.args: dict[str, Arg] = {a.name: a for a in own}
         for a in _COMMON_ARGS:
             self.args.setdefault(a.name, a)
+        #: Per device, the optional modules its kernel imports (``{"cpu": ("simplejpeg", "cv2")}``): checked when a
+        #: pipeline is built, so that a missing codec is one error naming the operator and the extra to install.
+        self.requires: dict[str, tuple[str, ...]] = {d: tuple(m) for d, m in (requires or {}).items()}
+        unknown = [d for d in self.requires if d not in self.devices]
+        if unknown:
+            raise ValueError(f"schema {name}: requirements for devices {unknown} it does not declare")
         self.kernels: dict[str, type[Operator]] = {}
         if register:
             with _REGISTRY_LOCK:
@@ -533,6 +541,16 @@ class OpSchema:
             self._add_kernel(device, cls)
             return cls
         return deco
+
+    def check_requirements(self, device: str, what: str | None = None) -> None:
+        """Raise :class:`~sluice.errors.MissingDependencyError` when a module this operator needs on ``device`` does
+        not import; the message names ``what`` (default ``fn.<name> (device '<device>')``), the package and the
+        extra that brings it."""
+        modules = self.requires.get(device)
+        if modules:
+            from sluice._optional import check
+
+            check(modules, what or f"fn.{self.name} (device '{device}')")
 
     def kernel_for(self, device: str) -> type[Operator]:
         try:

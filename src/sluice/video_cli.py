@@ -2,7 +2,7 @@
 
 ``probe`` reports codec, size, frame count, duration, constant or variable frame rate and GOP lengths, from the
 packet index (no decoding). ``index`` builds the indexes of every video under the given files or folders into
-the on-disk cache (``$SLUICE_VIDEO_INDEX_DIR`` or ``~/.cache/sluice/video_index``), so that training starts
+the on-disk cache (``video_index`` in ``$SLUICE_CACHE``, or ``$SLUICE_VIDEO_INDEX_DIR``), so that training starts
 without demuxing its videos. The lead's ``cli.py`` calls :func:`add_subcommands`. Example::
 
     $ sluice probe clip.mp4
@@ -122,13 +122,15 @@ def _index_command(args: argparse.Namespace) -> int:
 
 def add_subcommands(subparsers) -> None:
     """Add ``probe`` and ``index`` to the ``sluice`` command's subparsers."""
+    from sluice.cli import at_least
+
     p = subparsers.add_parser("probe", help="codec, size, frames, duration, CFR/VFR and GOP lengths of videos")
     p.add_argument("videos", nargs="+", help="video files")
     p.add_argument("--json", action="store_true", help="one JSON object per video")
     p.set_defaults(func=_probe_command)
     q = subparsers.add_parser("index", help="build the frame indexes of videos ahead of training")
     q.add_argument("paths", nargs="+", help="video files or folders (searched recursively)")
-    q.add_argument("--workers", type=int, default=os.cpu_count() or 4, help="videos indexed at once")
+    q.add_argument("--workers", type=at_least(1), default=os.cpu_count() or 4, help="videos indexed at once")
     q.set_defaults(func=_index_command)
 
 

@@ -15,7 +15,7 @@ CHECKS = os.path.join(os.path.dirname(__file__), "jax_iterator_check.py")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs jax")
-def test_jax_iterator():
-    done = subprocess.run([sys.executable, CHECKS], capture_output=True, text=True, timeout=300)
+def test_jax_iterator(tmp_path):
+    done = subprocess.run([sys.executable, CHECKS, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert "OK jax iterator" in done.stdout

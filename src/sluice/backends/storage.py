@@ -61,11 +61,10 @@ class StorageError(OSError):
 
 
 def cache_dir() -> Path:
-    """sluice's cache folder (indexes of shards and record files, demo data): ``$SLUICE_CACHE``, else
-    ``$XDG_CACHE_HOME/sluice``, else ``~/.cache/sluice``."""
-    root = os.environ.get("SLUICE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")), "sluice")
-    return Path(root)
+    """sluice's cache folder (indexes of shards and record files): :func:`sluice._cache.cache_dir`."""
+    from sluice._cache import cache_dir as root
+
+    return root()
 
 
 # ---- paths and URLs --------------------------------------------------------------------------------------------

@@ -157,6 +157,16 @@ def _unfused(ctx, images: Batch, args, has_crop: bool, layout: str) -> Batch:
 FUSED_SCHEMA: OpSchema | None = None
 
 
+def _disabled() -> bool:
+    """SLUICE_DISABLE_FUSION=1: the graph runs as written."""
+    return os.environ.get("SLUICE_DISABLE_FUSION") == "1"
+
+
+def _uses(nodes: Sequence[Any], outputs: Iterable[Any] | None) -> tuple[set[int], dict[int, list[Any]]]:
+    """The ids of the pipeline's output DataNodes, and who reads each DataNode (see :func:`_consumers`)."""
+    return {id(d) for d in (outputs or ())}, _consumers(nodes)
+
+
 def _consumers(nodes: Sequence[Any]) -> dict[int, list[Any]]:
     """id(DataNode) -> the nodes reading it (as an input or as an argument input)."""
     out: dict[int, list[Any]] = {}
@@ -193,10 +203,9 @@ def fuse(op_nodes: list[Any], outputs: Iterable[Any] | None = None) -> list[Any]
     three nodes' arguments under the prefixes ``k.``, ``r.``, ``c.``. The input nodes are not modified.
     """
     global FUSED_SCHEMA
-    if os.environ.get("SLUICE_DISABLE_FUSION") == "1":
+    if _disabled():
         return list(op_nodes)
-    out_ids = {id(d) for d in (outputs or ())}
-    consumers = _consumers(op_nodes)
+    out_ids, consumers = _uses(op_nodes, outputs)
     drop: set[int] = set()
     replace: dict[int, Any] = {}
     for node in op_nodes:
@@ -238,15 +247,15 @@ def decode_audio_on_device(op_nodes: list[Any], outputs: Iterable[Any] | None = 
     test_mixed_decoder*.py), but moves the files' samples to the GPU as they are stored (16-bit samples: half the
     bytes of float32) and converts them there, instead of converting on the host and moving the result. It applies
     when the decoder resamples nothing (``sample_rate`` 0: soxr and the GPU resampler differ), its audio feeds only
-    the transfer, and its rate output is used by nothing; neither output may be a pipeline output. The transfer node is replaced by the mixed decoder (same
-    id and output, so its consumers hold) and the CPU decoder is dropped. ``SLUICE_DISABLE_FUSION=1`` turns it off.
+    the transfer, and its rate output is used by nothing; neither output may be a pipeline output. The transfer node
+    is replaced by the mixed decoder (same id and output, so its consumers hold) and the CPU decoder is dropped.
+    ``SLUICE_DISABLE_FUSION=1`` turns it off.
     """
-    if os.environ.get("SLUICE_DISABLE_FUSION") == "1":
+    if _disabled():
         return list(op_nodes)
     from sluice.pipeline.graph import DataNode
 
-    out_ids = {id(d) for d in (outputs or ())}
-    consumers = _consumers(op_nodes)
+    out_ids, consumers = _uses(op_nodes, outputs)
     drop: set[int] = set()
     replace: dict[int, Any] = {}
     for node in op_nodes:

@@ -141,7 +141,10 @@ def _pillow_linear(image: torch.Tensor, roi, out_size, fy: int, fx: int, antiali
     h, w = int(image.shape[0]), int(image.shape[1])
     if not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
         return None
-    from PIL import Image
+    try:
+        from PIL import Image
+    except ImportError:  # Pillow comes with the image extra; without it the float path below resizes
+        return None
 
     c = int(image.shape[2])
     arr = image.contiguous().numpy()

@@ -106,6 +106,8 @@ class Executor:
         self.nodes = self._fuse(self.nodes, outputs)
         self.batch_size = pipeline.max_batch_size
         self.device_id = pipeline.device_id
+        for node in self.nodes:  # a missing codec is one error naming the operator and the extra, before anything runs
+            node.schema.check_requirements(node.device, node.describe())
         self.uses_gpu = any(n.device in ("gpu", "mixed") for n in self.nodes)
         if self.uses_gpu:
             if self.device_id is None:
@@ -153,6 +155,11 @@ class Executor:
             # Mixed operators' host work on CPU inputs runs in the CPU stage, overlapping the device stage.
             self.stages[0].prepares = [n for n in dev_nodes if self.operators[n.id].prepare is not None
                                        and not self._needs(n, dev_nodes)]
+        if log.isEnabledFor(logging.INFO):
+            log.info("pipeline built: batch %d, %d threads, %s; %s", self.batch_size, pipeline.num_threads,
+                     f"GPU {self.device_id}" if self.uses_gpu else "CPU only",
+                     "; ".join(f"{'device' if s.on_gpu else 'CPU'} stage: "
+                               + ", ".join(n.describe() for n in s.nodes) for s in self.stages))
         self.iteration = 0  # the next iteration to be produced
         self.snapshots: dict[int, dict[str, Any]] = {}
         self._threads: list[threading.Thread] = []

@@ -15,7 +15,6 @@ import io
 import logging
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from .common import (ImageDecodeError, apply_orientation, check_pixel_limit, oriented_hw, OUTPUT_TYPES,
@@ -60,6 +59,12 @@ def _pil():
     from PIL import Image
 
     return Image
+
+
+def _cv2():
+    import cv2  # on first use: importing sluice needs no codec (the image extra brings OpenCV)
+
+    return cv2
 
 
 def _open_pil(buf: memoryview, source: str, what: str):
@@ -138,6 +143,7 @@ def to_output_type(image: np.ndarray, output_type: str) -> np.ndarray:
             return image
         if c == 2:
             return image[:, :, :1]
+        cv2 = _cv2()
         return cv2.cvtColor(np.ascontiguousarray(image[:, :, :3]), cv2.COLOR_RGB2GRAY)[:, :, None]
     rgb = image[:, :, :3] if c >= 3 else np.repeat(image[:, :, :1], 3, axis=2)
     if output_type == "RGB":
@@ -190,6 +196,7 @@ def _decode_pil(buf: memoryview, source: str, what: str) -> np.ndarray:
 
 
 def _decode_opencv(buf: memoryview, source: str, what: str) -> np.ndarray:
+    cv2 = _cv2()
     arr = cv2.imdecode(np.frombuffer(buf, np.uint8), cv2.IMREAD_UNCHANGED)
     if arr is None:
         logger.debug("OpenCV could not decode %s (%s); trying Pillow", source or "a sample", what)

@@ -403,9 +403,12 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
 
 # ---------------------------------------------------------------------------------------------- caching
 def cache_dir() -> Path:
-    """Where indexes are stored: ``$SLUICE_VIDEO_INDEX_DIR`` or ``~/.cache/sluice/video_index``."""
+    """Where indexes are stored: ``video_index`` in sluice's cache (``$SLUICE_CACHE``, see :mod:`sluice._cache`),
+    or ``$SLUICE_VIDEO_INDEX_DIR`` when set (e.g. a folder of indexes shared by several machines)."""
+    from sluice._cache import cache_dir as sluice_cache
+
     env = os.environ.get("SLUICE_VIDEO_INDEX_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "sluice" / "video_index"
+    return Path(env) if env else sluice_cache("video_index")
 
 
 def cache_key(source: Source) -> str:

@@ -78,6 +78,7 @@ SCHEMA = OpSchema(
     inputs=1,
     outputs=2,
     devices=("cpu", "mixed"),
+    requires={"cpu": ("soundfile", "soxr"), "mixed": ("soundfile",)},
     output_layout=lambda args, _: ["t" if args["downmix"] else "tc", ""],
     args=[
         Arg("dtype", types.DALIDataType, types.FLOAT, "Output type: types.INT16, types.INT32 or types.FLOAT.",

@@ -18,8 +18,9 @@ SCHEMA = OpSchema(
     Input: one channel, shape ``(n,)``, ``(n, 1)`` or ``(1, n)``. Windows of ``window_length`` samples every
     ``window_step`` samples are multiplied by ``window_fn`` (default: DALI's Hann window,
     ``0.5 - 0.5 cos(2 pi (n + 0.5) / window_length)``; librosa and ``torch.stft`` use the periodic Hann window,
-    ``0.5 - 0.5 cos(2 pi n / window_length)``: pass it as ``window_fn`` to match them) and transformed with an ``nfft``-point real FFT (``nfft`` defaults to ``window_length``; a
-    shorter window is centred in the FFT frame). With ``center_windows`` window ``t`` is centred on sample
+    ``0.5 - 0.5 cos(2 pi n / window_length)``: pass it as ``window_fn`` to match them) and transformed with an
+    ``nfft``-point real FFT (``nfft`` defaults to ``window_length``; a shorter window is centred in the FFT
+    frame). With ``center_windows`` window ``t`` is centred on sample
     ``t * window_step`` and there are ``n // window_step + 1`` windows; the signal is extended by reflection
     (``reflect_padding``) or with zeros. Without it only whole windows inside the signal are taken. An empty
     signal gives no windows. ``power`` 2 gives power, 1 magnitude. On the GPU the whole batch (padded to its

@@ -387,6 +387,11 @@ def _make_mixed_operator(op: str) -> type[Operator]:
     return MixedImageDecoder
 
 
+# libjpeg-turbo (simplejpeg) for JPEG, OpenCV and Pillow for the other formats; the mixed decoders use them for
+# what nvJPEG cannot take, and torchvision's nvJPEG.
+_CPU_CODECS = ("simplejpeg", "cv2", "PIL")
+
+
 def _decoder_schema(name: str, summary: str, example: str, extra_args: list[Arg], *, inputs=1,
                     random: bool = False, input_names=None) -> OpSchema:
     schema = OpSchema(
@@ -399,7 +404,8 @@ def _decoder_schema(name: str, summary: str, example: str, extra_args: list[Arg]
             {example}
         """,
         inputs=inputs, outputs=1, devices=("cpu", "mixed"), random=random, output_layout="HWC",
-        input_names=input_names, args=_DECODER_ARGS + extra_args)
+        input_names=input_names, args=_DECODER_ARGS + extra_args,
+        requires={"cpu": _CPU_CODECS, "mixed": _CPU_CODECS + ("torchvision",)})
     from sluice.ops.decoders._image_cpu import cpu_operator  # imported here: it uses this module's helpers
     schema.operator_class("cpu")(cpu_operator(name))
     schema.operator_class("mixed")(_make_mixed_operator(name))
@@ -456,7 +462,7 @@ PEEK_IMAGE_SHAPE = OpSchema(
 
         shapes = fn.peek_image_shape(jpegs)
     """,
-    inputs=1, outputs=1, devices=("cpu",), output_layout="",
+    inputs=1, outputs=1, devices=("cpu",), output_layout="", requires={"cpu": ("PIL",)},
     args=[Arg("dtype", types.DALIDataType, types.INT64, "Type of the output.",
               choices=(types.INT32, types.INT64, types.UINT32, types.UINT64, types.FLOAT, types.FLOAT64)),
           Arg("adjust_orientation", bool, True, "Swap height and width for images whose EXIF orientation rotates "

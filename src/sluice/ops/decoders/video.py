@@ -53,6 +53,7 @@ SCHEMA = OpSchema(
     inputs=1,
     outputs=_num_outputs,
     devices=("cpu", "mixed"),
+    requires={"cpu": ("av",), "mixed": ("av", "PyNvVideoCodec")},
     output_layout=_layouts,
     args=[
         Arg("frames", "int_list", None, "Frame numbers to decode, in output order (repeats allowed).",

@@ -12,35 +12,9 @@ from collections.abc import Sequence
 
 import torch
 
-from sluice.ops.image._color_affine import _SUPPORTED, triton, triton_available
+from sluice.ops.image._color_affine import _SUPPORTED, _kernels, triton_available
 
 __all__ = ["blur_axes_triton"]
-
-if triton is not None:
-    import triton.language as tl
-
-    from sluice.ops.image._color_affine import _round_half_even
-
-    @triton.jit
-    def _blur_axis_kernel(x_ptr, w_ptr, y_ptr, total, L, inner, period, K, R, lo, hi, OUT_INT: tl.constexpr,
-                          BLOCK: tl.constexpr):
-        n = tl.program_id(1)
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < total
-        base = n.to(tl.int64) * total
-        li = (offs // inner) % L
-        row = offs - li * inner  # offset of element l = 0 on this line
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for k in range(0, K):
-            j = li + k - R
-            j = ((j % period) + period) % period
-            j = tl.where(j >= L, period - j, j)  # reflect-101; a 1-long axis has period 1, so j is 0
-            v = tl.load(x_ptr + base + row + j * inner, mask=mask, other=0).to(tl.float32)
-            acc += tl.load(w_ptr + n * K + k) * v
-        if OUT_INT:
-            acc = tl.minimum(tl.maximum(_round_half_even(acc), lo), hi)
-        tl.store(y_ptr + base + offs, acc.to(y_ptr.dtype.element_ty), mask=mask)
-
 
 def _pass(x: torch.Tensor, axis: int, weights: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """One pass over ``axis`` (of the N x ... stack ``x``) with weights N x K (float32, on x's device)."""
@@ -60,8 +34,8 @@ def _pass(x: torch.Tensor, axis: int, weights: torch.Tensor, out_dtype: torch.dt
     lo, hi = (float(torch.iinfo(out_dtype).min), float(torch.iinfo(out_dtype).max)) if out_int else (0.0, 0.0)
     block = 1024
     period = max(2 * (length - 1), 1)
-    _blur_axis_kernel[(triton.cdiv(total, block), n)](x, weights, out, total, length, inner, period, k, k // 2, lo,
-                                                      hi, OUT_INT=out_int, BLOCK=block)
+    _kernels().blur_axis_kernel[(-(-total // block), n)](x, weights, out, total, length, inner, period, k, k // 2,
+                                                         lo, hi, OUT_INT=out_int, BLOCK=block)
     return out
 
 

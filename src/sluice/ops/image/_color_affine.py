@@ -6,6 +6,7 @@ brightness/contrast are the 1 x 1 case over every element; hsv, hue, saturation 
 colour space conversions are 3 x 3, 1 x 3 (to gray) or 3 x 1 (from gray), with the input and output type ranges
 folded into M and the offset. A dense batch is one launch; samples of a ragged batch are launched one by one
 (no copies). Without Triton (or on the CPU) the operators use their torch path, which computes the same values.
+The kernel itself is in :mod:`sluice.kernels._triton_channels`, imported on the first CUDA batch.
 """
 
 from __future__ import annotations
@@ -18,52 +19,24 @@ from sluice.ops.tensor._util import convert_saturate
 
 __all__ = ["triton_available", "affine_channels", "affine_channels_cpu", "opencv"]
 
-try:  # Triton is optional: present on GPU machines, absent on CPU-only installs
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the installation
-    triton = None
-    tl = None
-
 _SUPPORTED = (torch.uint8, torch.int8, torch.uint16, torch.int16, torch.int32, torch.float16, torch.bfloat16,
               torch.float32)
 
 
 def triton_available(x: torch.Tensor) -> bool:
-    """Whether the Triton kernel can run on ``x`` (a CUDA tensor of a supported type, Triton installed)."""
-    return triton is not None and x.is_cuda and x.dtype in _SUPPORTED
+    """Whether the Triton kernel can run on ``x`` (a CUDA tensor of a supported type, Triton installed). Triton is
+    imported here, on the first CUDA tensor, not when sluice is."""
+    return x.is_cuda and x.dtype in _SUPPORTED and _kernels() is not None
 
 
-if triton is not None:
-    @triton.jit
-    def _round_half_even(v):
-        r = tl.floor(v + 0.5)
-        tie = (r - v) == 0.5
-        odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
-        return tl.where(tie & odd, r - 1.0, r)
-
-    @triton.jit
-    def _affine_kernel(x_ptr, m_ptr, o_ptr, y_ptr, P, lo, hi, C_IN: tl.constexpr, C_OUT: tl.constexpr,
-                       OUT_INT: tl.constexpr, BLOCK: tl.constexpr):
-        n = tl.program_id(1)
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < P
-        x_base = x_ptr + n.to(tl.int64) * P * C_IN
-        y_base = y_ptr + n.to(tl.int64) * P * C_OUT
-        m_base = m_ptr + n * (C_OUT * C_IN)
-        o_base = o_ptr + n * C_OUT
-        x0 = tl.load(x_base + offs * C_IN, mask=mask, other=0).to(tl.float32)
-        if C_IN == 3:
-            x1 = tl.load(x_base + offs * C_IN + 1, mask=mask, other=0).to(tl.float32)
-            x2 = tl.load(x_base + offs * C_IN + 2, mask=mask, other=0).to(tl.float32)
-        for co in tl.static_range(C_OUT):
-            acc = tl.load(o_base + co) + tl.load(m_base + co * C_IN) * x0
-            if C_IN == 3:
-                acc += tl.load(m_base + co * C_IN + 1) * x1
-                acc += tl.load(m_base + co * C_IN + 2) * x2
-            if OUT_INT:
-                acc = tl.minimum(tl.maximum(_round_half_even(acc), lo), hi)
-            tl.store(y_base + offs * C_OUT + co, acc.to(y_ptr.dtype.element_ty), mask=mask)
+@functools.cache
+def _kernels():
+    """:mod:`sluice.kernels._triton_channels`, or None without Triton (the operators then use the torch path)."""
+    try:
+        from sluice.kernels import _triton_channels
+    except ImportError:  # Triton is optional: present on GPU machines, absent on CPU-only installs
+        return None
+    return _triton_channels
 
 
 def _launch(x: torch.Tensor, m: torch.Tensor, o: torch.Tensor, out: torch.Tensor, c_in: int, c_out: int) -> None:
@@ -74,8 +47,8 @@ def _launch(x: torch.Tensor, m: torch.Tensor, o: torch.Tensor, out: torch.Tensor
     out_int = not out.dtype.is_floating_point
     lo, hi = (float(torch.iinfo(out.dtype).min), float(torch.iinfo(out.dtype).max)) if out_int else (0.0, 0.0)
     block = 1024
-    grid = (triton.cdiv(p, block), n)
-    _affine_kernel[grid](x, m, o, out, p, lo, hi, C_IN=c_in, C_OUT=c_out, OUT_INT=out_int, BLOCK=block)
+    grid = (-(-p // block), n)
+    _kernels().affine_kernel[grid](x, m, o, out, p, lo, hi, C_IN=c_in, C_OUT=c_out, OUT_INT=out_int, BLOCK=block)
 
 
 def affine_channels(samples: list[torch.Tensor], matrices: torch.Tensor, offsets: torch.Tensor,

@@ -33,6 +33,7 @@ SCHEMA = OpSchema(
     inputs=0,
     outputs=1,
     devices=("cpu",),
+    requires={"cpu": ("simplejpeg", "cv2", "PIL")},
     stateful=True,
     output_layout="FHWC",
     args=[
