@@ -199,8 +199,9 @@ def test_fused_resize_crop_mirror_normalize_takes_clips():
 
 @pytest.mark.cuda
 def test_fused_gpu_clips_equal_cpu_frames():
-    """On the GPU the fused chain over clips equals the CPU operators frame by frame (test_fusion.py's tolerance:
-    the CPU resize of uint8 goes through the compiled core's rounding)."""
+    """On the GPU the fused chain over clips equals the CPU operators over clips (test_fusion.py's tolerance: two
+    grey levels on single pixels, as the CPU resize of uint8 rounds its passes; the CPU side is checked against the
+    frames above)."""
     pipe = Pipeline(batch_size=2, num_threads=1, device_id=0, seed=1, exec_async=False)
     with pipe:
         x = fn.external_source(source=_clips, layout="FHWC", cycle=True)
@@ -213,9 +214,10 @@ def test_fused_gpu_clips_equal_cpu_frames():
     pipe.set_outputs(*outs)
     gpu, cpu = pipe.run()
     assert gpu.layout() == cpu.layout() == "FCHW"
+    std = torch.tensor(STD).reshape(1, 3, 1, 1)
     for i in range(2):
-        diff = (gpu[i].cpu() - cpu[i]).abs()
-        assert float(diff.max()) < 0.04 and float(diff.mean()) < 0.005
+        levels = (gpu[i].cpu() - cpu[i]).abs() * std  # the difference in grey levels before normalising
+        assert float(levels.max()) <= 2.0 + 1e-3 and float(levels.mean()) <= 0.3
 
 
 def _gpu_kernel(op, samples, layout, const, per_sample):
