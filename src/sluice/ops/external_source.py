@@ -107,10 +107,19 @@ def _sample_ndims(data: Any) -> list[int]:
     if isinstance(data, Batch):
         return [len(s) for s in data.shape()]
     if isinstance(data, (list, tuple)):
-        return [1 if isinstance(x, (bytes, bytearray, memoryview)) else int(getattr(x, "ndim", np.ndim(x)))
-                for x in data]
+        return [_ndim(x) for x in data]
     ndim = getattr(data, "ndim", None)
     return [int(ndim) - 1] if ndim else []
+
+
+def _ndim(sample: Any) -> int:
+    if isinstance(sample, (bytes, bytearray, memoryview)):
+        return 1
+    if hasattr(sample, "ndim"):
+        return int(sample.ndim)
+    if hasattr(sample, "shape"):  # __cuda_array_interface__ / DLPack holders
+        return len(sample.shape)
+    return int(np.ndim(sample))
 
 
 def check_layout(layout: str | None, data: Any, where: str) -> None:
