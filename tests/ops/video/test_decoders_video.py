@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sluice import fn, pipeline_def
-from sluice.backends.video.barcode import read_barcode
+from sluice.backends.video.barcode import read_barcode, write_barcode_video
 from sluice.testing import run_op
 
 from video_fixtures import VFR_PTS
@@ -59,27 +59,32 @@ def test_per_sample_frames_from_a_node(videos):
 
     p = pipe()
     (out,) = p.run()
+    p.close()  # its prefetching would go on into the next test
     assert codes(out[0]) == [3, 30] and codes(out[1]) == [11, 2, 2]
 
 
-def test_with_readers_file_uses_the_path_index(videos, monkeypatch):
+def test_with_readers_file_uses_the_path_index(tmp_path, monkeypatch):
     from sluice.backends.video import index as index_mod
 
+    # Videos of this test only: calls are matched by content, and a thread of an earlier test's pipeline, still
+    # prefetching, may hash bytes of its own meanwhile (bytes of the session's videos, read from their files).
+    for n in (12, 13):
+        write_barcode_video(tmp_path / f"v{n}.mp4", num_frames=n)
+    files = {p.read_bytes() for p in tmp_path.iterdir()}
     hashed = []
     key = index_mod.cache_key
     monkeypatch.setattr(index_mod, "cache_key", lambda s: hashed.append(s) or key(s))
-    root = videos["h264-mp4"].parent
-    files = {p.read_bytes() for p in root.iterdir() if p.suffix in (".mp4", ".webm")}
 
     @pipeline_def(batch_size=2, num_threads=2, device_id=None, seed=1)
     def pipe():
-        data, _ = fn.readers.file(file_root=str(root), file_filters=["*.mp4", "*.webm"])
+        data, _ = fn.readers.file(file_root=str(tmp_path), file_filters=["*.mp4"])
         return fn.decoders.video(data, frames=[2, 9])
 
-    (out,) = pipe().run()
+    p = pipe()
+    (out,) = p.run()
+    p.close()
     assert codes(out[0]) == [2, 9] and codes(out[1]) == [2, 9]
-    # Keyed by path, never by hashing the files' bytes. (Calls are matched by content: a thread of an earlier
-    # test's pipeline, still prefetching, may hash bytes of its own meanwhile.)
+    # Keyed by path, never by hashing the files' bytes.
     assert any(isinstance(s, (str, os.PathLike)) for s in hashed)
     assert not any(bytes(index_mod.as_bytes(s)) in files for s in hashed if not isinstance(s, (str, os.PathLike)))
 
