@@ -25,6 +25,9 @@ __all__ = ["core", "available", "fallback"]
 
 logger = logging.getLogger(__name__)
 
+#: The core's interface this Python side was written for (module.cpp's VERSION).
+CORE_VERSION = 3
+
 try:
     from sluice import _core as _compiled
 except ImportError as exc:  # not built: the pure-Python twins run
@@ -32,6 +35,10 @@ except ImportError as exc:  # not built: the pure-Python twins run
     _why = str(exc)
 else:
     _why = ""
+    if getattr(_compiled, "VERSION", None) != CORE_VERSION:  # built from other sources: rebuild it
+        _why = (f"the built core is version {getattr(_compiled, 'VERSION', 'unknown')}, this sluice needs "
+                f"{CORE_VERSION}")
+        _compiled = None
 
 _enabled = os.environ.get("SLUICE_NATIVE", "1") != "0"
 _warned = False
