@@ -110,6 +110,18 @@ def main():
         timed(f"nvImageCodec HW {options}, {threads} host threads, 1 thread, dlpack", lambda: nvhw(nb), n, spinner, alone)
         timed(f"nvImageCodec HW {options}, {threads} host threads, 2 threads, dlpack", lambda: nvhw2(nb), n, spinner, alone)
 
+        def tv_and_hw(k_tv):
+            # torchvision's batched decode on the first k_tv of every batch, nvImageCodec's engines on the rest, at
+            # the same time from two threads: do they add up (two kinds of decoder) or share the same engines?
+            ta = threading.Thread(target=tv, args=([x[:k_tv] for x in tb],))
+            tb_ = threading.Thread(target=nvhw, args=([x[k_tv:] for x in nb], 0))
+            [t.start() for t in (ta, tb_)]
+            [t.join() for t in (ta, tb_)]
+        for frac in (0.5, 0.7):
+            k_tv = int(a.batch * frac)
+            timed(f"torchvision on {frac:.0%} + nvImageCodec HW on the rest, together", lambda: tv_and_hw(k_tv), n,
+                  spinner, alone)
+
         def regions(k_range, k=0):
             out = []
             for j in k_range:

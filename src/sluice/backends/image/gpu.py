@@ -764,14 +764,20 @@ class GpuImageDecoder:
         status = np.full(n - g, -1, np.int32)
         counter = np.zeros(1, np.int64)
         colorspace = "GRAY" if gray else "RGB"
+
+        def task():
+            return native_jpeg.decode(data, tail, colorspace, self.use_fast_idct, out, local, status,
+                                      counter), time.perf_counter()
+
         start = time.perf_counter()
-        tasks = min(workers, n - g)
-        futures = [pool.submit(native_jpeg.decode, data, tail, colorspace, self.use_fast_idct, out, local, status,
-                               counter) for _ in range(tasks)]
+        futures = [pool.submit(task) for _ in range(min(workers, n - g))]
 
         def wait():
-            failed = [f for fut in futures for f in fut.result()]
-            seconds = time.perf_counter() - start
+            results = [fut.result() for fut in futures]
+            failed = [f for r, _ in results for f in r]
+            # Until the last task ended, not until the GPU path came to wait: timed from the wait, a CPU part that
+            # finished first would measure the GPU call's time, and the share would never grow.
+            seconds = max(end for _, end in results) - start
             if failed:
                 k, reason = failed[0]
                 raise ImageDecodeError(f"corrupt or truncated JPEG data ({reason})", source="",
