@@ -233,12 +233,14 @@ class GpuImageDecoder:
     the CUDA decoder and the CPU (see the module docstring).
 
     ``hw_decoder_load`` is the fraction of the GPU's JPEGs given to the hardware engines (DALI's meaning).
-    ``cpu_load`` is the fraction of the JPEGs decoded by the CPU instead. By default (None), batches of plain
-    JPEGs (:meth:`start_jpegs`) give the CPU the share that keeps it in step with the GPU
-    (:class:`~sluice.backends.image.hybrid.HybridShare`: libjpeg-turbo in the compiled core, without the GIL),
-    and other batches none (with Python decoding, every CPU share measured made them slower). A number fixes the
-    share for both. With ``adaptive=True`` (or SLUICE_IMAGE_ADAPTIVE=1) the general path's shares are
-    hill-climbed on the measured batch speed instead (off by default: the exploration cost more than it found).
+    ``cpu_load`` is the fraction of the JPEGs decoded by the CPU instead: by default (None) none, SLUICE_IMAGE_CPU_LOAD
+    or a number fixes it. On the H200 every CPU share measured beside the overlapping torchvision calls made the
+    side-by-side programs slower (share 0 against the rate-balanced share of about 0.16, one lease: `decode`
+    22.4k against 19.5-20.1k images/s, `train` 20.9k against 17.9-20.1k): the cores that decode are those that
+    read and parse the next batch. With ``adaptive=True`` (or SLUICE_IMAGE_ADAPTIVE=1) batches of plain JPEGs
+    (:meth:`start_jpegs`) give the CPU the share that keeps it in step with the GPU
+    (:class:`~sluice.backends.image.hybrid.HybridShare`), and the general path's shares are hill-climbed on the
+    measured batch speed (off by default: the exploration cost more than it found).
     """
 
     def __init__(self, device_id: int | torch.device = 0, *, hw_decoder_load: float = 0.9,
@@ -317,9 +319,13 @@ class GpuImageDecoder:
         self._ahead = ThreadPoolExecutor(AHEAD_BATCHES, thread_name_prefix="sluice-decode-ahead")
         self._ahead_streams: list = []
         self._nv_locks = {"hw": threading.Lock(), "cuda": threading.Lock()}
-        self._tv_lock = threading.Lock()
+        # Completion time of the last torchvision call of start_jpegs: the batches started ahead call it at the same
+        # time (two calls overlap their host and device phases: 17.1k -> 20.5k images/s on the H200), so a call's
+        # own duration overstates its cost; its share is the time since the previous call ended.
+        self._tv_clock = threading.Lock()
+        self._tv_last_end = 0.0
         #: the CPU's share of the batches of plain JPEGs (start_jpegs)
-        self.hybrid = HybridShare(fixed=None if fixed is None else cpu_load)
+        self.hybrid = HybridShare(fixed=None if adaptive and fixed is None else cpu_load)
         self._started = 0
         self._last_end: float | None = None
         self._hw_failures = 0
@@ -731,17 +737,20 @@ class GpuImageDecoder:
 
     def _decode_head_on_gpu(self, region, sizes, windows, g: int, gray: bool, out: torch.Tensor) -> float:
         """Decode the batch's first ``g`` images with torchvision's batched nvJPEG and cut their crops into
-        ``out``; returns the seconds the GPU call took (its own, not the wait for the other batch's)."""
+        ``out``; returns the seconds the GPU call cost (from its start, or from the end of the call before it
+        where the two overlapped)."""
         from torchvision.io import ImageReadMode
 
         from sluice.kernels.crops import gather_hwc_crops
 
         mode = (ImageReadMode.GRAY if gray else ImageReadMode.RGB).value
         parts = list(region[: int(sizes[:g].sum())].split(sizes[:g].tolist()))
-        with self._tv_lock:  # torchvision's decoder takes one batch at a time: time ours alone
-            start = time.perf_counter()
-            chw = torch.ops.image.decode_jpegs_cuda.default(parts, mode, self.device)
-            seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        chw = torch.ops.image.decode_jpegs_cuda.default(parts, mode, self.device)
+        with self._tv_clock:
+            end = time.perf_counter()
+            seconds = end - max(start, self._tv_last_end)
+            self._tv_last_end = end
         gather_hwc_crops(chw, windows[:g], out=out)
         return seconds
 

@@ -33,8 +33,15 @@ def hann_window(length: int, dtype: torch.dtype = torch.float32, device: torch.d
     of the ``length`` cells of one period, so it is symmetric and never 0, unlike the periodic Hann window of
     librosa and ``torch.hann_window`` (``0.5 - 0.5 cos(2 pi n / length)``). The default window of
     ``fn.spectrogram``; pass ``window_fn`` for another."""
-    n = torch.arange(length, dtype=torch.float64, device=device)
-    return (0.5 * (1.0 - torch.cos((2 * math.pi / length) * (n + 0.5)))).to(dtype)
+    return _on_device(_hann_np(int(length)), dtype, str(device))
+
+
+@functools.lru_cache(maxsize=32)
+def _hann_np(length: int) -> np.ndarray:
+    n = np.arange(length, dtype=np.float64)
+    w = 0.5 * (1.0 - np.cos((2 * math.pi / length) * (n + 0.5)))
+    w.setflags(write=False)
+    return w
 
 
 def num_windows(length: int, window_length: int, window_step: int, center_windows: bool) -> int:
@@ -48,6 +55,14 @@ def num_windows(length: int, window_length: int, window_step: int, center_window
     if length < window_length:
         return 0
     return (length - window_length) // window_step + 1
+
+
+def _window_counts(lengths: torch.Tensor, window_length: int, window_step: int, center_windows: bool) -> torch.Tensor:
+    """:func:`num_windows` of every length at once (int64)."""
+    n = lengths.to(torch.int64)
+    if center_windows:
+        return torch.where(n > 0, n // window_step + 1, 0)
+    return torch.where(n >= window_length, (n - window_length).clamp(min=0) // window_step + 1, 0)
 
 
 def pad_batch(samples: list[torch.Tensor], fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,8 +118,7 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     if window.numel() != window_length:
         raise ValueError(f"window_fn has {window.numel()} samples, window_length is {window_length}")
     lengths_cpu = lengths.cpu()
-    frames = torch.tensor([num_windows(int(n), window_length, window_step, center_windows)
-                           for n in lengths_cpu.tolist()], dtype=torch.int64)
+    frames = _window_counts(lengths_cpu, window_length, window_step, center_windows)
     batch = x.shape[0]
     t_max = int(frames.max()) if batch else 0
     nbins = nfft // 2 + 1

@@ -105,6 +105,14 @@ def audio_resample_cpu(ctx: SampleContext, audio: torch.Tensor, *, in_rate, out_
 def audio_resample_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> Batch:
     quality = args.const("quality")
     dtype = args.const("dtype")
+    names = ("in_rate", "out_rate", "scale", "out_length")
+    dense = audio.dense
+    if dense is not None and dense.dim() in (2, 3) and len(audio) and all(args.is_const(k) for k in names):
+        # The usual batch: one padded tensor, one rate pair. One call, no per-sample views or Python.
+        a, b = _rates(dense.shape[1], *(args.const(k) for k in names))
+        x = dense if dense.is_floating_point() else convert_audio_dtype(dense, torch.float32)
+        y, _ = resample_batch(x, torch.full((dense.shape[0],), dense.shape[1], dtype=torch.int64), a, b, quality)
+        return Batch.from_dense(convert_audio_dtype(y, _out_dtype(dense, dtype)), audio.layout())
     outs: list[torch.Tensor | None] = [None] * len(audio)
     groups: dict[tuple[float, float, int], list[int]] = defaultdict(list)
     per = [args[k] for k in ("in_rate", "out_rate", "scale", "out_length")]
