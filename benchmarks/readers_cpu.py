@@ -14,8 +14,10 @@ rows go through benchmarks/common.py's ``report``.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -28,8 +30,12 @@ from sluice import fn, types  # noqa: E402
 
 
 def write_shards(files: list[str], labels: list[int], out: Path, shards: int) -> list[str]:
-    """The JPEGs (in their sorted order) as WebDataset shards written by webdataset's TarWriter."""
-    import webdataset as wds
+    """The JPEGs (in their sorted order) as WebDataset shards written by webdataset's TarWriter (or, where it is
+    not installed, as on the GPU machine, the same members written by the standard library's tarfile)."""
+    try:
+        import webdataset as wds
+    except ImportError:
+        wds = None
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [str(out / f"shard-{s:04d}.tar") for s in range(shards)]
@@ -37,9 +43,19 @@ def write_shards(files: list[str], labels: list[int], out: Path, shards: int) ->
         return paths
     per = -(-len(files) // shards)
     for s, path in enumerate(paths):
+        members = [(f"{i:07d}", Path(files[i]).read_bytes(), str(labels[i]).encode())
+                   for i in range(s * per, min((s + 1) * per, len(files)))]
+        if wds is None:
+            with tarfile.open(path, "w") as tar:
+                for key, jpg, cls in members:
+                    for ext, data in (("jpg", jpg), ("cls", cls)):
+                        info = tarfile.TarInfo(f"{key}.{ext}")
+                        info.size = len(data)
+                        tar.addfile(info, io.BytesIO(data))
+            continue
         with wds.TarWriter(path) as w:
-            for i in range(s * per, min((s + 1) * per, len(files))):
-                w.write({"__key__": f"{i:07d}", "jpg": Path(files[i]).read_bytes(), "cls": str(labels[i]).encode()})
+            for key, jpg, cls in members:
+                w.write({"__key__": key, "jpg": jpg, "cls": cls})
     (out / f".done-{len(files)}").touch()
     return paths
 
