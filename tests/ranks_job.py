@@ -168,7 +168,7 @@ def kill(root: str) -> int:
     def pipe():
         data, label = fn.readers.file(file_root=data_root(root), file_filters=["*.bin"], pad_last_batch=True,
                                       name="Reader")
-        extra = fn.external_source(_sample, batch=False, parallel=True)
+        extra = fn.external_source(source=_sample, batch=False, parallel=True)
         return data, label, extra
 
     loader = DALIGenericIterator(pipe(), ["data", "label", "extra"], reader_name="Reader", auto_reset=True)
