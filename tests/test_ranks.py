@@ -150,3 +150,25 @@ def test_a_killed_rank_ends_the_job_and_leaves_nothing_behind(tmp_path):
     assert alive == [], f"left running after the job ended ({took:.1f} s after the kill); all: {pids}"
     left = {n for n in _shm() - shm_before if "sluice" in n or any(str(p) in n for p in pids)}
     assert left == set(), left
+
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "multi_gpu.sh")
+
+
+@needs_torchrun
+@pytest.mark.skipif(not os.path.exists(BENCH) or importlib.util.find_spec("skimage") is None,
+                    reason="needs benchmarks/multi_gpu.sh and scikit-image (its data generator)")
+def test_the_multi_gpu_benchmark_runs_on_two_cpu_ranks(tmp_path):
+    """benchmarks/multi_gpu.sh's dry run (CPU=1): the train and audio programs, adapted to ranks, on 2 CPU ranks."""
+    src = os.path.dirname(os.path.dirname(sluice.__file__))
+    env = dict(os.environ, CPU="1", NS="2", IMPLS="sluice", DATA=str(tmp_path / "data"), OUT=str(tmp_path / "out"),
+               PYTHON=sys.executable, SITE=src, COMMIT="test")
+    cores = _two_cores()
+    done = subprocess.run(["bash", BENCH, "train", "audio"], env=env, capture_output=True, text=True, timeout=180,
+                          preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "multi_gpu.jsonl").read_text().splitlines()]
+    assert sorted((r["workload"], r["ranks"]) for r in rows) == [("audio", 2), ("train", 2)], done.stdout[-3000:]
+    for r in rows:
+        assert r["cpu_dry_run"] and len(r["rates"]) == 2 and min(r["rates"]) > 0, r
+        assert r["share"] == [1, 1] and r["host_cores"] >= 2, r
