@@ -59,7 +59,8 @@ def _ticks(path: str) -> int:
         return 0
 
 
-def _children() -> list[int]:
+def child_pids() -> list[int]:
+    """This process's child processes (those of every thread); tests/ranks_job.py uses it too."""
     pids: list[int] = []
     for tid in os.listdir("/proc/self/task"):
         try:
@@ -83,7 +84,7 @@ class Census(threading.Thread):
 
     def sample(self) -> None:
         tids = os.listdir("/proc/self/task")
-        kids = _children()
+        kids = child_pids()
         self.tasks, self.children = max(self.tasks, len(tids)), max(self.children, len(kids))
         for tid in tids:
             ticks = _ticks(f"/proc/self/task/{tid}/stat")

@@ -29,18 +29,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from multi_gpu import child_pids  # noqa: E402 - the benchmark's rank script counts children the same way
+
 SAMPLES, CLASSES, BATCH, EPOCHS = 23, 3, 4, 2
-
-
-def child_pids() -> list[int]:
-    pids: list[int] = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/children") as f:
-                pids += [int(p) for p in f.read().split()]
-        except OSError:  # the thread ended meanwhile
-            pass
-    return pids
 
 
 class Census(threading.Thread):
