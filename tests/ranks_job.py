@@ -91,7 +91,7 @@ WAYS = {
 
 def shards(root: str) -> int:
     from sluice import fn, pipeline_def
-    from sluice._pipes import cores_per_rank
+    from sluice._pipes import _sibling_ranks, cores_per_rank
     from sluice.torch import DALIGenericIterator, LastBatchPolicy
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -133,7 +133,7 @@ def shards(root: str) -> int:
     census.done.set()
     census.join()
     census.sample()
-    mine = dict(census.peak, share=cores_per_rank(), num_threads=p.num_threads,
+    mine = dict(census.peak, share=cores_per_rank(), num_threads=p.num_threads, siblings=len(_sibling_ranks()),
                 affinity=len(os.sched_getaffinity(0)), omp=torch.get_num_threads())
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)

@@ -100,6 +100,25 @@ def test_num_threads_unset_takes_the_ranks_share_of_the_cores(monkeypatch):
     assert cores_per_rank() == 16 and Pipeline(batch_size=1, device_id=None).num_threads == 4  # at most 4 unset
 
 
+def test_ranks_bound_to_other_cores_do_not_share_this_ones(monkeypatch):
+    """torchrun --numa-binding=exclusive (or numactl per rank): a rank's cores are its own, not to divide again."""
+    from sluice import _pipes
+
+    cores = {0: set(range(16)), 101: set(range(16, 32)), 102: set(range(8, 24)), 103: set(range(32, 48))}
+
+    def affinity(pid):
+        if pid == 104:
+            raise ProcessLookupError(pid)  # gone, or not ours to see: counted as sharing
+        return cores[pid]
+
+    monkeypatch.setattr(os, "sched_getaffinity", affinity)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "5")
+    monkeypatch.setattr(_pipes, "_sibling_ranks", lambda: [101, 102, 103, 104])
+    assert cores_per_rank() == 16 // 3  # 101 and 103 are bound elsewhere; 102 overlaps, 104 is unknown
+    monkeypatch.setattr(_pipes, "_sibling_ranks", lambda: [])  # ranks not seen (not started yet) share
+    assert cores_per_rank() == 16 // 5
+
+
 @needs_torchrun
 def test_two_ranks_see_every_sample_once_and_stay_within_the_cores(tmp_path):
     out = _finish(_torchrun("shards", tmp_path), timeout=120)
@@ -108,8 +127,8 @@ def test_two_ranks_see_every_sample_once_and_stay_within_the_cores(tmp_path):
     ranks = [dict(kv.split("=") for kv in line.split(": ", 1)[1].split())
              for line in out.splitlines() if line.startswith("CORES rank")]
     assert len(ranks) == RANKS, out[-4000:]
-    for r in ranks:
-        assert (r["share"], r["num_threads"], r["affinity"]) == ("1", "1", str(RANKS)), r
+    for r in ranks:  # each rank sees the other among torchrun's children, on the same cores
+        assert (r["share"], r["num_threads"], r["affinity"], r["siblings"]) == ("1", "1", str(RANKS), "1"), r
     total = sum(int(r["working"]) for r in ranks)
     assert 0 < total <= RANKS, f"the ranks ran {total} threads and worker processes on {RANKS} cores: {ranks}"
 
