@@ -7,7 +7,9 @@
 # share of them, its threads (peak), busy threads, child processes (peak) and the cores it used.
 #   bash benchmarks/multi_gpu.sh [WORKLOAD...]     (default: train audio)
 # Environment: as dali_side_by_side.sh (IMPLS "dali sluice", DALI_PATH /tmp/dali, SITE /tmp/site, DATA /tmp/sbs,
-# COMMIT); NS (rank counts; default 1 2 4 8 up to the GPUs seen); PYTHON (python3); CPU=1: the harness's dry run on
+# COMMIT); NS (rank counts; default 1 2 4 8 up to the GPUs seen); IMAGES, CLIPS (8192, 1024: the data set made in
+# $DATA, shared by the ranks, each reading 1/N of it, so that at N=8 an epoch of `train` is 4 batches per rank:
+# both implementations pay the epoch ends); PYTHON (python3); CPU=1: the harness's dry run on
 # CPU ranks (NS 1 2, small batches, device='cpu'; rows carry cpu_dry_run=true, go to $OUT only, and are not figures).
 # DALI's environment and sluice's stay apart: DALI runs with only DALI_PATH on its path, sluice without it.
 set -uo pipefail
@@ -19,11 +21,12 @@ works=${*:-train audio}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 gen="$here/peers/gen.py"
 if [ "$CPU" = 1 ]; then
-  gpus=0; NS=${NS:-1 2}; flag=--cpu; images=64; clips=16; seconds=1
+  gpus=0; NS=${NS:-1 2}; flag=--cpu; images=${IMAGES:-64}; clips=${CLIPS:-16}; seconds=1
 else
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   [ "$gpus" -ge 1 ] || { echo "multi_gpu.sh: no GPU seen (nvidia-smi -L); CPU=1 runs the harness's dry run"; exit 1; }
-  NS=${NS:-$(for n in 1 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; done)}; flag=; images=8192; clips=1024; seconds=10
+  NS=${NS:-$(for n in 1 2 4 8; do [ "$n" -le "$gpus" ] && echo -n "$n "; done)}
+  flag=; images=${IMAGES:-8192}; clips=${CLIPS:-1024}; seconds=10
 fi
 [ -d "$DATA/images" ] || { echo "making $images JPEGs"; PYTHONPATH=$SITE $PYTHON "$gen" images "$DATA/images" $images; }
 [ -d "$DATA/wav" ] || { echo "making $clips WAVs"; PYTHONPATH=$SITE $PYTHON "$gen" audio "$DATA/wav" $clips $seconds; }
