@@ -24,13 +24,47 @@ WORKER_MODULE = "_sluice_worker"
 def cores_per_rank() -> int:
     """This process's share of the cores it may run on: divided among the ``$LOCAL_WORLD_SIZE`` ranks torchrun
     starts on the host (eight ranks on a 128-core host get 16 each), so that their worker processes do not crowd
-    each other."""
+    each other. A rank seen bound to none of this process's cores (``torchrun --numa-binding``, ``numactl`` per
+    rank) does not share them: eight ranks bound to 16 cores each get 16 each, not 2."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        mine = os.sched_getaffinity(0)
     except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
+        mine = set(range(os.cpu_count() or 1))
     ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, cores // ranks)
+    if ranks > 1:
+        ranks -= sum(_bound_elsewhere(pid, mine) for pid in _sibling_ranks())
+    return max(1, len(mine) // max(1, ranks))
+
+
+def _bound_elsewhere(pid: int, mine: set[int]) -> bool:
+    try:
+        return os.sched_getaffinity(pid).isdisjoint(mine)
+    except (AttributeError, OSError):  # gone, or not ours to see: counted as sharing
+        return False
+
+
+def _sibling_ranks() -> list[int]:
+    """The other ranks on this host: the processes with a ``LOCAL_RANK`` that this process's parent (torchrun's
+    agent) started. Ranks not started yet are not seen, and so count as sharing this one's cores."""
+    parent, me, found = os.getppid(), os.getpid(), []
+    try:
+        threads = os.listdir(f"/proc/{parent}/task")
+    except OSError:  # not Linux, or /proc hidden
+        return []
+    for tid in threads:
+        try:
+            with open(f"/proc/{parent}/task/{tid}/children") as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if pid != me and b"\0LOCAL_RANK=" in b"\0" + f.read():
+                        found.append(pid)
+            except OSError:
+                pass
+    return found
 
 
 def send(stream, message: Any) -> None:

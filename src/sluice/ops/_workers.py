@@ -3,12 +3,14 @@
 Each worker runs the user's callback on the samples it is given and sends back torch tensors, which
 ``torch.multiprocessing`` moves through shared memory (no pickling of the pixel data). Batches are prepared
 ``prefetch_queue_depth`` iterations ahead. A worker that dies, or a callback that raises, becomes an exception
-in the pipeline naming the worker and the error; the pool never waits on a dead worker.
+in the pipeline naming the worker and the error; the pool never waits on a dead worker, and a worker whose
+pipeline's process died (a rank killed under torchrun) exits rather than wait for tasks that never come.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import time
 import traceback
@@ -32,9 +34,15 @@ def _tensors(value: Any) -> Any:
 
 
 def _worker_main(source: Any, kind: str, batch_info: bool, tasks: Any, results: Any) -> None:
+    parent = os.getppid()
     generator = None
     while True:
-        task = tasks.get()
+        try:
+            task = tasks.get(timeout=_POLL_SECONDS)
+        except queue.Empty:
+            if os.getppid() != parent:  # the pipeline's process died without closing the pool (SIGKILL)
+                return
+            continue
         if task is None:
             return
         task_id, what, payload = task

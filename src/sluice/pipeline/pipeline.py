@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from sluice._pipes import cores_per_rank
 from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.executor import _END, Executor, _Failure
@@ -60,7 +61,9 @@ class Pipeline:
     """A graph of operators and the machinery that runs it.
 
     Arguments follow DALI's ``Pipeline``. ``device_id=None`` makes a CPU-only pipeline; the default picks
-    ``LOCAL_RANK`` (or 0) when CUDA is available and CPU-only otherwise. ``seed=-1`` draws a seed at random.
+    ``LOCAL_RANK`` (or 0) when CUDA is available and CPU-only otherwise. ``num_threads=-1`` takes at most 4
+    threads within this process's share of the cores (:func:`sluice._pipes.cores_per_rank`: the cores it may run
+    on, divided among torchrun's ``LOCAL_WORLD_SIZE`` ranks). ``seed=-1`` draws a seed at random.
     ``prefetch_queue_depth`` finished batches are prepared ahead while the caller consumes the current one;
     ``exec_async=False`` runs every iteration in the caller's thread (easier to debug).
     """
@@ -75,7 +78,8 @@ class Pipeline:
             raise ArgumentError("Pipeline: batch_size must be a positive integer")
         self.max_batch_size = int(max_batch_size if max_batch_size > 0 else batch_size)
         self.batch_size = self.max_batch_size
-        self.num_threads = int(num_threads) if num_threads and num_threads > 0 else min(4, os.cpu_count() or 1)
+        # unset: at most 4, within this rank's share of the host's cores (torchrun's LOCAL_WORLD_SIZE ranks)
+        self.num_threads = int(num_threads) if num_threads and num_threads > 0 else min(4, cores_per_rank())
         self.device_id = _default_device_id() if device_id == _AUTO else device_id
         if seed is None or seed < 0:
             seed = int.from_bytes(os.urandom(7), "little")
