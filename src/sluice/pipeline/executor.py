@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -100,7 +101,9 @@ class Executor:
     """Executes a pipeline's graph; owned by :class:`sluice.Pipeline`."""
 
     def __init__(self, pipeline: Any, outputs: list[DataNode], extra_nodes: list[OpNode] = ()):
-        self.pipeline = pipeline
+        # Nothing here holds the pipeline: the stage threads hold the executor, and a pipeline they kept alive
+        # could never be dropped without close() (Pipeline.__del__ stops the executor).
+        self.enable_checkpointing = bool(pipeline.enable_checkpointing)
         self.outputs = outputs
         self.nodes = topological_order(outputs, list(extra_nodes))
         self.nodes = self._fuse(self.nodes, outputs)
@@ -137,7 +140,7 @@ class Executor:
             random_index += seeded
             self.seeds[node.id] = seed
             spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
-                          pipeline.num_threads, self.device_id, seed, pipeline)
+                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline))
             self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
         if self.uses_gpu and os.environ.get("SLUICE_PIN_CPU_OUTPUTS", "1") != "0":  # =0: ordinary memory
             for node in self.nodes:
@@ -249,7 +252,7 @@ class Executor:
     def snapshot(self, iteration: int) -> None:
         """Remember the state of every stateful operator before ``iteration`` runs, so that a checkpoint taken
         while later iterations are already prefetched still resumes at the first one not consumed."""
-        if not self.pipeline.enable_checkpointing:
+        if not self.enable_checkpointing:
             return
         self.snapshots[iteration] = self.current_state()
 
@@ -418,7 +421,8 @@ class Executor:
             except queue.Full:
                 pass
         for t in self._threads:
-            t.join(timeout=5)
+            if t is not threading.current_thread():  # stop() may run in a stage thread (a collected pipeline)
+                t.join(timeout=5)
         self._threads = []
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
