@@ -106,11 +106,7 @@ class WorkerPool:
     def _start(self) -> None:
         if self._procs:
             return
-        try:
-            ctx = mp.get_context(self.start_method)
-        except ValueError:
-            raise ValueError(f"{self.name}: unknown py_start_method '{self.start_method}'; use 'fork' or "
-                             "'spawn'") from None
+        ctx = mp.get_context(self.start_method)  # 'fork' or 'spawn', checked by the Pipeline
         _tracker_users(+1, self.start_method)
         self._results = ctx.Queue()
         for _ in range(self.num_workers):

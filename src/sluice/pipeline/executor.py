@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice.errors import PipelineBrokenError, PipelineError, SampleError
+from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError, SampleError
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.graph import DataNode, OpNode
 from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
@@ -217,6 +217,14 @@ class Executor:
         if not inputs and per_sample:
             batch_size = len(next(iter(per_sample.values())))
         source_info = inputs[0].source_info if inputs else [""] * batch_size
+        for key, samples in per_sample.items():  # the schema's ranges, on each sample's value
+            arg = node.schema.args[key]
+            if arg.min is not None or arg.max is not None:
+                for i, value in enumerate(samples):
+                    try:
+                        arg.check_range(f"fn.{node.schema.name}", value)
+                    except ArgumentError as e:
+                        raise _wrap(node, e, iteration, i, source_info[i] if i < len(source_info) else "") from None
         ctx = BatchContext(node.schema.name, batch_size, source_info, [b.layout() for b in inputs],
                            self.torch_device if node.device != "cpu" else torch.device("cpu"),
                            self.pool, self.seeds[node.id], iteration)

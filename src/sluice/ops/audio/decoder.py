@@ -84,7 +84,7 @@ SCHEMA = OpSchema(
         Arg("dtype", types.DALIDataType, types.FLOAT, "Output type: types.INT16, types.INT32 or types.FLOAT.",
             choices=tuple(_DTYPES)),
         Arg("downmix", bool, False, "Average all channels into one; the output is then 1-D."),
-        Arg("sample_rate", float, 0.0, "Resample to this rate (Hz); 0 keeps the file's rate.", per_sample=True),
+        Arg("sample_rate", float, 0.0, "Resample to this rate (Hz); 0 keeps the file's rate.", per_sample=True, min=0),
         Arg("quality", float, 50.0, "Resampling quality, 0 (fastest) to 100 (best); soxr's QQ/LQ/MQ/HQ/VHQ "
             "recipes for <15, <35, <50, <75 and the rest."),
         Arg("start_time", float, 0.0, "First second to decode (sluice extension).", per_sample=True),
