@@ -45,10 +45,12 @@ SCHEMA = OpSchema(
                                         out_of_bounds_policy="pad")
 
     With ``sample_rate`` the audio is resampled (libsoxr, ``quality`` 0..100) and the rate output is the new rate.
-    Corrupt, truncated, empty or unsupported files raise an error naming the file; a valid file holding no
-    frames decodes to an empty signal. So does a header declaring a sample rate outside 1 Hz..1 MHz, and (with
-    ``finite``, a sluice extension, on by default) a file of float samples whose window holds a NaN, an infinity or
-    a value beyond 1e6 (a corrupt file: a flipped bit gives 1e37); ``finite=False`` keeps such values. Example::
+    Corrupt, truncated, empty or unsupported files raise an error naming the file, as do a header declaring a
+    sample rate outside 1 Hz..1 MHz and (with ``finite``, a sluice extension, on by default) a file of float
+    samples whose window holds a NaN, an infinity or a value beyond 1e6 (a corrupt file: a flipped bit gives 1e37);
+    ``finite=False`` keeps such values. A valid file holding no frames decodes to an empty signal. Damage that the
+    codec itself conceals is tolerated as libsndfile reports it: where libsndfile reads a damaged OGG stream short
+    without an error, the signal is what it read; what libsndfile reports as an error is one. Example::
 
         encoded, _ = fn.readers.file(file_root=root)
         audio, rate = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=16000)
