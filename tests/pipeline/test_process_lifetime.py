@@ -137,3 +137,47 @@ def test_sigkilled_parent_leaves_no_worker_and_no_shared_memory(tmp_path, start)
                 os.kill(pid, signal.SIGKILL)
         proc.stdin.close()
         proc.stdout.close()
+
+
+_PIPES_SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    from sluice import _pipes
+
+    worker = _pipes.start(sys.argv[1])
+    holder = os.fork()  # a child holding the worker's stdin open: EOF alone would never come
+    if holder == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(worker.pid, holder, flush=True)
+    sys.stdin.read()  # wait to be killed
+""")
+
+_SERVE = "def _serve():\n    import sys\n    sys.stdin.buffer.read()  # until EOF\n"
+
+
+def test_pipes_worker_ends_with_its_parent_even_when_its_stdin_stays_open(tmp_path):
+    """sluice._pipes workers (the video CPU workers) exit on stdin EOF, and also when their parent dies while a
+    forked child still holds that pipe open."""
+    (tmp_path / "serve.py").write_text(_SERVE)
+    script = tmp_path / "parent.py"
+    script.write_text(_PIPES_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "serve.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env, start_new_session=True)
+    worker = holder = None
+    try:
+        worker, holder = (int(x) for x in proc.stdout.readline().split())
+        assert _alive(worker)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert _wait_until(lambda: not _alive(worker), 5), "the worker outlived its parent"
+        assert _alive(holder)  # so it was not EOF that ended it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in (worker, holder):
+            if pid is not None and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.stdin.close()
+        proc.stdout.close()
