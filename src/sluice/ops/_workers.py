@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import queue
 import threading
 import time
 import traceback
 from typing import Any
-
-import os
 
 import torch.multiprocessing as mp
 
