@@ -290,13 +290,13 @@ def _registered_resources_alive() -> bool:
     stopped under them would unlink their names, which processes started later need."""
     from multiprocessing import synchronize
 
-    try:
-        from multiprocessing.shared_memory import SharedMemory
-    except ImportError:  # pragma: no cover - every CPython 3.8+ has it
-        SharedMemory = ()  # noqa: N806
+    from multiprocessing.shared_memory import SharedMemory
+
     gc.collect()
-    return any((isinstance(o, synchronize.SemLock) and o._semlock.name is not None) or isinstance(o, SharedMemory)
-               for o in gc.get_objects())
+    # type(), not isinstance(): the latter reads __class__, which some objects turn into a warning (torch's
+    # deprecated torch.distributed.reduce_op)
+    return any((issubclass(type(o), synchronize.SemLock) and o._semlock.name is not None)
+               or issubclass(type(o), SharedMemory) for o in gc.get_objects())
 
 
 def _stop_tracker_when_unused(tracker: Any, timeout: float = 10.0) -> None:
