@@ -175,6 +175,8 @@ def _arg_row(arg: Arg) -> str:
     doc = arg.doc
     if arg.choices is not None:
         doc += f" One of {', '.join(_value(c) for c in arg.choices)}."
+    if arg.range_text():
+        doc += f" {arg.range_text().capitalize()}."
     return (f"| `{arg.name}` | {arg.type_name()} | `{_value(arg.default)}` | {'yes' if arg.per_sample else ''} | "
             f"{_cell(doc)} |")
 

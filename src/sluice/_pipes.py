@@ -3,8 +3,9 @@
 A worker runs this file as its script (:func:`start`), which loads the worker's module by path under the name
 :data:`WORKER_MODULE` and calls its ``_serve()``: the worker imports neither sluice nor torch (a module checks
 ``__name__ == WORKER_MODULE`` to import only what its worker side needs), starts in a fraction of a second, never
-imports the caller's main module, and exits when its stdin closes, so it cannot outlive the process that started
-it. Standard library only.
+imports the caller's main module, and exits when its stdin closes or its parent dies (:func:`exit_with_parent`:
+a SIGKILLed parent's pipe may stay open in its other children), so it cannot outlive the process that started it.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import pickle
 import struct
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +70,21 @@ def _sibling_ranks() -> list[int]:
     return found
 
 
+def exit_with_parent(parent_pid: int, poll_seconds: float = 0.25) -> None:
+    """End this (worker) process as soon as ``parent_pid`` is no longer its parent, as the PyTorch DataLoader's
+    workers do (``ManagerWatchdog``): a daemon thread polls ``os.getppid()``, so that a busy or blocked worker
+    exits too. Portable, and unlike ``PR_SET_PDEATHSIG`` not tied to the life of the thread that started us."""
+    if os.getppid() != parent_pid:  # the parent died before we got here
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sluice-parent-watchdog", daemon=True).start()
+
+
 def send(stream, message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(HEADER.pack(len(data)) + data)
@@ -89,8 +107,8 @@ def start(module_file: str) -> subprocess.Popen:
     caller's, so a crash's output is seen."""
     # -P: this file's folder (sluice's) must not go first on sys.path, where its types.py would hide the standard
     # library's
-    return subprocess.Popen([sys.executable, "-u", "-P", os.path.abspath(__file__), os.path.abspath(module_file)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+    return subprocess.Popen([sys.executable, "-u", "-P", os.path.abspath(__file__), os.path.abspath(module_file),
+                             str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
 
 
 def stop(proc: subprocess.Popen | None) -> None:
@@ -131,4 +149,6 @@ def _run_worker(module_file: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        exit_with_parent(int(sys.argv[2]))
     _run_worker(sys.argv[1])

@@ -57,6 +57,8 @@ class Arg:
     ``type`` is ``bool``, ``int``, ``float``, ``str``, ``"int_list"``, ``"float_list"``, ``"str_list"``,
     ``"bool_list"``, an enum class (``types.DALIDataType`` ...), or ``object`` (anything, checked by the kernel).
     ``per_sample`` arguments may be given as DataNodes whose samples hold the per-sample values.
+    ``min`` / ``max`` bound the value (every element of a list), inclusive: a constant out of range is refused
+    where the user wrote it (``fn.x(...)``), a per-sample value when its sample runs, naming the sample.
     """
 
     name: str
@@ -65,6 +67,8 @@ class Arg:
     doc: str = ""
     per_sample: bool = False
     choices: Sequence[Any] | None = None
+    min: float | None = None
+    max: float | None = None
 
     @property
     def required(self) -> bool:
@@ -90,7 +94,42 @@ class Arg:
         if self.choices is not None and out not in self.choices:
             raise ArgumentError(f"{op}: invalid {self.name} ({value!r}). Supported values are "
                                 f"{', '.join(repr(c) for c in self.choices)}.")
+        self.check_range(op, out)
         return out
+
+    def check_range(self, op: str, value: Any) -> None:
+        """Raise :class:`ArgumentError` when ``value`` (a scalar, a list, or an array of per-sample values) has an
+        element outside ``[min, max]``."""
+        if (self.min is None and self.max is None) or value is None:
+            return
+        try:
+            values = np.asarray(value, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            return  # not numbers: the kernel's own checks speak
+        low = self.min is not None and bool((values < self.min).any())
+        high = self.max is not None and bool((values > self.max).any())
+        if low or high or bool(np.isnan(values).any()):
+            raise ArgumentError(f"{op}: argument '{self.name}' must be {self.range_text()}, got {_show(value)}")
+
+    def range_text(self) -> str | None:
+        """``min`` / ``max`` in words ("at least 1"), for the errors and the docs; None without a range."""
+        if self.min is not None and self.max is not None:
+            return f"between {_num(self.min)} and {_num(self.max)}"
+        if self.min is not None:
+            return f"at least {_num(self.min)}"
+        if self.max is not None:
+            return f"at most {_num(self.max)}"
+        return None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return repr(value.tolist()) if value.size <= 8 else f"an array of shape {value.shape}"
+    return repr(value)
 
 
 def _convert(kind: Any, value: Any) -> Any:
@@ -648,6 +687,8 @@ class OpSchema:
                 extra.append("may vary per sample")
             if arg.choices is not None:
                 extra.append("one of " + ", ".join(repr(c) for c in arg.choices))
+            if arg.range_text():
+                extra.append(arg.range_text())
             lines.append(f"    {arg.name} ({arg.type_name()}; {'; '.join(extra)}): {arg.doc}")
         return "\n".join(lines)
 

@@ -149,3 +149,38 @@ def test_cuda_tensors_and_gpu_device():
     pipe = _pipe(source=lambda: torch.arange(BS, device="cuda").reshape(BS, 1), device="gpu", device_id=0)
     (out,) = pipe.run()
     assert out.device == "gpu" and out.as_tensor().flatten().tolist() == [0, 1, 2]
+
+
+def fail_on_sample_2(info):  # module level: picklable for spawn
+    if info.idx_in_epoch == 2:
+        how = os.environ.get("SLUICE_TEST_FAILURE", "raise")
+        if how == "exit":
+            os._exit(3)
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise KeyError("missing key")
+    return np.zeros(1)
+
+
+@pytest.mark.parametrize("start,how,reason", [
+    ("fork", "raise", "KeyError: 'missing key'"),
+    ("fork", "exit", r"worker process \d+ died \(exit code 3\)"),
+    ("fork", "kill", r"worker process \d+ died \(exit code -9\)"),
+    ("spawn", "raise", "KeyError: 'missing key'"),
+    ("spawn", "exit", r"worker process \d+ died \(exit code 3\)"),
+])
+def test_parallel_failure_names_the_operator_and_the_sample(monkeypatch, start, how, reason):
+    """Samples 0-1 go to worker 0, sample 2 to worker 1 (batch of 3, two workers): the error names sample 2 of
+    iteration 0, whichever way its worker failed."""
+    monkeypatch.setenv("SLUICE_TEST_FAILURE", how)  # inherited by fork and spawn workers alike
+    pipe = _pipe(source=fail_on_sample_2, batch=False, parallel=True, start=start, name="src")
+    try:
+        with pytest.raises(PipelineError, match=reason) as info:
+            pipe.run()
+        assert type(info.value) is PipelineError
+        message = str(info.value)
+        assert "fn.external_source" in message and "'src'" in message, message
+        assert "on sample 2, iteration 0" in message, message
+        assert info.value.sample == 2 and info.value.op_name == "external_source"
+    finally:
+        pipe.close()

@@ -68,7 +68,7 @@ SCHEMA = OpSchema(
         Arg("ndim", object, None, "Expected number of dimensions of each sample (or one per output); checked."),
         Arg("no_copy", bool, False, "Accepted for DALI compatibility: sluice never copies data it can share."),
         Arg("parallel", bool, False, "Run the source in worker processes."),
-        Arg("prefetch_queue_depth", int, 1, "Batches the parallel workers prepare ahead."),
+        Arg("prefetch_queue_depth", int, 1, "Batches the parallel workers prepare ahead.", min=1),
         Arg("blocking", bool, True, "Accepted for DALI compatibility."),
         Arg("cuda_stream", object, None, "Accepted for DALI compatibility."),
         Arg("use_copy_kernel", bool, False, "Accepted for DALI compatibility."),

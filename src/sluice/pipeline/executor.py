@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice.errors import PipelineBrokenError, PipelineError, SampleError
+from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError, SampleError
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.graph import DataNode, OpNode
 from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
@@ -100,7 +101,9 @@ class Executor:
     """Executes a pipeline's graph; owned by :class:`sluice.Pipeline`."""
 
     def __init__(self, pipeline: Any, outputs: list[DataNode], extra_nodes: list[OpNode] = ()):
-        self.pipeline = pipeline
+        # Nothing here holds the pipeline: the stage threads hold the executor, and a pipeline they kept alive
+        # could never be dropped without close() (Pipeline.__del__ stops the executor).
+        self.enable_checkpointing = bool(pipeline.enable_checkpointing)
         self.outputs = outputs
         self.nodes = topological_order(outputs, list(extra_nodes))
         self.nodes = self._fuse(self.nodes, outputs)
@@ -137,7 +140,7 @@ class Executor:
             random_index += seeded
             self.seeds[node.id] = seed
             spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
-                          pipeline.num_threads, self.device_id, seed, pipeline)
+                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline))
             self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
         if self.uses_gpu and os.environ.get("SLUICE_PIN_CPU_OUTPUTS", "1") != "0":  # =0: ordinary memory
             for node in self.nodes:
@@ -214,6 +217,14 @@ class Executor:
         if not inputs and per_sample:
             batch_size = len(next(iter(per_sample.values())))
         source_info = inputs[0].source_info if inputs else [""] * batch_size
+        for key, samples in per_sample.items():  # the schema's ranges, on each sample's value
+            arg = node.schema.args[key]
+            if arg.min is not None or arg.max is not None:
+                for i, value in enumerate(samples):
+                    try:
+                        arg.check_range(f"fn.{node.schema.name}", value)
+                    except ArgumentError as e:
+                        raise _wrap(node, e, iteration, i, source_info[i] if i < len(source_info) else "") from None
         ctx = BatchContext(node.schema.name, batch_size, source_info, [b.layout() for b in inputs],
                            self.torch_device if node.device != "cpu" else torch.device("cpu"),
                            self.pool, self.seeds[node.id], iteration)
@@ -249,7 +260,7 @@ class Executor:
     def snapshot(self, iteration: int) -> None:
         """Remember the state of every stateful operator before ``iteration`` runs, so that a checkpoint taken
         while later iterations are already prefetched still resumes at the first one not consumed."""
-        if not self.pipeline.enable_checkpointing:
+        if not self.enable_checkpointing:
             return
         self.snapshots[iteration] = self.current_state()
 
@@ -418,7 +429,8 @@ class Executor:
             except queue.Full:
                 pass
         for t in self._threads:
-            t.join(timeout=5)
+            if t is not threading.current_thread():  # stop() may run in a stage thread (a collected pipeline)
+                t.join(timeout=5)
         self._threads = []
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)

@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from sluice._pipes import cores_per_rank
@@ -48,6 +49,18 @@ def _close_all() -> None:
     # Stop background threads before the interpreter tears torch down under them.
     for pipe in list(_live):
         pipe.close()
+
+
+def _int_arg(name: str, value: Any, low: int = 1, default_ok: bool = False) -> int:
+    """A Pipeline argument that must be an integer of at least ``low`` (or -1, the default, with ``default_ok``),
+    refused with a message naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentError(f"Pipeline: argument '{name}' expects int, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if value < low and not (default_ok and value == -1):
+        default = " (or -1 for the default)" if default_ok else ""
+        raise ArgumentError(f"Pipeline: argument '{name}' must be at least {low}{default}, got {value}")
+    return value
 
 
 def _default_device_id() -> int | None:
@@ -74,14 +87,21 @@ class Pipeline:
                  py_num_workers: int = 1, py_start_method: str = "fork", max_batch_size: int = -1,
                  set_affinity: bool = False, bytes_per_sample: int = 0, default_cuda_stream_priority: int = 0,
                  enable_memory_stats: bool = False, output_dtype: Any = None, output_ndim: Any = None):
-        if batch_size is None or (batch_size < 1 and max_batch_size < 1):
-            raise ArgumentError("Pipeline: batch_size must be a positive integer")
+        # As DALI: -1 (the default) picks a value, other values below 1 are refused; where the user wrote them.
+        batch_size = _int_arg("batch_size", batch_size, default_ok=True)
+        max_batch_size = _int_arg("max_batch_size", max_batch_size, default_ok=True)
+        if batch_size < 1 and max_batch_size < 1:
+            raise ArgumentError("Pipeline: batch_size must be a positive integer, got -1 (the default, which needs "
+                                "max_batch_size)")
         self.max_batch_size = int(max_batch_size if max_batch_size > 0 else batch_size)
         self.batch_size = self.max_batch_size
+        num_threads = _int_arg("num_threads", num_threads, default_ok=True)
         # unset: at most 4, within this rank's share of the host's cores (torchrun's LOCAL_WORLD_SIZE ranks)
-        self.num_threads = int(num_threads) if num_threads and num_threads > 0 else min(4, cores_per_rank())
+        self.num_threads = num_threads if num_threads > 0 else min(4, cores_per_rank())
+        if device_id is not None and device_id != _AUTO:
+            device_id = _int_arg("device_id", device_id, low=0)
         self.device_id = _default_device_id() if device_id == _AUTO else device_id
-        if seed is None or seed < 0:
+        if seed is None or _int_arg("seed", seed, low=-(2 ** 63)) < 0:
             seed = int.from_bytes(os.urandom(7), "little")
         self.seed = int(seed)
         if isinstance(prefetch_queue_depth, dict):
@@ -96,7 +116,10 @@ class Pipeline:
         self.exec_async = bool(exec_async and exec_pipelined)
         self.exec_pipelined = bool(exec_pipelined)
         self.enable_checkpointing = bool(enable_checkpointing)
-        self.py_num_workers = int(py_num_workers)
+        self.py_num_workers = _int_arg("py_num_workers", py_num_workers)
+        if py_start_method not in ("fork", "spawn"):
+            raise ArgumentError(f"Pipeline: invalid py_start_method ({py_start_method!r}). Supported values are "
+                                "'fork', 'spawn'.")
         self.py_start_method = py_start_method
         self._checkpoint_to_restore = checkpoint
         self._outputs: list[DataNode] | None = None

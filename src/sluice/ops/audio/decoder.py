@@ -45,10 +45,12 @@ SCHEMA = OpSchema(
                                         out_of_bounds_policy="pad")
 
     With ``sample_rate`` the audio is resampled (libsoxr, ``quality`` 0..100) and the rate output is the new rate.
-    Corrupt, truncated, empty or unsupported files raise an error naming the file; a valid file holding no
-    frames decodes to an empty signal. So does a header declaring a sample rate outside 1 Hz..1 MHz, and (with
-    ``finite``, a sluice extension, on by default) a file of float samples whose window holds a NaN, an infinity or
-    a value beyond 1e6 (a corrupt file: a flipped bit gives 1e37); ``finite=False`` keeps such values. Example::
+    Corrupt, truncated, empty or unsupported files raise an error naming the file, as do a header declaring a
+    sample rate outside 1 Hz..1 MHz and (with ``finite``, a sluice extension, on by default) a file of float
+    samples whose window holds a NaN, an infinity or a value beyond 1e6 (a corrupt file: a flipped bit gives 1e37);
+    ``finite=False`` keeps such values. A valid file holding no frames decodes to an empty signal. Damage that the
+    codec itself conceals is tolerated as libsndfile reports it: where libsndfile reads a damaged OGG stream short
+    without an error, the signal is what it read; what libsndfile reports as an error is one. Example::
 
         encoded, _ = fn.readers.file(file_root=root)
         audio, rate = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=16000)
@@ -84,7 +86,7 @@ SCHEMA = OpSchema(
         Arg("dtype", types.DALIDataType, types.FLOAT, "Output type: types.INT16, types.INT32 or types.FLOAT.",
             choices=tuple(_DTYPES)),
         Arg("downmix", bool, False, "Average all channels into one; the output is then 1-D."),
-        Arg("sample_rate", float, 0.0, "Resample to this rate (Hz); 0 keeps the file's rate.", per_sample=True),
+        Arg("sample_rate", float, 0.0, "Resample to this rate (Hz); 0 keeps the file's rate.", per_sample=True, min=0),
         Arg("quality", float, 50.0, "Resampling quality, 0 (fastest) to 100 (best); soxr's QQ/LQ/MQ/HQ/VHQ "
             "recipes for <15, <35, <50, <75 and the rest."),
         Arg("start_time", float, 0.0, "First second to decode (sluice extension).", per_sample=True),

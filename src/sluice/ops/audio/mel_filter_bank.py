@@ -28,7 +28,7 @@ SCHEMA = OpSchema(
     outputs=1,
     devices=("cpu", "gpu"),
     args=[
-        Arg("nfilter", int, 128, "Number of mel filters."),
+        Arg("nfilter", int, 128, "Number of mel filters.", min=1),
         Arg("sample_rate", float, 44100.0, "Sampling rate of the signal the spectrogram came from (Hz)."),
         Arg("freq_low", float, 0.0, "Lowest frequency (Hz)."),
         Arg("freq_high", float, 0.0, "Highest frequency (Hz); 0 means sample_rate / 2."),

@@ -30,7 +30,7 @@ SCHEMA = OpSchema(
         Arg("axis", int, 0, "Axis over which the DCT runs (the mel axis)."),
         Arg("dct_type", int, 2, "DCT type: 1, 2, 3 or 4.", choices=(1, 2, 3, 4)),
         Arg("lifter", float, 0.0, "Cepstral liftering coefficient; 0 disables liftering."),
-        Arg("n_mfcc", int, 20, "Number of coefficients."),
+        Arg("n_mfcc", int, 20, "Number of coefficients.", min=1),
         Arg("normalize", bool, False, "Orthonormal DCT basis (not with dct_type=1)."),
     ],
 )

@@ -37,7 +37,7 @@ SCHEMA = OpSchema(
         Arg("cutoff_db", float, -60.0, "Threshold in dB below which the signal is silent."),
         Arg("reference_power", float, 0.0, "Reference power; 0 uses the maximum short-term power."),
         Arg("reset_interval", int, 8192, "Accepted for DALI compatibility (float64 sums need no reset)."),
-        Arg("window_length", int, 2048, "Window of the short-term power, in samples."),
+        Arg("window_length", int, 2048, "Window of the short-term power, in samples.", min=1),
     ],
 )
 

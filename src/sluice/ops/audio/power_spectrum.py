@@ -24,7 +24,7 @@ SCHEMA = OpSchema(
     devices=("cpu", "gpu"),
     args=[
         Arg("axis", int, -1, "Axis transformed to the frequency domain (default: the last)."),
-        Arg("nfft", int, None, "FFT size; defaults to the extent of axis."),
+        Arg("nfft", int, None, "FFT size; defaults to the extent of axis.", min=1),
         Arg("power", int, 2, "Exponent of the magnitude: 1 (amplitude) or 2 (power).", choices=(1, 2)),
     ],
 )

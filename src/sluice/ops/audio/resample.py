@@ -42,7 +42,7 @@ SCHEMA = OpSchema(
         Arg("out_rate", float, None, "Output sampling rate (Hz); give it with in_rate.", per_sample=True),
         Arg("scale", float, None, "Output length / input length; instead of the rates.", per_sample=True),
         Arg("out_length", int, None, "Requested output length in samples; instead of the rates or scale.",
-            per_sample=True),
+            per_sample=True, min=0),
         Arg("quality", float, 50.0, "Resampling quality, 0 (fastest) to 100 (best)."),
         Arg("dtype", types.DALIDataType, None, "Output type; None keeps the input type."),
     ],

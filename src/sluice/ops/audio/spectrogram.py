@@ -33,9 +33,9 @@ SCHEMA = OpSchema(
     devices=("cpu", "gpu"),
     output_layout=lambda args, _: args["layout"],
     args=[
-        Arg("nfft", int, None, "FFT size; the output has nfft // 2 + 1 bins. Defaults to window_length."),
-        Arg("window_length", int, 512, "Window size in samples."),
-        Arg("window_step", int, 256, "Step between windows in samples."),
+        Arg("nfft", int, None, "FFT size; the output has nfft // 2 + 1 bins. Defaults to window_length.", min=1),
+        Arg("window_length", int, 512, "Window size in samples.", min=1),
+        Arg("window_step", int, 256, "Step between windows in samples.", min=1),
         Arg("window_fn", "float_list", None, "Window samples (window_length values); default DALI's Hann window "
             "(0.5 - 0.5 cos(2 pi (n + 0.5) / window_length))."),
         Arg("power", int, 2, "Exponent of the magnitude: 1 (amplitude) or 2 (power).", choices=(1, 2)),

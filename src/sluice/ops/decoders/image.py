@@ -419,9 +419,9 @@ IMAGE = _decoder_schema(
 IMAGE_CROP = _decoder_schema(
     "decoders.image_crop", "Decodes images and keeps a fixed-size window (decoding only that region on the GPU).",
     'images = fn.decoders.image_crop(jpegs, device="mixed", crop=(224, 224), crop_pos_x=0.5, crop_pos_y=0.5)',
-    [Arg("crop", "float_list", None, "Window size (height, width) in pixels.", per_sample=True),
-     Arg("crop_w", float, 0.0, "Window width in pixels (overrides crop).", per_sample=True),
-     Arg("crop_h", float, 0.0, "Window height in pixels (overrides crop).", per_sample=True),
+    [Arg("crop", "float_list", None, "Window size (height, width) in pixels.", per_sample=True, min=0),
+     Arg("crop_w", float, 0.0, "Window width in pixels (overrides crop).", per_sample=True, min=0),
+     Arg("crop_h", float, 0.0, "Window height in pixels (overrides crop).", per_sample=True, min=0),
      *_CROP_POS_ARGS])
 
 IMAGE_RANDOM_CROP = _decoder_schema(
@@ -430,7 +430,8 @@ IMAGE_RANDOM_CROP = _decoder_schema(
     'images = fn.decoders.image_random_crop(jpegs, device="mixed", random_area=[0.08, 1.0])',
     [Arg("random_area", "float_list", [0.08, 1.0], "Range of the window's area, as a fraction of the image."),
      Arg("random_aspect_ratio", "float_list", [3 / 4, 4 / 3], "Range of the window's width / height."),
-     Arg("num_attempts", int, 10, "Draws before falling back to the whole image with the aspect ratio clamped.")],
+     Arg("num_attempts", int, 10, "Draws before falling back to the whole image with the aspect ratio clamped.",
+         min=1)],
     random=True)
 
 IMAGE_SLICE = _decoder_schema(

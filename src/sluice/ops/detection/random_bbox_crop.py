@@ -223,7 +223,7 @@ SCHEMA = OpSchema(
         Arg("ltrb", bool, True, "Boxes are [l, t, r, b] (else [x, y, w, h]) when bbox_layout is not given."),
         Arg("shape_layout", str, "WH", "Order of the anchor and shape outputs.", choices=("WH", "HW")),
         Arg("allow_no_crop", bool, True, "'No crop' is one of the options."),
-        Arg("num_attempts", int, 1, "Windows tried per chosen option."),
+        Arg("num_attempts", int, 1, "Windows tried per chosen option.", min=1),
         Arg("total_num_attempts", int, -1, "Give up (whole image) after this many windows; -1: no limit."),
         Arg("bbox_prune_threshold", float, None, "Keep boxes whose intersection / area reaches this; default: "
             "keep boxes whose centre is in the window."),

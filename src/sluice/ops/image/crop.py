@@ -18,9 +18,9 @@ from sluice.schema import Arg, OpSchema
 __all__ = ["SCHEMA", "CROP_ARGS", "window_of"]
 
 CROP_ARGS = [
-    Arg("crop", "float_list", None, "Window size (crop_h, crop_w); excludes crop_h/crop_w.", per_sample=True),
-    Arg("crop_h", float, 0.0, "Window height in pixels (0: the whole height).", per_sample=True),
-    Arg("crop_w", float, 0.0, "Window width in pixels (0: the whole width).", per_sample=True),
+    Arg("crop", "float_list", None, "Window size (crop_h, crop_w); excludes crop_h/crop_w.", per_sample=True, min=0),
+    Arg("crop_h", float, 0.0, "Window height in pixels (0: the whole height).", per_sample=True, min=0),
+    Arg("crop_w", float, 0.0, "Window width in pixels (0: the whole width).", per_sample=True, min=0),
     Arg("crop_pos_x", float, 0.5, "Relative horizontal anchor in [0, 1]: x0 = round(pos * (W - crop_w)).",
         per_sample=True),
     Arg("crop_pos_y", float, 0.5, "Relative vertical anchor in [0, 1].", per_sample=True),

@@ -168,7 +168,7 @@ SCHEMA = OpSchema(
         Arg("sigma", "float_list", None, "Standard deviation of the kernel: one value or one per spatial axis.",
             per_sample=True),
         Arg("window_size", "int_list", None, "Odd kernel size: one value or one per spatial axis.",
-            per_sample=True),
+            per_sample=True, min=1),
         Arg("dtype", types.DALIDataType, None, "Output type (float32 or the input type); None keeps the input "
             "type."),
     ],

@@ -33,10 +33,11 @@ SCHEMA = OpSchema(
     devices=("cpu", "gpu"),
     random=True,
     args=[
-        Arg("size", "float_list", None, "Output size (H, W) (or one value for both). Required."),
+        Arg("size", "float_list", None, "Output size (H, W) (or one value for both). Required.",
+            min=1),
         Arg("random_area", "float_list", [0.08, 1.0], "Range of the window's area as a fraction of the image's."),
         Arg("random_aspect_ratio", "float_list", [3 / 4, 4 / 3], "Range of the window's width / height."),
-        Arg("num_attempts", int, 10, "Draws before falling back to a centred window."),
+        Arg("num_attempts", int, 10, "Draws before falling back to a centred window.", min=1),
         Arg("interp_type", types.DALIInterpType, types.INTERP_LINEAR, "Interpolation."),
         Arg("min_filter", types.DALIInterpType, None, "Filter when shrinking (default: interp_type)."),
         Arg("mag_filter", types.DALIInterpType, None, "Filter when enlarging (default: interp_type)."),

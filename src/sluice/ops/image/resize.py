@@ -37,10 +37,10 @@ RESIZE_ARGS = [
     Arg("size", "float_list", None, "Output size (H, W), or one value for both; 0 extents keep the aspect ratio.",
         per_sample=True),
     Arg("resize_shorter", float, 0.0, "Length of the shorter side (mode 'not_smaller' on all extents).",
-        per_sample=True),
+        per_sample=True, min=0),
     Arg("resize_longer", float, 0.0, "Length of the longer side (mode 'not_larger' on all extents).",
-        per_sample=True),
-    Arg("max_size", "float_list", None, "Upper limit of the output extents (one value or (H, W))."),
+        per_sample=True, min=0),
+    Arg("max_size", "float_list", None, "Upper limit of the output extents (one value or (H, W)).", min=0),
     Arg("mode", str, "default", "How the requested extents combine: 'default' (missing extents take the mean "
         "scale), 'stretch' (missing extents keep their size), 'not_larger', 'not_smaller' (keep the aspect ratio).",
         choices=("default", "stretch", "not_larger", "not_smaller")),

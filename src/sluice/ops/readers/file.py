@@ -37,16 +37,16 @@ DEFAULT_FILTERS = ["*.jpg", "*.jpeg", "*.png", "*.bmp", "*.tif", "*.tiff", "*.pn
 # Arguments shared by every reader (DALI's reader base): sharding, shuffling, padding, naming.
 READER_ARGS = [
     Arg("random_shuffle", bool, False, "Shuffle with a buffer of initial_fill samples (DALI's buffer shuffle)."),
-    Arg("initial_fill", int, 1024, "Size of the random_shuffle buffer."),
+    Arg("initial_fill", int, 1024, "Size of the random_shuffle buffer.", min=1),
     Arg("shuffle_after_epoch", bool, False, "Reorder the whole data set every epoch, identically on every shard."),
     Arg("seed", int, -1, "Seed of the reader's shuffling; -1 uses the pipeline's (shuffle_after_epoch uses a fixed "
         "seed unless this is given, so that shards agree)."),
-    Arg("shard_id", int, None, "This reader's shard; default: torch.distributed's rank, else 0."),
-    Arg("num_shards", int, None, "Number of shards; default: torch.distributed's world size, else 1."),
+    Arg("shard_id", int, None, "This reader's shard; default: torch.distributed's rank, else 0.", min=0),
+    Arg("num_shards", int, None, "Number of shards; default: torch.distributed's world size, else 1.", min=1),
     Arg("stick_to_shard", bool, False, "Read the same shard every epoch (else move to the next one)."),
     Arg("pad_last_batch", bool, False, "Repeat the last sample so every shard gives the same number of full "
         "batches."),
-    Arg("prefetch_queue_depth", int, 1, "Accepted for DALI compatibility."),
+    Arg("prefetch_queue_depth", int, 1, "Accepted for DALI compatibility.", min=1),
     Arg("read_ahead", bool, False, "Accepted for DALI compatibility."),
     Arg("lazy_init", bool, False, "Accepted for DALI compatibility."),
     Arg("skip_cached_images", bool, False, "Accepted for DALI compatibility."),

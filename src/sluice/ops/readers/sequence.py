@@ -38,9 +38,9 @@ SCHEMA = OpSchema(
     output_layout="FHWC",
     args=[
         Arg("file_root", str, REQUIRED, "Folder holding one sub-folder of frame images per stream."),
-        Arg("sequence_length", int, REQUIRED, "Frames per sequence."),
-        Arg("step", int, 1, "Frames between the starts of consecutive sequences."),
-        Arg("stride", int, 1, "Frames between consecutive frames of a sequence."),
+        Arg("sequence_length", int, REQUIRED, "Frames per sequence.", min=1),
+        Arg("step", int, 1, "Frames between the starts of consecutive sequences.", min=1),
+        Arg("stride", int, 1, "Frames between consecutive frames of a sequence.", min=1),
         Arg("image_type", str, "RGB", "Output colour format.", choices=("RGB", "BGR", "GRAY")),
         Arg("file_filters", "str_list", IMAGE_FILTERS, "Glob patterns of the frame files."),
         *READER_ARGS,

@@ -52,7 +52,7 @@ SCHEMA = OpSchema(
     """,
     devices=("cpu", "gpu"),
     args=[
-        Arg("num_classes", int, REQUIRED, "Number of classes (length of the new axis)."),
+        Arg("num_classes", int, REQUIRED, "Number of classes (length of the new axis).", min=1),
         Arg("axis", int, -1, "Where the new axis goes; -1 appends it."),
         Arg("axis_name", str, None, "Layout letter of the new axis."),
         Arg("on_value", float, 1.0, "Value at the label's index."),
