@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -134,12 +135,40 @@ def check_layout(layout: str | None, data: Any, where: str) -> None:
                                 f"{i}); give a layout of {ndim} letters, or none")
 
 
+#: id of a read-only array over immutable memory -> (weak reference to it, its tensor copy)
+_FROZEN_COPIES: dict[int, tuple[weakref.ref, Any]] = {}
+
+
+def _immutable(array: np.ndarray) -> bool:
+    """Whether an array's memory can never change: read-only, and in the end a ``bytes`` object's."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return not array.flags.writeable and isinstance(base, bytes)
+
+
+def sample_tensor(x: Any):
+    """``to_tensor`` of one sample, except that a read-only array over immutable memory (``np.frombuffer`` of a
+    file's bytes), which torch cannot share, is copied once for as long as it lives, not once per feed: a program
+    feeding one 90 MB video to every sample of every batch copies it once, and the decoder finds the same buffer
+    (and its cached index and open container) every time."""
+    if not (isinstance(x, np.ndarray) and _immutable(x)):
+        return to_tensor(x)
+    key = id(x)
+    hit = _FROZEN_COPIES.get(key)
+    if hit is not None and hit[0]() is x:
+        return hit[1]
+    tensor = to_tensor(x)
+    _FROZEN_COPIES[key] = (weakref.ref(x, lambda _ref: _FROZEN_COPIES.pop(key, None)), tensor)
+    return tensor
+
+
 def make_batch(data: Any, layout: str, op: str) -> Batch:
     """A Batch from what a source returned: a list of samples, or an array/tensor with a leading batch dim."""
     if isinstance(data, Batch):
         return data if not layout else data.with_layout(layout)
     if isinstance(data, (list, tuple)):
-        return Batch([to_tensor(x) for x in data], layout)
+        return Batch([sample_tensor(x) for x in data], layout)
     tensor = to_tensor(data)
     if tensor.dim() == 0:
         raise ArgumentError(f"{op}: a batch must be a list of samples or have a leading batch dimension, got a scalar")

@@ -1,0 +1,123 @@
+"""A clip's cost depends on the clip, not on the video's length (issue 24): nothing per sample reads, hashes,
+copies or re-parses the whole video when the same encoded bytes are fed again."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from sluice import fn, pipeline_def, types
+from sluice.backends.video import index as index_mod
+from sluice.backends.video import prepare_clip, read_clips
+from sluice.backends.video.barcode import read_barcode
+from sluice.backends.video.pyav import PyAVBackend
+from sluice.ops.external_source import sample_tensor
+
+
+def codes(sample) -> list[int]:
+    return [read_barcode(np.asarray(f)) for f in sample]
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts of full-content hashes of bytes (``cache_key``) and of containers opened on bytes."""
+    counts = {"hashed": 0, "opened": 0}
+    key, opener = index_mod.cache_key, index_mod.open_container
+
+    def cache_key(source):
+        counts["hashed"] += not isinstance(source, (str, os.PathLike))
+        return key(source)
+
+    def open_container(source):
+        counts["opened"] += not isinstance(source, (str, os.PathLike))
+        return opener(source)
+
+    monkeypatch.setattr(index_mod, "cache_key", cache_key)
+    monkeypatch.setattr(index_mod, "open_container", open_container)
+    return counts
+
+
+def test_same_buffer_found_without_hashing_it_again(videos, counted):
+    data = np.frombuffer(videos["h264-mp4"].read_bytes(), np.uint8)
+    first = index_mod.get_index(data)
+    assert counted["hashed"] == 1
+    for _ in range(3):
+        assert index_mod.get_index(data) is first
+    assert counted["hashed"] == 1
+    # another buffer with the same content: hashed once, same index
+    other = data.copy()
+    assert index_mod.get_index(other) is first and counted["hashed"] == 2
+
+
+def test_buffer_key_is_sampled_and_sees_changes(monkeypatch):
+    monkeypatch.setattr(index_mod, "SAMPLED_HASH_ABOVE", 4096)
+    monkeypatch.setattr(index_mod, "_SAMPLE_EDGE", 512)
+    monkeypatch.setattr(index_mod, "_SAMPLE_BLOCK", 64)
+    rng = np.random.default_rng(0)
+    buf = rng.integers(0, 256, 100_000, dtype=np.uint8)
+    key = index_mod.buffer_key(buf)
+    assert index_mod.buffer_key(buf) == key
+    assert index_mod.buffer_key(buf.copy()) != key  # another address
+    buf[-10] ^= 1  # the tail (an mp4's moov when it is at the end)
+    assert index_mod.buffer_key(buf) != key
+    buf[-10] ^= 1
+    buf[3] ^= 1  # the head
+    assert index_mod.buffer_key(buf) != key
+    assert index_mod.buffer_key(buf[:50_000]) != index_mod.buffer_key(buf)  # the length
+
+
+def test_container_on_bytes_opened_once_and_frames_right(videos, counted):
+    data = np.frombuffer(videos["h264-mp4"].read_bytes(), np.uint8)
+    backend = PyAVBackend(threads=1)
+    opened = []
+    for frames in ([3, 17], [30, 2], [39]):
+        clip = read_clips([prepare_clip(data, frames=frames)], backend)[0]
+        assert codes(clip.frames) == frames
+        opened.append(counted["opened"])
+    assert opened[0] <= 2 and opened[-1] == opened[0]  # (the index, then) one container reused by every request
+
+
+def test_buffer_reader_reads_and_seeks_without_copying_whole(videos):
+    raw = videos["h264-mp4"].read_bytes()
+    reader = index_mod.BufferReader(np.frombuffer(raw, np.uint8))
+    assert reader.read(8) == raw[:8] and reader.tell() == 8
+    assert reader.seek(-4, 2) == len(raw) - 4 and reader.read() == raw[-4:] and reader.read(5) == b""
+    assert reader.seek(2) == 2 and reader.read(3) == raw[2:5]
+
+
+def test_readonly_array_of_bytes_copied_once_for_its_life():
+    raw = bytes(range(256)) * 10
+    frozen = np.frombuffer(raw, np.uint8)
+    t = sample_tensor(frozen)
+    assert sample_tensor(frozen) is t and np.array_equal(t.numpy(), frozen)
+    writable = np.arange(10, dtype=np.uint8)
+    assert sample_tensor(writable).data_ptr() == writable.ctypes.data  # shared, as ever
+    view = writable.view()
+    view.flags.writeable = False  # read-only, but its memory may change: copied each time
+    assert sample_tensor(view) is not sample_tensor(view)
+
+
+def test_external_source_feeding_one_file_every_iteration(videos, counted):
+    data = np.frombuffer(videos["h264-mp4"].read_bytes(), np.uint8)  # read-only, as the DALI programs make it
+    want = [[0, 10, 20], [5, 6, 39], [12, 1, 30]]
+
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None, prefetch_queue_depth=1)
+    def pipe():
+        enc = fn.external_source(name="enc", dtype=types.UINT8, ndim=1, no_copy=True)
+        fr = fn.external_source(name="fr", dtype=types.INT32, ndim=1)
+        return fn.decoders.video(enc, device="cpu", frames=fr)
+
+    p = pipe()
+    p.build()
+    try:
+        for _ in range(3):
+            p.feed_input("enc", [data] * 3)
+            p.feed_input("fr", [np.array(w, np.int32) for w in want])
+            (out,) = p.run()
+            assert [codes(out[i]) for i in range(3)] == want
+    finally:
+        p.close()
+    assert counted["hashed"] == 1  # the first sample of the first batch; found by its buffer since
+    assert counted["opened"] <= 1 + 2  # the index, then one container per pipeline thread
