@@ -21,17 +21,22 @@ def codes(sample) -> list[int]:
 
 
 @pytest.fixture
-def counted(monkeypatch):
-    """Counts of full-content hashes of bytes (``cache_key``) and of containers opened on bytes."""
+def counted(monkeypatch, videos):
+    """Counts of full-content hashes (``cache_key``) of the test video's bytes and of containers opened on them
+    (matched by content: a thread of an earlier test's pipeline, still prefetching, may hash bytes of its own)."""
+    raw = videos["h264-mp4"].read_bytes()
     counts = {"hashed": 0, "opened": 0}
     key, opener = index_mod.cache_key, index_mod.open_container
 
+    def ours(source) -> bool:
+        return not isinstance(source, (str, os.PathLike)) and bytes(index_mod.as_bytes(source)) == raw
+
     def cache_key(source):
-        counts["hashed"] += not isinstance(source, (str, os.PathLike))
+        counts["hashed"] += ours(source)
         return key(source)
 
     def open_container(source):
-        counts["opened"] += not isinstance(source, (str, os.PathLike))
+        counts["opened"] += ours(source)
         return opener(source)
 
     monkeypatch.setattr(index_mod, "cache_key", cache_key)
@@ -121,3 +126,16 @@ def test_external_source_feeding_one_file_every_iteration(videos, counted):
         p.close()
     assert counted["hashed"] == 1  # the first sample of the first batch; found by its buffer since
     assert counted["opened"] <= 1 + 2  # the index, then one container per pipeline thread
+
+
+def test_index_built_once_when_every_sample_asks_at_once(videos, monkeypatch, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = np.frombuffer(videos["h264-mp4"].read_bytes(), np.uint8)
+    index_mod._memory.clear()
+    monkeypatch.setenv("SLUICE_VIDEO_INDEX_DIR", str(tmp_path))
+    builds, build = [], index_mod.build_index
+    monkeypatch.setattr(index_mod, "build_index", lambda *a, **k: builds.append(1) or build(*a, **k))
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: index_mod.get_index(data), range(16)))
+    assert len(builds) == 1 and all(g is got[0] for g in got)

@@ -17,10 +17,12 @@ that each group of pictures is decoded once, from its keyframe, and shared by al
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import logging
 import os
+import stat
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -104,8 +106,8 @@ def open_container(source: Source):
             return av.open(os.fspath(source), "r")
         return av.open(BufferReader(source), "r")
     except (av.error.FFmpegError, OSError, ValueError) as e:
-        if isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
-            raise FileNotFoundError(f"video file {os.fspath(source)!r} does not exist") from e
+        if isinstance(source, (str, os.PathLike)):
+            check_file(source)  # the path itself is the problem: say which
         raise VideoError(f"cannot open video {describe(source)}: {e} (corrupt, truncated or not a "
                          f"container FFmpeg can read; supported containers include mp4, mov, mkv, webm, avi)") from e
 
@@ -178,6 +180,28 @@ def packets_from(container, stream, idx: "VideoIndex", key: int) -> Iterator:
                 break  # landed (or read on) past the keyframe: seek earlier
     raise VideoError(f"{idx.name}: cannot seek to keyframe {key} (pts {key_pts}); the file's index or "
                      f"timestamps are damaged")
+
+
+def check_file(path: str | os.PathLike) -> None:
+    """Raise, naming ``path`` and the reason, when it cannot be read as a video file: FileNotFoundError (it does
+    not exist, or is a broken symlink), PermissionError (not readable), VideoError (a symlink loop, a directory,
+    an empty file)."""
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise VideoError(f"video file {p!r} is a symlink loop (its links point back at themselves)") from None
+        if e.errno == errno.ENOENT:
+            broken = " (a broken symlink)" if os.path.islink(p) else ""
+            raise FileNotFoundError(f"video file {p!r} does not exist{broken}") from None
+        raise VideoError(f"video file {p!r} cannot be read: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise VideoError(f"video file {p!r} is a directory, not a file")
+    if not os.access(p, os.R_OK):
+        raise PermissionError(f"video file {p!r} is not readable (permission denied)")
+    if st.st_size == 0:
+        raise VideoError(f"video file {p!r} is empty (0 bytes)")
 
 
 def video_stream(container, name: str):
@@ -537,8 +561,30 @@ def _remember(key, idx: VideoIndex | None = None) -> VideoIndex | None:
         return idx
 
 
+_flights: dict = {}  # key -> [lock, users]: one thread finds or builds an index, the others wait for it
+_flights_lock = threading.Lock()
+
+
+@contextmanager
+def _single_flight(key):
+    """Hold ``key``'s own lock: threads asking for the same index at once (every sample of a batch feeding the
+    same video) wait for the one that builds it instead of each demuxing the whole file."""
+    with _flights_lock:
+        entry = _flights.setdefault(key, [threading.Lock(), 0])
+        entry[1] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _flights_lock:
+            entry[1] -= 1
+            if not entry[1]:
+                del _flights[key]
+
+
 def get_index(source: Source, *, cache: bool = True, name: str | None = None) -> VideoIndex:
-    """The index of ``source``, from memory, then the disk cache, else built (and stored) now.
+    """The index of ``source``, from memory, then the disk cache, else built (and stored) now; built once when
+    several threads ask for it at once.
 
     Encoded bytes are first looked up by :func:`buffer_key` (O(1) in their length), and hashed whole only when
     that buffer was not seen before."""
@@ -546,9 +592,16 @@ def get_index(source: Source, *, cache: bool = True, name: str | None = None) ->
     if not cache:
         return build_index(source, name)
     is_file = isinstance(source, (str, os.PathLike))
-    if is_file and not os.path.exists(source):
-        raise FileNotFoundError(f"video file {os.fspath(source)!r} does not exist")
+    if is_file:
+        check_file(source)
     fast = None if is_file else buffer_key(source)
+    if fast is not None and (hit := _remember(fast)) is not None:
+        return hit
+    with _single_flight(fast if fast is not None else os.path.abspath(os.fspath(source))):
+        return _find_or_build(source, name, fast)
+
+
+def _find_or_build(source: Source, name: str, fast: tuple | None) -> VideoIndex:
     if fast is not None and (hit := _remember(fast)) is not None:
         return hit
     key = cache_key(source)
