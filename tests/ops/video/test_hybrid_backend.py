@@ -469,3 +469,17 @@ def test_empty_batch_and_whole_video(videos, fake_nvdec):
     assert read_clips([], backend) == []
     clip = read_clips([prepare_clip(videos["h264-mp4"])], backend)[0]  # no frames named: every frame
     assert read_barcodes(clip.frames) == list(range(NUM_FRAMES))
+
+
+def test_a_worker_process_start_is_not_taken_for_the_cpu_speed(videos, fake_nvdec):
+    """The job that starts a CPU worker process (about 0.5 s) is left out of the CPU path's speed, which would
+    otherwise make the scheduler leave the CPU idle for many batches."""
+    path = videos["h264-mp4"]
+    backend = HybridBackend(sessions=0, cpu_workers=1, cpu_processes=True)
+    try:
+        _clips(backend, path, [[0, 1]])
+        assert backend.last_stats["cpu"]["jobs"] == 1 and "cpu" not in backend._spf
+        _clips(backend, path, [[2, 3]])
+        assert backend._spf["cpu"] > 0
+    finally:
+        backend.close()

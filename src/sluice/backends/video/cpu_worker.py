@@ -72,6 +72,7 @@ class WorkerProcess:
         self._lock = threading.Lock()
         self._answered = 0  # requests answered by any of this worker's processes
         self.restarts = 0  # processes started again after one died
+        self.fresh = True  # its process has not answered yet (its next request pays for its start)
 
     @property
     def pid(self) -> int | None:
@@ -86,6 +87,7 @@ class WorkerProcess:
                     except OSError:
                         pass
             self._proc = _start_worker(__file__)
+            self.fresh = True
         return self._proc
 
     def decode(self, path: str, frames: list[int], shm_name: str, shape: tuple, colors: str) -> tuple[str, Any]:
@@ -102,6 +104,7 @@ class WorkerProcess:
                     _send(proc.stdin, request)
                     kind, payload = _receive(proc.stdout)
                     self._answered += 1
+                    self.fresh = False
                     break
                 except (EOFError, BrokenPipeError, OSError) as exc:
                     code = proc.wait(timeout=5) if proc.poll() is None else proc.returncode
