@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 PAD_MODES = ("none", "constant", "edge", "reflect_1001", "reflect_101")
 
 
@@ -236,6 +236,7 @@ class VideoIndex:
     pix_fmt: str = ""
     average_rate: float = 0.0
     count_frames: bool = False
+    declared_frames: int = 0  # frames the container's own table says the stream has (mp4/mov; 0: not said)
     key_frames: np.ndarray = field(init=False, repr=False)
     _by_pts: dict | None = field(default=None, init=False, repr=False)
     _decode_position: np.ndarray | None = field(default=None, init=False, repr=False)
@@ -264,6 +265,15 @@ class VideoIndex:
     @property
     def num_frames(self) -> int:
         return int(len(self.pts))
+
+    @property
+    def damage(self) -> str:
+        """Why the file is damaged ("" when it is not seen to be): fewer frames could be read than its container's
+        sample table declares (a truncated file, or one whose header lies, such as an ``mdhd`` timescale of 0)."""
+        if self.declared_frames > self.num_frames:
+            return (f"its container declares {self.declared_frames} frames but only {self.num_frames} could be read "
+                    f"(truncated, or a damaged header)")
+        return ""
 
     @property
     def times(self) -> np.ndarray:
@@ -413,8 +423,9 @@ class VideoIndex:
         if not over.any():
             return f
         if pad_mode == "none" or n == 0:
+            damage = f"; {self.damage}" if self.damage else ""
             raise ValueError(f"{self.name}: frame {int(f[over][0])} is out of range: the video has {n} frames "
-                             f"(0 to {n - 1}); pass pad_mode= one of {PAD_MODES[1:]} to pad")
+                             f"(0 to {n - 1}){damage}; pass pad_mode= one of {PAD_MODES[1:]} to pad")
         if pad_mode == "constant":
             return np.where(over, -1, f)
         if pad_mode == "edge":
@@ -433,17 +444,18 @@ class VideoIndex:
                     pos=self.pos, duration=self.duration, decode_order=self.decode_order,
                     meta=np.array([self.codec, str(self.width), str(self.height), str(self.time_base.numerator),
                                    str(self.time_base.denominator), self.container, self.pix_fmt,
-                                   repr(self.average_rate), str(int(self.count_frames))]))
+                                   repr(self.average_rate), str(int(self.count_frames)),
+                                   str(int(self.declared_frames))]))
 
     @classmethod
     def from_arrays(cls, name: str, a) -> "VideoIndex":
         if int(a["version"]) != INDEX_VERSION:
             raise ValueError("stale index version")
-        codec, w, h, num, den, cont, pix, rate, count = [str(x) for x in a["meta"]]
+        codec, w, h, num, den, cont, pix, rate, count, declared = [str(x) for x in a["meta"]]
         return cls(name=name, codec=codec, width=int(w), height=int(h), time_base=Fraction(int(num), int(den)),
                    pts=a["pts"], dts=a["dts"], keyframe=a["keyframe"].astype(bool), pos=a["pos"],
                    duration=a["duration"], decode_order=a["decode_order"], container=cont, pix_fmt=pix,
-                   average_rate=float(rate), count_frames=bool(int(count)))
+                   average_rate=float(rate), count_frames=bool(int(count)), declared_frames=int(declared))
 
 
 def build_index(source: Source, name: str | None = None) -> VideoIndex:
@@ -489,7 +501,8 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
             pts=sorted_rows[:, 0].copy(), dts=sorted_rows[:, 1].copy(), keyframe=sorted_rows[:, 2].astype(bool),
             pos=sorted_rows[:, 3].copy(), duration=sorted_rows[:, 4].copy(), decode_order=rank,
             container=container.format.name, pix_fmt=str(ctx.pix_fmt or ""),
-            average_rate=float(stream.average_rate or 0.0), count_frames=count_frames)
+            average_rate=float(stream.average_rate or 0.0), count_frames=count_frames,
+            declared_frames=int(stream.frames or 0) if container.format.name.startswith("mov") else 0)
 
 
 # ---------------------------------------------------------------------------------------------- caching
