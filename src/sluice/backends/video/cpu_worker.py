@@ -81,6 +81,7 @@ class WorkerProcess:
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:  # a dead one's pipes
+                self.restarts += 1
                 for pipe in (self._proc.stdin, self._proc.stdout):
                     try:
                         pipe.close()
@@ -109,7 +110,6 @@ class WorkerProcess:
                 except (EOFError, BrokenPipeError, OSError) as exc:
                     code = proc.wait(timeout=5) if proc.poll() is None else proc.returncode
                     if attempt == 1 and self._answered:
-                        self.restarts += 1
                         logger.warning("the CPU video decoder process %d exited (code %s) before answering a "
                                        "request for '%s'; starting it again and redoing the request", proc.pid,
                                        code, path)
