@@ -10,6 +10,10 @@ of exactly the sequence's time window.
 ``file_list`` lines are ``path label [start [end]]``: start and end (exclusive) are seconds, or frame numbers
 with ``file_list_format='frames'`` (DALI's ``file_list_frame_num=True``); a missing or 0 end means the end of the
 file, a negative end counts from it.
+
+A file that cannot be read (missing, a directory, a symlink loop, empty, not a container, truncated, or declaring
+more frames than it holds) is a ``PipelineError`` at ``build()`` naming the file and why: the reader never leaves a
+file out of the epoch unless ``skip_unreadable_files=True`` asks it to (it then logs how many, and which).
 """
 
 from __future__ import annotations
@@ -136,6 +140,8 @@ def _index_or_why(path: str):
         idx = get_index(path)
     except (VideoError, OSError, ValueError) as e:
         return None, str(e) or type(e).__name__
+    except Exception as e:  # noqa: BLE001 - whatever else fails on this file is named with it
+        return None, f"{type(e).__name__}: {e}"
     return (None, idx.damage) if idx.damage else (idx, None)
 
 
