@@ -112,6 +112,18 @@ def test_readonly_array_of_bytes_copied_once_for_its_life():
     assert sample_tensor(view) is not sample_tensor(view)
 
 
+def test_readonly_copies_kept_within_a_budget(monkeypatch):
+    from sluice.ops import external_source as es
+
+    monkeypatch.setattr(es, "FROZEN_COPIES_BYTES", 2500)
+    arrays = [np.frombuffer(bytes([k]) * 1000, np.uint8) for k in range(4)]
+    first = [sample_tensor(a) for a in arrays]
+    assert sample_tensor(arrays[3]) is first[3] and sample_tensor(arrays[0]) is not first[0]  # the oldest went
+    assert es._frozen_bytes <= 2500
+    del arrays, first
+    assert es._frozen_bytes == 0 and not es._FROZEN_COPIES
+
+
 def test_external_source_feeding_one_file_every_iteration(own, counted):
     data = np.frombuffer(own["h264-mp4"].read_bytes(), np.uint8)  # read-only, as the DALI programs make it
     want = [[0, 10, 20], [5, 6, 36], [12, 1, 30]]
