@@ -2,7 +2,10 @@
 # DALI users' own programs (benchmarks/peers/side_by_side.py, a verbatim copy of ../shared/peers) run with DALI
 # 2.4 and with sluice on the same files in one call on the GPU machine; only the import differs. Prints a ratio
 # table and appends one JSON row per run to benchmarks/results/dali_side_by_side.jsonl (and $OUT).
-#   bash benchmarks/dali_side_by_side.sh [WORKLOAD...]     (default: every image and audio workload)
+#   bash benchmarks/dali_side_by_side.sh [WORKLOAD...]     (default: every image, audio and video workload)
+# Video workloads are named <program>_<seconds>s (video_frames_60s, video_reader_600s; `video` names all six): the
+# program of side_by_side.py on a barcoded 720p60 H.264 file of that length (made once by gen_video.py: gen.py's
+# frames, encoded in parallel segments), NCLIPS (64) clips of 16 frames, every frame checked by its barcode.
 # Environment: IMPLS ("dali sluice"), DALI_PATH (/tmp/dali: DALI's wheels, installed from dali_kit.sh's parts),
 # SITE (/tmp/site: sluice's wheels), DATA (/tmp/sbs: where the data sets are made once), REPEAT (1: runs per
 # workload and implementation, alternating; the best is kept).
@@ -12,25 +15,36 @@ here=$(cd "$(dirname "$0")" && pwd); top=$(dirname "$here")
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$here/results"
 IMPLS=${IMPLS:-dali sluice}; DALI_PATH=${DALI_PATH:-/tmp/dali}; SITE=${SITE:-/tmp/site}; DATA=${DATA:-/tmp/sbs}
 REPEAT=${REPEAT:-1}
-works=${*:-train decode val train_cpu audio audio_mixed audio_flac}
+videos="video_frames_60s video_frames_180s video_frames_600s video_reader_60s video_reader_180s video_reader_600s"
+works=""; for w in ${*:-train decode val train_cpu audio audio_mixed audio_flac video}; do
+  if [ "$w" = video ]; then works="$works $videos"; else works="$works $w"; fi
+done
+export NCLIPS=${NCLIPS:-64}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 gen="$here/peers/gen.py"
-[ -d "$DATA/images" ] || { echo "making 8192 JPEGs"; PYTHONPATH=$SITE python3 "$gen" images "$DATA/images" 8192; }
-[ -d "$DATA/wav" ] || { echo "making 1024 WAVs"; PYTHONPATH=$SITE python3 "$gen" audio "$DATA/wav" 1024 10; }
+case " $works " in *" train"*|*" decode "*|*" val "*) [ -d "$DATA/images" ] || { echo "making 8192 JPEGs"; PYTHONPATH=$SITE python3 "$gen" images "$DATA/images" 8192; };; esac
+case " $works " in *" audio"*) [ -d "$DATA/wav" ] || { echo "making 1024 WAVs"; PYTHONPATH=$SITE python3 "$gen" audio "$DATA/wav" 1024 10; };; esac
+for w in $works; do
+  case $w in video_*_*s) s=${w##*_}; s=${s%s}
+    [ -f "$DATA/video$s.mp4" ] || { echo "making a $s s video"; PYTHONPATH=$SITE python3 "$here/gen_video.py" "$DATA/video$s.mp4" "$s"; };;
+  esac
+done
 case " $works " in *audio_flac*) [ -d "$DATA/flac" ] || PYTHONPATH=$SITE python3 "$gen" flac "$DATA/wav" "$DATA/flac";; esac
 commit=${COMMIT:-$(cd "$top" && git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # COMMIT: the device copy may lack the history
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 log="$OUT/side_by_side.log"; : > "$log"
 for w in $works; do
   case $w in
-    audio|audio_mixed) d="$DATA/wav";; audio_flac) d="$DATA/flac";; video_*) d="$DATA/video.mp4";; *) d="$DATA/images";;
+    audio|audio_mixed) d="$DATA/wav";; audio_flac) d="$DATA/flac";; *) d="$DATA/images";;
   esac
+  prog=$w
+  case $w in video_*_*s) prog=${w%_*}; s=${w##*_}; d="$DATA/video${s%s}.mp4";; video_*) d="$DATA/video.mp4";; esac
   for r in $(seq "$REPEAT"); do
     for impl in $IMPLS; do
       [ "$impl" = dali ] && [ "$w" = audio_mixed ] && continue   # sluice's own path, shown beside DALI's audio
       if [ "$impl" = dali ]; then path=$DALI_PATH; else path=$SITE:$top/src; fi
-      line=$(cd /tmp && PYTHONPATH=$path timeout 300 python3 "$here/peers/side_by_side.py" "$w" "$impl" "$d" 2>"$OUT/err_${w}_${impl}.log" \
-             | grep '^RESULT' | tail -1)
+      line=$(cd /tmp && PYTHONPATH=$path timeout 300 python3 "$here/peers/side_by_side.py" "$prog" "$impl" "$d" 2>"$OUT/err_${w}_${impl}.log" \
+             | grep '^RESULT' | tail -1 | sed "s/^RESULT *$prog /RESULT $w /")
       [ -n "$line" ] || line="RESULT $w $impl FAILED (see err_${w}_${impl}.log: $(tail -1 "$OUT/err_${w}_${impl}.log"))"
       echo "$line" | tee -a "$log"
     done

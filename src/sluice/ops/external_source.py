@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -134,12 +135,57 @@ def check_layout(layout: str | None, data: Any, where: str) -> None:
                                 f"{i}); give a layout of {ndim} letters, or none")
 
 
+#: id of a read-only array over immutable memory -> (weak reference to it, its tensor copy), oldest first; at most
+#: FROZEN_COPIES_BYTES of copies are kept (a data set held as many such arrays is not doubled in memory)
+_FROZEN_COPIES: "collections.OrderedDict[int, tuple[weakref.ref, Any]]" = collections.OrderedDict()
+FROZEN_COPIES_BYTES = 1 << 30
+_frozen_bytes = 0
+
+
+def _immutable(array: np.ndarray) -> bool:
+    """Whether an array's memory can never change: read-only, and in the end a ``bytes`` object's."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return not array.flags.writeable and isinstance(base, bytes)
+
+
+def _forget_frozen(key: int) -> None:
+    global _frozen_bytes
+    entry = _FROZEN_COPIES.pop(key, None)
+    if entry is not None:
+        _frozen_bytes -= entry[1].nbytes
+
+
+def sample_tensor(x: Any):
+    """``to_tensor`` of one sample, except that a read-only array over immutable memory (``np.frombuffer`` of a
+    file's bytes), which torch cannot share, is copied once for as long as it lives (within FROZEN_COPIES_BYTES),
+    not once per feed: a program feeding one 90 MB video to every sample of every batch copies it once, and the
+    decoder finds the same buffer (and its cached index and open container) every time."""
+    global _frozen_bytes
+    if not (isinstance(x, np.ndarray) and _immutable(x)):
+        return to_tensor(x)
+    key = id(x)
+    hit = _FROZEN_COPIES.get(key)
+    if hit is not None and hit[0]() is x:
+        _FROZEN_COPIES.move_to_end(key)
+        return hit[1]
+    tensor = to_tensor(x)
+    if tensor.nbytes <= FROZEN_COPIES_BYTES:
+        _forget_frozen(key)
+        _FROZEN_COPIES[key] = (weakref.ref(x, lambda _ref: _forget_frozen(key)), tensor)
+        _frozen_bytes += tensor.nbytes
+        while _frozen_bytes > FROZEN_COPIES_BYTES:
+            _forget_frozen(next(iter(_FROZEN_COPIES)))
+    return tensor
+
+
 def make_batch(data: Any, layout: str, op: str) -> Batch:
     """A Batch from what a source returned: a list of samples, or an array/tensor with a leading batch dim."""
     if isinstance(data, Batch):
         return data if not layout else data.with_layout(layout)
     if isinstance(data, (list, tuple)):
-        return Batch([to_tensor(x) for x in data], layout)
+        return Batch([sample_tensor(x) for x in data], layout)
     tensor = to_tensor(data)
     if tensor.dim() == 0:
         raise ArgumentError(f"{op}: a batch must be a list of samples or have a leading batch dimension, got a scalar")

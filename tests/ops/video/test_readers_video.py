@@ -193,3 +193,32 @@ def test_cpu_reader_decodes_in_worker_processes_and_ends_them(videos, monkeypatc
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_cpu_reader_restarts_a_worker_killed_between_batches(videos, monkeypatch):
+    """A decoder process killed between batches is started again and its request redone: the next batches come
+    whole and right (issue 20)."""
+    import os
+    import signal
+    import time
+
+    monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "1")
+    files = [str(videos["h264-mp4"]), str(videos["hevc-mkv"])]
+    p, outs = run_reader(batch_size=3, iterations=1, filenames=files, sequence_length=4, stride=2, step=5,
+                         enable_frame_num=True)
+    try:
+        backend = p.executor.operator("Reader").backend
+        pids = [w.pid for w in backend._workers if w.pid]
+        assert pids
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.0)
+        for _ in range(4):
+            video, _, frame_num = p.run()
+            for i in range(len(video)):
+                start = int(frame_num[i][0])
+                assert codes(video[i]) == [start, start + 2, start + 4, start + 6]
+        assert sum(w.restarts for w in backend._workers) >= 1
+        assert not set(pids) & {w.pid for w in backend._workers}
+    finally:
+        p.close()

@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -32,6 +33,8 @@ else:
     from sluice._pipes import receive as _receive, send as _send, start as _start_worker, stop as _stop_worker
 
 __all__ = ["WorkerProcess", "WorkerDied"]
+
+logger = logging.getLogger(__name__)
 
 
 class WorkerDied(RuntimeError):
@@ -67,7 +70,9 @@ class WorkerProcess:
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
-        self._answered = 0  # requests the current process answered
+        self._answered = 0  # requests answered by any of this worker's processes
+        self.restarts = 0  # processes started again after one died
+        self.fresh = True  # its process has not answered yet (its next request pays for its start)
 
     @property
     def pid(self) -> int | None:
@@ -75,23 +80,44 @@ class WorkerProcess:
 
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            self._answered = 0
+            if self._proc is not None:  # a dead one's pipes
+                self.restarts += 1
+                for pipe in (self._proc.stdin, self._proc.stdout):
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
             self._proc = _start_worker(__file__)
+            self.fresh = True
         return self._proc
 
     def decode(self, path: str, frames: list[int], shm_name: str, shape: tuple, colors: str) -> tuple[str, Any]:
         """Decode ``frames`` of ``path`` into the shared memory block ``shm_name`` (see ``_decode``). Raises the
-        worker's error (a VideoError naming the file stays one), or WorkerDied when the process exited."""
+        worker's error (a VideoError naming the file stays one), or WorkerDied when the process exited.
+
+        A process that had worked and dies (killed between or during requests) is started again and the request
+        redone once; a second death on the same request is the WorkerDied error (the file crashes the decoder)."""
+        request = ("decode", os.fspath(path), list(frames), shm_name, tuple(shape), colors)
         with self._lock:
-            proc = self._start()
-            try:
-                _send(proc.stdin, ("decode", os.fspath(path), list(frames), shm_name, tuple(shape), colors))
-                kind, payload = _receive(proc.stdout)
-                self._answered += 1
-            except (EOFError, BrokenPipeError, OSError) as exc:
-                code = proc.wait(timeout=5) if proc.poll() is None else proc.returncode
-                raise WorkerDied(f"the CPU video decoder process {proc.pid} exited (code {code}) while decoding "
-                                 f"'{path}' ({type(exc).__name__}: {exc})", at_start=self._answered == 0) from None
+            for attempt in (1, 2):
+                proc = self._start()
+                try:
+                    _send(proc.stdin, request)
+                    kind, payload = _receive(proc.stdout)
+                    self._answered += 1
+                    self.fresh = False
+                    break
+                except (EOFError, BrokenPipeError, OSError) as exc:
+                    code = proc.wait(timeout=5) if proc.poll() is None else proc.returncode
+                    if attempt == 1 and self._answered:
+                        logger.warning("the CPU video decoder process %d exited (code %s) before answering a "
+                                       "request for '%s'; starting it again and redoing the request", proc.pid,
+                                       code, path)
+                        continue
+                    again = " (it had been started again after dying on it)" if attempt == 2 else ""
+                    raise WorkerDied(f"the CPU video decoder process {proc.pid} exited (code {code}) while decoding "
+                                     f"'{path}'{again} ({type(exc).__name__}: {exc})",
+                                     at_start=not self._answered) from None
         if kind == "error":
             raise _rebuild_error(*payload)
         return kind, payload

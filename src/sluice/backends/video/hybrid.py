@@ -244,6 +244,7 @@ class HybridBackend:
             state.give_back(job)
             return
         start = time.perf_counter()
+        self._local.cold = False
         try:
             job.result = self._decode_nvdec(job) if kind == "nvdec" else self._decode_cpu(job)
         except Exception as e:  # noqa: BLE001
@@ -266,7 +267,8 @@ class HybridBackend:
         with state.lock:
             spf = seconds / job.weight
             old = self._spf.get(kind)
-            self._spf[kind] = spf if old is None else (1 - SMOOTHING) * old + SMOOTHING * spf
+            if not self._local.cold:  # a job that started a worker process says nothing of the path's speed
+                self._spf[kind] = spf if old is None else (1 - SMOOTHING) * old + SMOOTHING * spf
             s = state.stats[kind]
             s["jobs"] += 1
             s["frames"] += job.weight
@@ -323,6 +325,7 @@ class HybridBackend:
             worker = self._local.worker = WorkerProcess()
             with self._lock:
                 self._workers.append(worker)
+        self._local.cold = worker.fresh  # this job pays for the process's start (about 0.5 s)
         frames = sorted(job.frames)
         shape = (len(frames), job.idx.height, job.idx.width, 3)
         shm = shared_memory.SharedMemory(create=True, size=max(1, int(np.prod(shape))))

@@ -1,7 +1,9 @@
 """Packet index of a video stream: where every frame is, in presentation order, and which keyframe decodes it.
 
 The index is built once per file by demuxing (no decoding) with PyAV and cached on disk, keyed by the file's
-path, size and modification time (or, for encoded bytes, by a hash of the content). Frames are numbered in
+path, size and modification time (or, for encoded bytes, by a hash of the content). Encoded bytes fed again (the
+same buffer: address, length and a hash of sampled blocks, :func:`buffer_key`) find their index in memory and
+their open container without reading the whole content again. Frames are numbered in
 presentation order (packets sorted by pts), so B-frames and variable frame rates are handled exactly: frame ``i``
 is the ``i``-th picture shown, and the frame shown at time ``t`` is the last one whose pts is ``<= t``.
 
@@ -15,10 +17,12 @@ that each group of pictures is decoded once, from its keyframe, and shared by al
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import logging
 import os
+import stat
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -33,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 PAD_MODES = ("none", "constant", "edge", "reflect_1001", "reflect_101")
 
 
@@ -58,6 +62,41 @@ def as_bytes(source) -> bytes | memoryview:
     return memoryview(arr)
 
 
+class BufferReader(io.RawIOBase):
+    """A seekable read-only file over encoded bytes in memory, without copying them (``io.BytesIO`` copies a
+    memoryview whole: a 90 MB video per open). Each ``read`` copies only what it returns."""
+
+    def __init__(self, data) -> None:
+        super().__init__()
+        self._view = memoryview(as_bytes(data)).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._view) if size is None or size < 0 else min(self._pos + size, len(self._view))
+        out = self._view[self._pos:end].tobytes()
+        self._pos = max(self._pos, end)
+        return out
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + int(offset))
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
 def open_container(source: Source):
     """Open ``source`` with PyAV, turning FFmpeg's errors into :class:`VideoError` naming the file."""
     import av
@@ -65,10 +104,10 @@ def open_container(source: Source):
     try:
         if isinstance(source, (str, os.PathLike)):
             return av.open(os.fspath(source), "r")
-        return av.open(io.BytesIO(as_bytes(source)), "r")
+        return av.open(BufferReader(source), "r")
     except (av.error.FFmpegError, OSError, ValueError) as e:
-        if isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
-            raise FileNotFoundError(f"video file {os.fspath(source)!r} does not exist") from e
+        if isinstance(source, (str, os.PathLike)):
+            check_file(source)  # the path itself is the problem: say which
         raise VideoError(f"cannot open video {describe(source)}: {e} (corrupt, truncated or not a "
                          f"container FFmpeg can read; supported containers include mp4, mov, mkv, webm, avi)") from e
 
@@ -83,14 +122,12 @@ def reusable_container(source: Source, tag: str = ""):
 
     Opening an mp4 parses its whole sample table (about 20 ms for a 50-minute 60 fps video), which would make
     a clip's cost grow with the video's length; reusing the container keeps it constant. The file's size and
-    modification time are part of the key, so a changed file is reopened. Bytes sources are opened each time.
+    modification time are part of the key, so a changed file is reopened; encoded bytes are keyed by
+    :func:`buffer_key` (the container reads the caller's buffer, which it keeps alive while cached).
     Callers seek before reading (every request starts with a seek to a keyframe).
     """
-    if not isinstance(source, (str, os.PathLike)):
-        with open_container(source) as container:
-            yield container
-        return
-    key = (cache_key(source), tag)
+    is_file = isinstance(source, (str, os.PathLike))
+    key = (cache_key(source) if is_file else buffer_key(source), tag)
     cache = getattr(_threads, "containers", None)
     if cache is None:
         cache = _threads.containers = OrderedDict()
@@ -145,6 +182,28 @@ def packets_from(container, stream, idx: "VideoIndex", key: int) -> Iterator:
                      f"timestamps are damaged")
 
 
+def check_file(path: str | os.PathLike) -> None:
+    """Raise, naming ``path`` and the reason, when it cannot be read as a video file: FileNotFoundError (it does
+    not exist, or is a broken symlink), PermissionError (not readable), VideoError (a symlink loop, a directory,
+    an empty file)."""
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise VideoError(f"video file {p!r} is a symlink loop (its links point back at themselves)") from None
+        if e.errno == errno.ENOENT:
+            broken = " (a broken symlink)" if os.path.islink(p) else ""
+            raise FileNotFoundError(f"video file {p!r} does not exist{broken}") from None
+        raise VideoError(f"video file {p!r} cannot be read: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise VideoError(f"video file {p!r} is a directory, not a file")
+    if not os.access(p, os.R_OK):
+        raise PermissionError(f"video file {p!r} is not readable (permission denied)")
+    if st.st_size == 0:
+        raise VideoError(f"video file {p!r} is empty (0 bytes)")
+
+
 def video_stream(container, name: str):
     """The first video stream of an open container, or a :class:`VideoError` naming the file."""
     if not container.streams.video:
@@ -177,9 +236,11 @@ class VideoIndex:
     pix_fmt: str = ""
     average_rate: float = 0.0
     count_frames: bool = False
+    declared_frames: int = 0  # frames the container's own table says the stream has (mp4/mov; 0: not said)
     key_frames: np.ndarray = field(init=False, repr=False)
     _by_pts: dict | None = field(default=None, init=False, repr=False)
     _decode_position: np.ndarray | None = field(default=None, init=False, repr=False)
+    _cached: dict = field(default_factory=dict, init=False, repr=False)  # facts of the whole stream, made once
 
     def __post_init__(self) -> None:
         self.key_frames = np.flatnonzero(self.keyframe)
@@ -206,9 +267,22 @@ class VideoIndex:
         return int(len(self.pts))
 
     @property
+    def damage(self) -> str:
+        """Why the file is damaged ("" when it is not seen to be): fewer frames could be read than its container's
+        sample table declares (a truncated file, or one whose header lies, such as an ``mdhd`` timescale of 0)."""
+        if self.declared_frames > self.num_frames:
+            return (f"its container declares {self.declared_frames} frames but only {self.num_frames} could be read "
+                    f"(truncated, or a damaged header)")
+        return ""
+
+    @property
     def times(self) -> np.ndarray:
-        """Presentation time of every frame in seconds (float64)."""
-        return self.pts.astype(np.float64) * float(self.time_base)
+        """Presentation time of every frame in seconds (float64; computed once: do not modify)."""
+        t = self._cached.get("times")
+        if t is None:
+            t = self._cached["times"] = self.pts.astype(np.float64) * float(self.time_base)
+            t.flags.writeable = False
+        return t
 
     @property
     def end_time(self) -> float:
@@ -217,7 +291,7 @@ class VideoIndex:
             return 0.0
         last = int(self.pts[-1]) + max(int(self.duration[-1]), 0)
         if self.duration[-1] <= 0 and self.num_frames > 1:
-            last = int(self.pts[-1]) + int(np.median(np.diff(self.pts)))
+            last = int(self.pts[-1]) + int(self.median_interval)
         return last * float(self.time_base)
 
     @property
@@ -225,13 +299,40 @@ class VideoIndex:
         return np.diff(self.pts)
 
     @property
+    def median_interval(self) -> float:
+        """The median distance between consecutive frames' pts (time_base units; 0 with fewer than 2 frames)."""
+        med = self._cached.get("median_interval")
+        if med is None:
+            d = self.frame_intervals
+            med = self._cached["median_interval"] = float(np.median(d)) if len(d) else 0.0
+        return med
+
+    @property
+    def closest_interval(self) -> float:
+        """The shortest time between consecutive frames in seconds (1.0 with fewer than 2 frames)."""
+        c = self._cached.get("closest")
+        if c is None:
+            t = self.times
+            c = self._cached["closest"] = float(np.diff(t).min()) if len(t) > 1 else 1.0
+        return c
+
+    @property
+    def dts_lead(self) -> int:
+        """How far the stream's first dts lies below its first pts (time_base units; negative with B-frames)."""
+        lead = self._cached.get("dts_lead")
+        if lead is None:
+            lead = self._cached["dts_lead"] = int(self.dts.min()) - int(self.pts.min()) if self.num_frames else 0
+        return lead
+
+    @property
     def is_vfr(self) -> bool:
         """True when frame intervals vary by more than timestamp rounding (1 tick or 2% of the median)."""
-        d = self.frame_intervals
-        if len(d) < 2:
-            return False
-        med = float(np.median(d))
-        return float(d.max() - d.min()) > max(1.0, 0.02 * med)
+        vfr = self._cached.get("vfr")
+        if vfr is None:
+            d = self.frame_intervals
+            vfr = len(d) >= 2 and float(d.max() - d.min()) > max(1.0, 0.02 * self.median_interval)
+            self._cached["vfr"] = vfr
+        return vfr
 
     @property
     def fps(self) -> float:
@@ -322,8 +423,9 @@ class VideoIndex:
         if not over.any():
             return f
         if pad_mode == "none" or n == 0:
+            damage = f"; {self.damage}" if self.damage else ""
             raise ValueError(f"{self.name}: frame {int(f[over][0])} is out of range: the video has {n} frames "
-                             f"(0 to {n - 1}); pass pad_mode= one of {PAD_MODES[1:]} to pad")
+                             f"(0 to {n - 1}){damage}; pass pad_mode= one of {PAD_MODES[1:]} to pad")
         if pad_mode == "constant":
             return np.where(over, -1, f)
         if pad_mode == "edge":
@@ -342,17 +444,18 @@ class VideoIndex:
                     pos=self.pos, duration=self.duration, decode_order=self.decode_order,
                     meta=np.array([self.codec, str(self.width), str(self.height), str(self.time_base.numerator),
                                    str(self.time_base.denominator), self.container, self.pix_fmt,
-                                   repr(self.average_rate), str(int(self.count_frames))]))
+                                   repr(self.average_rate), str(int(self.count_frames)),
+                                   str(int(self.declared_frames))]))
 
     @classmethod
     def from_arrays(cls, name: str, a) -> "VideoIndex":
         if int(a["version"]) != INDEX_VERSION:
             raise ValueError("stale index version")
-        codec, w, h, num, den, cont, pix, rate, count = [str(x) for x in a["meta"]]
+        codec, w, h, num, den, cont, pix, rate, count, declared = [str(x) for x in a["meta"]]
         return cls(name=name, codec=codec, width=int(w), height=int(h), time_base=Fraction(int(num), int(den)),
                    pts=a["pts"], dts=a["dts"], keyframe=a["keyframe"].astype(bool), pos=a["pos"],
                    duration=a["duration"], decode_order=a["decode_order"], container=cont, pix_fmt=pix,
-                   average_rate=float(rate), count_frames=bool(int(count)))
+                   average_rate=float(rate), count_frames=bool(int(count)), declared_frames=int(declared))
 
 
 def build_index(source: Source, name: str | None = None) -> VideoIndex:
@@ -398,7 +501,8 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
             pts=sorted_rows[:, 0].copy(), dts=sorted_rows[:, 1].copy(), keyframe=sorted_rows[:, 2].astype(bool),
             pos=sorted_rows[:, 3].copy(), duration=sorted_rows[:, 4].copy(), decode_order=rank,
             container=container.format.name, pix_fmt=str(ctx.pix_fmt or ""),
-            average_rate=float(stream.average_rate or 0.0), count_frames=count_frames)
+            average_rate=float(stream.average_rate or 0.0), count_frames=count_frames,
+            declared_frames=int(stream.frames or 0) if container.format.name.startswith("mov") else 0)
 
 
 # ---------------------------------------------------------------------------------------------- caching
@@ -409,6 +513,33 @@ def cache_dir() -> Path:
 
     env = os.environ.get("SLUICE_VIDEO_INDEX_DIR")
     return Path(env) if env else sluice_cache("video_index")
+
+
+#: Encoded bytes up to this size are hashed whole by :func:`buffer_key`; larger ones by sampled blocks.
+SAMPLED_HASH_ABOVE = 1 << 20
+_SAMPLE_EDGE, _SAMPLE_BLOCK, _SAMPLE_BLOCKS = 64 << 10, 1 << 10, 64
+
+
+def buffer_key(source: Source) -> tuple:
+    """An O(1) key of encoded bytes in memory: the buffer's address and length and a BLAKE2 hash of its first and
+    last 64 KiB and 64 blocks of 1 KiB spread between them (the whole content up to 1 MiB).
+
+    The same buffer fed again (``external_source`` feeding one file's bytes every iteration) is found without
+    hashing 90 MB per sample; a buffer reused for other content of the same length changes its container's
+    header (an mp4's ``moov``, at its start or end) and so its key. The full hash (:func:`cache_key`) still keys
+    the disk cache, once per buffer.
+    """
+    arr = np.frombuffer(as_bytes(source), np.uint8)
+    n = int(arr.size)
+    h = hashlib.blake2b(digest_size=16)
+    if n <= SAMPLED_HASH_ABOVE:
+        h.update(arr)
+    else:
+        h.update(arr[:_SAMPLE_EDGE])
+        h.update(arr[n - _SAMPLE_EDGE:])
+        for start in np.linspace(_SAMPLE_EDGE, n - _SAMPLE_EDGE - _SAMPLE_BLOCK, _SAMPLE_BLOCKS).astype(np.int64):
+            h.update(arr[start:start + _SAMPLE_BLOCK])
+    return ("bytes", arr.ctypes.data if n else 0, n, h.hexdigest())
 
 
 def cache_key(source: Source) -> str:
@@ -424,24 +555,72 @@ def cache_key(source: Source) -> str:
     return h.hexdigest()
 
 
-_memory: "OrderedDict[str, VideoIndex]" = OrderedDict()
+_memory: "OrderedDict[str | tuple, VideoIndex]" = OrderedDict()
 _memory_lock = threading.Lock()
 _MEMORY_ENTRIES = 256
 
 
+def _remember(key, idx: VideoIndex | None = None) -> VideoIndex | None:
+    """Look ``key`` up in the in-memory indexes (``idx`` None), or store ``idx`` under it."""
+    with _memory_lock:
+        if idx is None:
+            idx = _memory.get(key)
+            if idx is not None:
+                _memory.move_to_end(key)
+            return idx
+        _memory[key] = idx
+        while len(_memory) > _MEMORY_ENTRIES:
+            _memory.popitem(last=False)
+        return idx
+
+
+_flights: dict = {}  # key -> [lock, users]: one thread finds or builds an index, the others wait for it
+_flights_lock = threading.Lock()
+
+
+@contextmanager
+def _single_flight(key):
+    """Hold ``key``'s own lock: threads asking for the same index at once (every sample of a batch feeding the
+    same video) wait for the one that builds it instead of each demuxing the whole file."""
+    with _flights_lock:
+        entry = _flights.setdefault(key, [threading.Lock(), 0])
+        entry[1] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _flights_lock:
+            entry[1] -= 1
+            if not entry[1]:
+                del _flights[key]
+
+
 def get_index(source: Source, *, cache: bool = True, name: str | None = None) -> VideoIndex:
-    """The index of ``source``, from memory, then the disk cache, else built (and stored) now."""
+    """The index of ``source``, from memory, then the disk cache, else built (and stored) now; built once when
+    several threads ask for it at once.
+
+    Encoded bytes are first looked up by :func:`buffer_key` (O(1) in their length), and hashed whole only when
+    that buffer was not seen before."""
     name = name or describe(source)
     if not cache:
         return build_index(source, name)
-    if isinstance(source, (str, os.PathLike)) and not os.path.exists(source):
-        raise FileNotFoundError(f"video file {os.fspath(source)!r} does not exist")
+    is_file = isinstance(source, (str, os.PathLike))
+    if is_file:
+        check_file(source)
+    fast = None if is_file else buffer_key(source)
+    if fast is not None and (hit := _remember(fast)) is not None:
+        return hit
+    with _single_flight(fast if fast is not None else os.path.abspath(os.fspath(source))):
+        return _find_or_build(source, name, fast)
+
+
+def _find_or_build(source: Source, name: str, fast: tuple | None) -> VideoIndex:
+    if fast is not None and (hit := _remember(fast)) is not None:
+        return hit
     key = cache_key(source)
-    with _memory_lock:
-        hit = _memory.get(key)
-        if hit is not None:
-            _memory.move_to_end(key)
-            return hit
+    hit = _remember(key)
+    if hit is not None:
+        return hit if fast is None else _remember(fast, hit)
     path = cache_dir() / f"{key}.npz"
     idx = None
     if path.exists():
@@ -459,11 +638,8 @@ def get_index(source: Source, *, cache: bool = True, name: str | None = None) ->
             os.replace(tmp, path)
         except OSError as e:
             logger.info("cannot write video index cache %s: %s", path, e)
-    with _memory_lock:
-        _memory[key] = idx
-        while len(_memory) > _MEMORY_ENTRIES:
-            _memory.popitem(last=False)
-    return idx
+    _remember(key, idx)
+    return idx if fast is None else _remember(fast, idx)
 
 
 def _codec_name(ctx) -> str:

@@ -169,12 +169,11 @@ def timestamps_agree(stamps: Sequence[int], frames: Sequence[int], idx: VideoInd
     # the same clock shifted as FFmpeg shifts it when it makes the first dts 0 (no edit list applied: mp4 with
     # B-frames; measured on the H200, frames right by their barcodes, stamps two frames below the pts); the shift
     # comes from the index, it is not fitted to the stamps
-    shift = int(idx.dts.min()) - int(idx.pts.min())
+    shift = idx.dts_lead
     if shift and np.array_equal(got, pts + shift):
         return True
-    times = idx.times
-    closest = float(np.diff(times).min()) if len(times) > 1 else 1.0
-    seconds = times[wanted]
+    closest = idx.closest_interval
+    seconds = idx.times[wanted]
     return any(closest * clock >= 3 and np.all(np.abs(got - np.round(seconds * clock)) <= 1)
                for clock in TIMESTAMP_CLOCKS)
 
@@ -194,8 +193,8 @@ def stamps_near(stamps: Sequence[int], frames: Sequence[int], idx: VideoIndex) -
     if idx.is_vfr or len(stamps) != len(frames) or idx.num_frames < 2:
         return False
     got = np.asarray(stamps, np.int64)
-    step = int(np.median(idx.frame_intervals))
-    lead = min(0, int(idx.dts.min()) - int(idx.pts.min()))
+    step = int(idx.median_interval)
+    lead = min(0, idx.dts_lead)
     pts = idx.pts[np.asarray(frames)]
     return bool(np.all(got >= pts + lead - 2 * step) and np.all(got <= pts + step))
 

@@ -10,10 +10,15 @@ of exactly the sequence's time window.
 ``file_list`` lines are ``path label [start [end]]``: start and end (exclusive) are seconds, or frame numbers
 with ``file_list_format='frames'`` (DALI's ``file_list_frame_num=True``); a missing or 0 end means the end of the
 file, a negative end counts from it.
+
+A file that cannot be read (missing, a directory, a symlink loop, empty, not a container, truncated, or declaring
+more frames than it holds) is a ``PipelineError`` at ``build()`` naming the file and why: the reader never leaves a
+file out of the epoch unless ``skip_unreadable_files=True`` asks it to (it then logs how many, and which).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -22,13 +27,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice.backends.video import Clip, ClipRequest, get_index, prepare_clip, read_audio_window, read_clips
+from sluice.backends.video import (Clip, ClipRequest, VideoError, get_index, prepare_clip, read_audio_window,
+                                   read_clips)
 from sluice.backends.video.pyav import PyAVBackend
 from sluice import types
-from sluice.errors import ArgumentError, SampleError
+from sluice.errors import ArgumentError, PipelineError, SampleError
 from sluice.ops.readers.file import READER_ARGS, ReaderBase, list_files
 from sluice.pipeline.batch import Batch
 from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema, OpSpec
+
+logger = logging.getLogger(__name__)
 
 VIDEO_FILTERS = ["*.mp4", "*.mov", "*.mkv", "*.webm", "*.avi", "*.m4v"]
 
@@ -67,6 +75,9 @@ VIDEO_ARGS = [
         choices=(types.UINT8, types.FLOAT)),
     Arg("normalized", bool, False, "With dtype=FLOAT, scale the frames to [0, 1]."),
     Arg("skip_vfr_check", bool, False, "Accepted for DALI compatibility: variable frame rates are read exactly."),
+    Arg("skip_unreadable_files", bool, False, "Leave out of the epoch the files that cannot be read (missing, "
+        "not a file, truncated, damaged) instead of raising at build(); how many were left out, and why, is "
+        "logged as a warning and kept in the reader's ``skipped_files``. Not in DALI, whose reader raises."),
     Arg("file_list_include_preceding_frame", bool, False, "Accepted for DALI compatibility."),
     Arg("additional_decode_surfaces", int, 2, "Accepted for DALI compatibility."),
     *READER_ARGS,
@@ -121,6 +132,17 @@ def _parse_file_list(op: str, file_list: str, root: str | None) -> list[tuple[st
                                     f"{line.strip()!r}") from None
             entries.append((os.path.join(base, parts[0]), label, start, end))
     return entries
+
+
+def _index_or_why(path: str):
+    """(the file's index, None), or (None, why it cannot be read as a video)."""
+    try:
+        idx = get_index(path)
+    except (VideoError, OSError, ValueError) as e:
+        return None, str(e) or type(e).__name__
+    except Exception as e:  # noqa: BLE001 - whatever else fails on this file is named with it
+        return None, f"{type(e).__name__}: {e}"
+    return (None, idx.damage) if idx.damage else (idx, None)
 
 
 def _frame_range(idx, start: float | None, end: float | None, as_frames: bool) -> tuple[int, int]:
@@ -194,7 +216,12 @@ class VideoReader(ReaderBase):
                                 f"{a['file_list']!r}, filenames={a['filenames']!r})")
         self.as_frames = a["file_list_format"] == "frames" or bool(a["file_list_frame_num"])
         with ThreadPoolExecutor(max(1, spec.num_threads)) as pool:
-            self.indexes = list(pool.map(lambda e: get_index(e[0]), entries))
+            indexed = list(pool.map(lambda e: _index_or_why(e[0]), entries))
+        self.skipped_files = [(e[0], why) for e, (_, why) in zip(entries, indexed) if why]
+        if self.skipped_files:
+            self._unreadable(entries)
+            entries = [e for e, (_, why) in zip(entries, indexed) if not why]
+        self.indexes = [idx for idx, why in indexed if not why]
         self.paths = [e[0] for e in entries]
         self.file_labels = [e[1] for e in entries]
         self.samples: list[tuple[int, int]] = []
@@ -206,8 +233,31 @@ class VideoReader(ReaderBase):
         if not self.samples:
             raise ArgumentError(f"{op}: no file has {span + 1} frames for a sequence of {self.length} frames with "
                                 f"stride {self.stride} (pass pad_sequences=True to pad short ones)")
+        short = sorted({self.paths[f] for f in range(len(self.paths))} - {self.paths[f] for f, _ in self.samples})
+        if short:
+            logger.warning("%s: %d of %d files are shorter than a sequence (%d frames with stride %d) and give no "
+                           "sample: %s (pass pad_sequences=True to pad them)", op, len(short), len(self.paths),
+                           span + 1, self.stride, ", ".join(short[:5]) + (", ..." if len(short) > 5 else ""))
         self.setup_order(len(self.samples))
         self.backend = self._backend(spec)
+
+    def _unreadable(self, entries) -> None:
+        """Files that cannot be read: an error naming the first (and how many more), or, with
+        ``skip_unreadable_files``, a warning that says how many are left out of the epoch and why."""
+        op = self.op_name
+        path, why = self.skipped_files[0]
+        more = len(self.skipped_files) - 1
+        if not self.spec.args["skip_unreadable_files"]:
+            others = f" (and {more} more file{'s' * (more > 1)} that cannot be read)" if more else ""
+            raise PipelineError(f"{op}: cannot read video file '{path}': {why}{others}; pass "
+                                f"skip_unreadable_files=True to leave such files out of the epoch",
+                                "readers.video", None, path)
+        logger.warning("%s: skip_unreadable_files: %d of %d files left out of the epoch: %s", op,
+                       len(self.skipped_files), len(entries),
+                       "; ".join(f"'{p}': {w}" for p, w in self.skipped_files[:5]) + ("; ..." if more > 4 else ""))
+        if len(self.skipped_files) == len(entries):
+            raise PipelineError(f"{op}: none of the {len(entries)} video files can be read (the first: '{path}': "
+                                f"{why})", "readers.video", None, path)
 
     def _backend(self, spec: OpSpec):
         # A batch's groups of pictures shared out to PyAV worker processes, one per pipeline thread (threads would
