@@ -639,6 +639,7 @@ int64_t read_flac(const File& f, const Window& w, bool downmix, T* out) {
         }
         at += n;
     }
+    ++flac::g_decoded;
     return w.n_read;
 }
 
@@ -649,6 +650,7 @@ void decode_file(File& f, const Window& w, bool downmix, bool finite, T* out, st
     if (w.n_read > 0 && f.flac && (got = read_flac(f, w, downmix, out)) < 0) {
         // corrupt, truncated or beyond flac.cpp: libsndfile decodes the file, or reports it in its own words
         f.flac = false;
+        ++flac::g_refused;
         got = 0;
         open_with_sndfile(f);
         if (f.failed()) return;

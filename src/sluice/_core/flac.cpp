@@ -20,6 +20,7 @@ namespace sluice {
 namespace flac {
 
 std::atomic<bool> g_native{true};
+std::atomic<int64_t> g_decoded{0}, g_refused{0};
 
 namespace {
 
@@ -126,9 +127,35 @@ public:
             refill();
         }
     }
+    // n Rice-coded residuals with parameter k (<= 30), each stored as predict(residual).
+    template <class Predict>
+    void rice(int32_t* s, int64_t n, int k, Predict& predict) {
+        Bits in = *this;  // a local copy stays in registers (stores to s could alias the members)
+        in.rice_(s, n, k, predict);
+        *this = in;
+    }
     void align() { read(static_cast<int>(position() & 7) ? 8 - static_cast<int>(position() & 7) : 0); }
 
 private:
+    template <class Predict>
+    void rice_(int32_t* s, int64_t n, int k, Predict& predict) {
+        for (int64_t i = 0; i < n; ++i) {
+            if (bits_ < 40) refill();
+            const int z = cache_ ? __builtin_clzll(cache_) : 64;
+            uint32_t u;
+            if (z + 1 + k <= bits_) {  // the quotient's zeros, its one and the k low bits are all in the cache
+                const uint64_t rest = (cache_ << z) << 1;
+                u = (static_cast<uint32_t>(z) << k) | static_cast<uint32_t>((rest >> 1) >> (63 - k));
+                cache_ = rest << k;
+                bits_ -= z + 1 + k;
+            } else {
+                const uint32_t high = unary() << k;
+                u = high | read(k);
+            }
+            s[i] = predict(static_cast<int32_t>((u >> 1) ^ (0u - (u & 1))));  // zigzag
+        }
+    }
+
     const uint8_t* data_;
     int64_t size_;
     int64_t pos_;  // next byte to load into the cache
@@ -137,8 +164,61 @@ private:
 };
 
 // ------------------------------------------------------------------------------------------ subframes
-// Residuals of `block` samples after `order` warm-up samples, written into s[order..block).
-bool residual(Bits& in, int32_t* s, int64_t block, int order) {
+// Predictors: each takes a sample's residual and returns the sample, keeping the last samples (its history) in
+// registers. Their arithmetic wraps in 32 bits, which is exact whenever the stream is valid (its samples fit).
+struct Verbatim {
+    int32_t operator()(int32_t r) { return r; }
+};
+
+// FIXED subframes: the polynomial predictors of orders 1-4.
+template <int Order>
+struct Fixed {
+    uint32_t h[4];  // h[Order - 1] is the last sample
+    explicit Fixed(const int32_t* warmup) {
+        for (int k = 0; k < Order; ++k) h[k] = static_cast<uint32_t>(warmup[k]);
+    }
+    int32_t operator()(int32_t r) {
+        uint32_t p;
+        if constexpr (Order == 1) p = h[0];
+        else if constexpr (Order == 2) p = 2 * h[1] - h[0];
+        else if constexpr (Order == 3) p = 3 * (h[2] - h[1]) + h[0];
+        else p = 4 * (h[3] + h[1]) - 6 * h[2] - h[0];
+        const uint32_t v = static_cast<uint32_t>(r) + p;
+        for (int k = 0; k + 1 < Order; ++k) h[k] = h[k + 1];
+        h[Order - 1] = v;
+        return static_cast<int32_t>(v);
+    }
+};
+
+// LPC subframes: (sum of coef[j] * s[i - 1 - j]) >> shift, the dot product unrolled at a compile-time order, the
+// newest sample's product added last (the dependency from one sample to the next is one multiply, add, shift,
+// add). Mul is int64_t where 32 bits could overflow (libFLAC's rule: bits + precision + log2(order) > 32), else
+// uint32_t, wrapping, exact as the sum then fits.
+template <int Order, class Mul>
+struct Lpc {
+    const Mul* c;  // c[k] multiplies h[k] (read from memory: the history keeps the registers)
+    Mul h[Order];  // h[Order - 1] is the last sample
+    int shift;
+    Lpc(const int32_t* warmup, const Mul* coef, int shift_) : c(coef), shift(shift_) {
+        for (int k = 0; k < Order; ++k) h[k] = static_cast<Mul>(warmup[k]);
+    }
+    int32_t operator()(int32_t r) {
+        Mul sum = 0;
+        for (int k = 0; k < Order; ++k) sum += c[k] * h[k];
+        int32_t pred;
+        if constexpr (std::is_same_v<Mul, int64_t>) pred = static_cast<int32_t>(sum >> shift);
+        else pred = static_cast<int32_t>(sum) >> shift;
+        const int32_t v = static_cast<int32_t>(static_cast<uint32_t>(r) + static_cast<uint32_t>(pred));
+        for (int k = 0; k + 1 < Order; ++k) h[k] = h[k + 1];
+        h[Order - 1] = static_cast<Mul>(v);
+        return v;
+    }
+};
+
+// The residuals of `block` samples after `order` warm-up samples, each turned into s[i] by `predict` as it is read
+// (the bit parsing and the predictor's dependency chain then overlap).
+template <class Predict>
+bool residual(Bits& in, int32_t* s, int64_t block, int order, Predict predict) {
     const uint32_t method = in.read(2);
     if (method > 1) return false;
     const int param_bits = method ? 5 : 4;
@@ -152,59 +232,57 @@ bool residual(Bits& in, int32_t* s, int64_t block, int order) {
         const uint32_t k = in.read(param_bits);
         if (k == escape) {
             const int raw = static_cast<int>(in.read(5));
-            for (; i < end; ++i) s[i] = in.read_signed(raw);
-            continue;
-        }
-        for (; i < end; ++i) {
-            const uint32_t high = in.unary() << k;
-            const uint32_t u = high | in.read(static_cast<int>(k));
-            s[i] = static_cast<int32_t>((u >> 1) ^ (0u - (u & 1)));  // zigzag
+            for (; i < end; ++i) s[i] = predict(in.read_signed(raw));
+        } else {
+            in.rice(s + i, end - i, static_cast<int>(k), predict);
+            i = end;
         }
     }
     return true;
 }
 
-// s[i] += prediction from the `order` samples before it, with the fixed polynomials (wrapping arithmetic: the
-// result fits in 32 bits whenever the stream is valid).
-void fixed_restore(int32_t* s, int64_t n, int order) {
-    uint32_t* u = reinterpret_cast<uint32_t*>(s);
-    switch (order) {
-        case 1: for (int64_t i = 1; i < n; ++i) u[i] += u[i - 1]; break;
-        case 2: for (int64_t i = 2; i < n; ++i) u[i] += 2 * u[i - 1] - u[i - 2]; break;
-        case 3: for (int64_t i = 3; i < n; ++i) u[i] += 3 * (u[i - 1] - u[i - 2]) + u[i - 3]; break;
-        case 4: for (int64_t i = 4; i < n; ++i) u[i] += 4 * (u[i - 1] + u[i - 3]) - 6 * u[i - 2] - u[i - 4]; break;
-        default: break;
+// A predicted subframe: `order` warm-up samples of `bits` bits, then what `make(warmup)` predicts.
+template <class Make>
+bool predicted(Bits& in, int32_t* s, int64_t block, int order, int bits, Make make) {
+    if (order > block) return false;
+    for (int i = 0; i < order; ++i) s[i] = in.read_signed(bits);
+    return residual(in, s, block, order, make(s));
+}
+
+template <int Order>
+bool fixed(Bits& in, int32_t* s, int64_t block, int bits) {
+    return predicted(in, s, block, Order, bits, [](const int32_t* w) {
+        if constexpr (Order == 0) return Verbatim{};
+        else return Fixed<Order>(w);
+    });
+}
+
+constexpr int ilog2(unsigned v) { return 31 - __builtin_clz(v); }
+
+template <int Order>
+bool lpc(Bits& in, int32_t* s, int64_t block, int bits) {
+    if (Order > block) return false;
+    for (int i = 0; i < Order; ++i) s[i] = in.read_signed(bits);
+    const int precision = static_cast<int>(in.read(4)) + 1;
+    const int shift = in.read_signed(5);
+    if (precision == 16 || shift < 0) return false;
+    int64_t wide[Order];  // the coefficients in the order of the history: wide[Order - 1] for the last sample
+    uint32_t narrow[Order];
+    for (int i = 0; i < Order; ++i) {
+        wide[Order - 1 - i] = in.read_signed(precision);
+        narrow[Order - 1 - i] = static_cast<uint32_t>(wide[Order - 1 - i]);
     }
+    if (bits + precision + ilog2(Order) > 32) return residual(in, s, block, Order, Lpc<Order, int64_t>(s, wide, shift));
+    return residual(in, s, block, Order, Lpc<Order, uint32_t>(s, narrow, shift));
 }
 
-// s[i] += (sum of coef[j] * s[i - 1 - j]) >> shift. With a compile-time order the dot product unrolls and
-// vectorises; Acc is int64_t where 32 bits could overflow (libFLAC's rule: bits + precision + log2(order) > 32),
-// else uint32_t (wrapping, which is exact when the sum fits, as it then does).
-template <int Order, class Acc>
-void lpc_restore(int32_t* s, int64_t n, const int32_t* coef, int shift) {
-    using Mul = std::conditional_t<std::is_same_v<Acc, int64_t>, int64_t, uint32_t>;
-    Mul c[Order];
-    for (int k = 0; k < Order; ++k) c[k] = static_cast<Mul>(coef[Order - 1 - k]);  // c[k] multiplies s[i-Order+k]
-    for (int64_t i = Order; i < n; ++i) {
-        const int32_t* h = s + i - Order;
-        Mul sum = 0;
-        for (int k = 0; k < Order; ++k) sum += c[k] * static_cast<Mul>(h[k]);
-        int32_t pred;
-        if constexpr (std::is_same_v<Mul, int64_t>) pred = static_cast<int32_t>(sum >> shift);
-        else pred = static_cast<int32_t>(sum) >> shift;
-        s[i] = static_cast<int32_t>(static_cast<uint32_t>(s[i]) + static_cast<uint32_t>(pred));
-    }
+using SubframeFn = bool (*)(Bits&, int32_t*, int64_t, int);
+template <int... Orders>
+constexpr std::array<SubframeFn, sizeof...(Orders)> lpc_table(std::integer_sequence<int, Orders...>) {
+    return {&lpc<Orders + 1>...};
 }
-
-using LpcFn = void (*)(int32_t*, int64_t, const int32_t*, int);
-template <class Acc, int... Orders>
-constexpr std::array<LpcFn, sizeof...(Orders)> lpc_table(std::integer_sequence<int, Orders...>) {
-    return {&lpc_restore<Orders + 1, Acc>...};
-}
-const auto kLpc32 = lpc_table<uint32_t>(std::make_integer_sequence<int, 32>{});
-const auto kLpc64 = lpc_table<int64_t>(std::make_integer_sequence<int, 32>{});
-
-int ilog2(unsigned v) { return 31 - __builtin_clz(v); }
+const auto kLpc = lpc_table(std::make_integer_sequence<int, 32>{});
+const SubframeFn kFixed[5] = {&fixed<0>, &fixed<1>, &fixed<2>, &fixed<3>, &fixed<4>};
 
 // One subframe of `block` samples of `bits` bits into s.
 bool subframe(Bits& in, int32_t* s, int64_t block, int bits) {
@@ -222,23 +300,9 @@ bool subframe(Bits& in, int32_t* s, int64_t block, int bits) {
     } else if (type == 1) {  // VERBATIM
         for (int64_t i = 0; i < block; ++i) s[i] = in.read_signed(bits);
     } else if (type >= 8 && type <= 12) {  // FIXED
-        const int order = static_cast<int>(type - 8);
-        if (order > block) return false;
-        for (int i = 0; i < order; ++i) s[i] = in.read_signed(bits);
-        if (!residual(in, s, block, order)) return false;
-        fixed_restore(s, block, order);
+        if (!kFixed[type - 8](in, s, block, bits)) return false;
     } else if (type >= 32) {  // LPC
-        const int order = static_cast<int>(type - 31);
-        if (order > block) return false;
-        for (int i = 0; i < order; ++i) s[i] = in.read_signed(bits);
-        const int precision = static_cast<int>(in.read(4)) + 1;
-        const int shift = in.read_signed(5);
-        if (precision == 16 || shift < 0) return false;
-        int32_t coef[32];
-        for (int i = 0; i < order; ++i) coef[i] = in.read_signed(precision);
-        if (!residual(in, s, block, order)) return false;
-        const bool wide = bits + precision + ilog2(static_cast<unsigned>(order)) > 32;
-        (wide ? kLpc64 : kLpc32)[order - 1](s, block, coef, shift);
+        if (!kLpc[type - 32](in, s, block, bits)) return false;
     } else {
         return false;  // reserved
     }
@@ -426,6 +490,9 @@ void register_flac(py::module_& m) {
         py::arg("enabled") = py::none(),
         "Whether AudioFiles decodes FLAC with sluice's own decoder (True, the default) or through libsndfile; "
         "sets it when `enabled` is given and returns the setting before. For benchmarks and tests.");
+    m.def(
+        "flac_counts", [] { return py::make_tuple(flac::g_decoded.load(), flac::g_refused.load()); },
+        "(windows of files decoded by sluice's FLAC decoder, files it refused and left to libsndfile) so far.");
 }
 
 }  // namespace sluice

@@ -57,6 +57,9 @@ private:
 // Whether audio.cpp decodes FLAC itself (true) or through libsndfile (sluice._core.native_flac, for benchmarks
 // and tests).
 extern std::atomic<bool> g_native;
+// Windows of files decoded by flac.cpp, and files it refused (then decoded or reported by libsndfile): counted
+// for tests (sluice._core.flac_counts).
+extern std::atomic<int64_t> g_decoded, g_refused;
 
 }  // namespace flac
 }  // namespace sluice
