@@ -444,6 +444,15 @@ int64_t Decoder::next() {
             }
         }
     }
+    if (h.bits < 32) {  // samples beyond the bit depth: libFLAC refuses such a frame
+        const uint32_t half = 1u << (h.bits - 1);
+        uint32_t beyond = 0;
+        for (int64_t c = 0; c < channels; ++c) {
+            const uint32_t* u = reinterpret_cast<const uint32_t*>(channel(c));
+            for (int64_t i = 0; i < h.block; ++i) beyond |= (u[i] + half) >> h.bits;
+        }
+        if (beyond) return -1;
+    }
     pos_ = end;
     ++frame_;
     sample_ += h.block;

@@ -28,7 +28,8 @@ class Decoder {
 public:
     Decoder(const uint8_t* data, int64_t size, const StreamInfo& info);
     // Decodes the next frame: its samples per channel, or -1 when it is corrupt, truncated, missing (the data
-    // ended) or of a kind this decoder does not handle (32-bit samples with stereo decorrelation).
+    // ended), holds samples beyond its bit depth, or is of a kind this decoder does not handle (32-bit samples
+    // with stereo decorrelation).
     int64_t next();
     // Skips the next frame if it holds at most `most` samples per channel, without decoding its subframes: its end
     // is the next frame header that follows it with a frame CRC-16 that holds. Returns its samples per channel, 0
