@@ -1,6 +1,6 @@
 // Audio files of a batch, decoded with the GIL released: plain PCM / IEEE-float WAVs are parsed and converted
-// here with libsndfile's arithmetic; every other file (FLAC, Ogg, MP3, AIFF, odd WAVs) is decoded by libsndfile
-// itself, opened at run time from soundfile's wheel (the library soundfile uses, so the results are the same) and
+// here with libsndfile's arithmetic, FLACs decoded by sluice's own decoder (flac.cpp) and converted likewise; every
+// other file (Ogg, MP3, AIFF, odd WAVs, and the FLACs flac.cpp refuses) is decoded by libsndfile itself, opened at run time from soundfile's wheel (the library soundfile uses, so the results are the same) and
 // fed from memory through C callbacks, never through Python.
 //
 // The call sequence on libsndfile is soundfile's (SoundFile(..., mode="r") then seek / read as
@@ -26,6 +26,7 @@
 #endif
 
 #include "core.h"
+#include "flac.h"
 
 // Samples are read from the file bytes (and from libsndfile's buffers) as little-endian values in place.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "sluice's audio core assumes a little-endian host");
@@ -335,6 +336,11 @@ T from_mean(double mean) {  // _downmix: float types take the mean, integer type
     else return static_cast<T>(std::nearbyint(mean));
 }
 
+template <class T>
+T mean_of(const double* row, int64_t channels) {  // one downmixed sample from a frame's converted samples
+    return from_mean<T>((0.0 + pairwise_sum(row, channels)) / static_cast<double>(channels));
+}
+
 // The first frame (from 0) of `frames` holding a NaN, an infinity or a value beyond kFiniteLimit, or -1. One
 // branch-free pass that vectorises; the frame is looked for only when there is one.
 template <Format F>
@@ -360,7 +366,7 @@ void convert_frames(const uint8_t* src, int64_t frames, int64_t channels, bool d
     for (int64_t f = 0; f < frames; ++f) {
         const uint8_t* p = src + f * channels * w;
         for (int64_t c = 0; c < channels; ++c) row[c] = static_cast<double>(Sample<F>::template as<T>(p + c * w));
-        out[f] = from_mean<T>((0.0 + pairwise_sum(row.data(), channels)) / static_cast<double>(channels));
+        out[f] = mean_of<T>(row.data(), channels);
     }
 }
 
@@ -401,6 +407,8 @@ struct File {
     Header header;
     Failure failure;
     SNDFILE* sf = nullptr;  // set when libsndfile decodes this file
+    bool flac = false;      // set when flac.cpp decodes this file
+    flac::StreamInfo stream;
     int major = 0;          // libsndfile's container (SF_FORMAT_TYPEMASK)
     bool float_source = false;
 
@@ -492,13 +500,27 @@ void open_with_sndfile(File& f) {
     if (info.samplerate < kMinRate || info.samplerate > kMaxRate) f.fail(kRate, info.samplerate);
 }
 
+// A FLAC that flac.cpp decodes: the samples sizes libsndfile reads (8, 16, 24 bits), a known length and a sample
+// rate libsndfile would accept; false leaves every other file to libsndfile.
+bool open_flac(File& f) {
+    flac::StreamInfo& s = f.stream;
+    if (!flac::g_native.load(std::memory_order_relaxed) || !flac::parse(f.mem.data, f.mem.size, s) ||
+        !(s.bits == 8 || s.bits == 16 || s.bits == 24) || s.frames <= 0 || s.rate < kMinRate || s.rate > kMaxRate)
+        return false;
+    f.flac = true;
+    f.header.rate = s.rate;
+    f.header.channels = s.channels;
+    f.header.frames = s.frames;
+    return true;
+}
+
 void open_file(File& f, bool sndfile) {
     if (parse_wav(f.mem.data, f.mem.size, f.header)) return;
     if (!sndfile) {
         f.failure.problem = kNotParsed;
     } else if (f.mem.size == 0) {
         f.fail(kEmpty);
-    } else {
+    } else if (!open_flac(f)) {
         open_with_sndfile(f);
     }
 }
@@ -572,14 +594,71 @@ int64_t read_sndfile(File& f, const Window& w, bool downmix, bool finite, T* out
     return got;
 }
 
+// `count` samples per channel of a FLAC frame's channels, from sample `from`, converted as libsndfile converts
+// `bits`-bit FLAC samples (its flac_buffer_copy: the sample left-justified in 16 or 32 bits, or scaled by
+// 2^(1 - bits) into a float, exactly) into `out`, interleaved or downmixed.
+template <class T>
+void convert_flac(const flac::Decoder& d, int64_t channels, int bits, int64_t from, int64_t count, bool downmix,
+                  T* out) {
+    const int shift = 32 - bits;
+    auto as = [shift](int32_t v) { return from_int32<T>(static_cast<int32_t>(static_cast<uint32_t>(v) << shift)); };
+    if (!downmix || channels == 1) {
+        for (int64_t c = 0; c < channels; ++c) {
+            const int32_t* s = d.channel(c) + from;
+            T* o = out + c;
+            if (channels == 1)
+                for (int64_t i = 0; i < count; ++i) o[i] = as(s[i]);
+            else
+                for (int64_t i = 0; i < count; ++i) o[i * channels] = as(s[i]);
+        }
+        return;
+    }
+    double row[8];
+    for (int64_t i = 0; i < count; ++i) {
+        for (int64_t c = 0; c < channels; ++c) row[c] = static_cast<double>(as(d.channel(c)[from + i]));
+        out[i] = mean_of<T>(row, channels);
+    }
+}
+
+// The window of a FLAC decoded by flac.cpp: the frames before it skipped, those holding it decoded. Returns
+// n_read, or -1 when flac.cpp refused a frame (nothing is reported: libsndfile is to decode and judge the file).
+template <class T>
+int64_t read_flac(const File& f, const Window& w, bool downmix, T* out) {
+    flac::Decoder d(f.mem.data, f.mem.size, f.stream);
+    const int64_t channels = f.header.channels, width = downmix ? 1 : channels, end = w.start + w.n_read;
+    int64_t at = 0;  // the first sample of the next frame
+    while (at < end) {
+        int64_t n = at < w.start ? d.skip(w.start - at) : 0;  // a frame before the window, not decoded
+        if (n <= 0) {
+            n = d.next();
+            if (n < 0) return -1;
+            const int64_t lo = std::max(at, w.start), hi = std::min(at + n, end);
+            if (lo < hi)
+                convert_flac(d, channels, static_cast<int>(f.stream.bits), lo - at, hi - lo, downmix,
+                             out + (lo - w.start) * width);
+        }
+        at += n;
+    }
+    ++flac::g_decoded;
+    return w.n_read;
+}
+
 template <class T>
 void decode_file(File& f, const Window& w, bool downmix, bool finite, T* out, std::vector<uint8_t>& scratch) {
     const int64_t width = downmix ? 1 : f.header.channels;  // output samples per frame
     int64_t got = 0;
+    if (w.n_read > 0 && f.flac && (got = read_flac(f, w, downmix, out)) < 0) {
+        // corrupt, truncated or beyond flac.cpp: libsndfile decodes the file, or reports it in its own words
+        f.flac = false;
+        ++flac::g_refused;
+        got = 0;
+        open_with_sndfile(f);
+        if (f.failed()) return;
+    }
     if (w.n_read > 0 && f.sf != nullptr) {
         got = read_sndfile(f, w, downmix, finite, out, scratch);
         if (got < 0) return;
-    } else if (w.n_read > 0) {
+    } else if (w.n_read > 0 && !f.flac) {
         const Header& h = f.header;
         const int64_t bad = convert(h.format, f.mem.data + h.offset + w.start * h.align, w.n_read, h.channels,
                                     downmix, finite, out);
@@ -681,7 +760,7 @@ public:
         py::array_t<int64_t> offset(static_cast<py::ssize_t>(n)), align(static_cast<py::ssize_t>(n));
         for (size_t i = 0; i < n; ++i) {
             const File& f = files_[i];
-            const bool wav = f.sf == nullptr && !f.failed() && f.failure.problem != kNotParsed;
+            const bool wav = f.sf == nullptr && !f.flac && !f.failed() && f.failure.problem != kNotParsed;
             format.mutable_data()[i] = wav ? f.header.format : kNone;
             offset.mutable_data()[i] = f.header.offset;
             align.mutable_data()[i] = f.header.align;

@@ -17,6 +17,7 @@ void register_image(py::module_& m);   // image.cpp: image headers, random crop 
 void register_jpeg(py::module_& m);    // jpeg.cpp: libjpeg decoding of (windows of) JPEGs
 void register_resize(py::module_& m);  // resize.cpp: separable antialiased resampling of uint8 images
 void register_audio(py::module_& m);   // audio.cpp: WAV parsing and PCM conversion, libsndfile decoding
+void register_flac(py::module_& m);    // flac.cpp: sluice's own FLAC decoder (used by audio.cpp)
 
 // A writable or read-only byte buffer's address and size (anything with the buffer protocol).
 struct Bytes {

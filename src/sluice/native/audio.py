@@ -1,9 +1,11 @@
 """The audio files of a batch: headers in one call, then decoding in chunks, with the GIL released (see
 :mod:`sluice.native`).
 
-Plain PCM and IEEE-float WAVs are parsed and converted by the compiled core with libsndfile's arithmetic; every
-other file (FLAC, Ogg/Vorbis, Opus, MP3, AIFF, odd WAVs) is decoded by libsndfile itself, the copy soundfile
-loaded, opened by the core and fed from memory without calling back into Python. The pure-Python twin does the
+Plain PCM and IEEE-float WAVs are parsed and converted by the compiled core with libsndfile's arithmetic; FLACs
+(8/16/24-bit) are decoded by the core's own FLAC decoder, with libsndfile's conversions; every other file
+(Ogg/Vorbis, Opus, MP3, AIFF, odd WAVs, and the FLACs that decoder refuses: corrupt, truncated, of unknown length)
+is decoded by libsndfile itself, the copy soundfile loaded, opened by the core and fed from memory without calling
+back into Python. The pure-Python twin does the
 same through soundfile (:func:`sluice.backends.audio.open_audio`, :func:`~sluice.backends.audio.read_into`); the
 results, errors included, are identical (tests/native/test_audio_native.py).
 
