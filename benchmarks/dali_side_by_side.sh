@@ -8,13 +8,15 @@
 # frames, encoded in parallel segments), NCLIPS (64) clips of 16 frames, every frame checked by its barcode.
 # Environment: IMPLS ("dali sluice"), DALI_PATH (/tmp/dali: DALI's wheels, installed from dali_kit.sh's parts),
 # SITE (/tmp/site: sluice's wheels), DATA (/tmp/sbs: where the data sets are made once), REPEAT (1: runs per
-# workload and implementation, alternating; the best is kept).
-# DALI's environment and sluice's stay apart: DALI runs with only DALI_PATH on its path, sluice without it.
+# workload and implementation, alternating; the best is kept), AV_PATH (/tmp/avonly: PyAV alone, installed there
+# from a carried av wheel under .whl/ if missing, for DALI's video runs: the programs check frames with PyAV).
+# DALI's environment and sluice's stay apart: DALI runs with only DALI_PATH (and AV_PATH) on its path, sluice
+# without it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); top=$(dirname "$here")
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$here/results"
 IMPLS=${IMPLS:-dali sluice}; DALI_PATH=${DALI_PATH:-/tmp/dali}; SITE=${SITE:-/tmp/site}; DATA=${DATA:-/tmp/sbs}
-REPEAT=${REPEAT:-1}
+REPEAT=${REPEAT:-1}; AV_PATH=${AV_PATH:-/tmp/avonly}
 videos="video_frames_60s video_frames_180s video_frames_600s video_reader_60s video_reader_180s video_reader_600s"
 works=""; for w in ${*:-train decode val train_cpu audio audio_mixed audio_flac video}; do
   if [ "$w" = video ]; then works="$works $videos"; else works="$works $w"; fi
@@ -43,6 +45,10 @@ for w in $works; do
     for impl in $IMPLS; do
       [ "$impl" = dali ] && [ "$w" = audio_mixed ] && continue   # sluice's own path, shown beside DALI's audio
       if [ "$impl" = dali ]; then path=$DALI_PATH; else path=$SITE:$top/src; fi
+      # The video programs count frames and check barcodes with PyAV: DALI's runs get PyAV alone beside DALI.
+      case "$impl $w" in "dali video_"*) path=$DALI_PATH:$AV_PATH
+        [ -d "$AV_PATH/av" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$AV_PATH" \
+          "$top"/.whl/*/av-*.whl >/dev/null 2>&1;; esac
       line=$(cd /tmp && PYTHONPATH=$path timeout 300 python3 "$here/peers/side_by_side.py" "$prog" "$impl" "$d" 2>"$OUT/err_${w}_${impl}.log" \
              | grep '^RESULT' | tail -1 | sed "s/^RESULT *$prog /RESULT $w /")
       [ -n "$line" ] || line="RESULT $w $impl FAILED (see err_${w}_${impl}.log: $(tail -1 "$OUT/err_${w}_${impl}.log"))"
