@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import struct
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +15,13 @@ import soundfile
 import torch
 
 from sluice import native
-from sluice.backends.audio import plan_windows
-from sluice.native.audio import OK, host_tensor, open_files
+from sluice.native.audio import host_tensor, open_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops" / "audio"))
 from _audio_signals import encode, sweep  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _twins import core_and_twin, reference, run  # noqa: E402
 
 RATE = 8000
 SUBTYPES = ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"]
@@ -35,63 +36,9 @@ def signal(n: int, channels: int, seed: int = 0) -> np.ndarray:
     return np.stack(cols, axis=1) if channels > 1 else x
 
 
-def run(files: list[bytes], *, dtype="float32", downmix=False, start=0.0, duration=0.0, policy="error",
-        finite=True, region=False, parts=1):
-    """Decode ``files`` as the CPU decoder does (open, plan, decode in ``parts`` chunks in threads): the samples
-    (None for a failed file) and the error message of each failed file."""
-    n = len(files)
-    sources = [f"f{i}.bin" for i in range(n)]
-    if region:
-        sizes = [len(f) for f in files]
-        kw = {"data": np.frombuffer(b"".join(files) or b"\0", np.uint8), "offsets": np.cumsum([0] + sizes[:-1]),
-              "sizes": sizes}
-    else:
-        kw = {"data": [np.frombuffer(f, np.uint8) for f in files]}
-    with open_files(**kw, sources=sources) as fl:
-        st, nr, no, errs = plan_windows(fl.rate, fl.frames, [start] * n, [duration] * n, policy, sources,
-                                        valid=fl.status == OK)
-        errors = {i: str(e) for i, e in {**fl.failures, **errs}.items()}
-        if errs:                                              # as the operator: no decoding past a bad window
-            return [None] * n, errors
-        width = np.ones(n, np.int64) if downmix else fl.channels
-        counts = np.where(np.isin(np.arange(n), list(errors)), 0, no * width)
-        flat = np.zeros(int(counts.sum()), dtype)
-        offsets = (np.cumsum(counts) - counts) * flat.itemsize
-        bounds = np.linspace(0, n, parts + 1).astype(int)
-        with ThreadPoolExecutor(parts) as pool:
-            done = pool.map(lambda lo_hi: fl.decode(lo_hi[0], lo_hi[1], flat, offsets, st, nr, no, dtype, downmix,
-                                                    finite), zip(bounds[:-1], bounds[1:]))
-            for failed in done:
-                errors.update({i: str(e) for i, e in failed.items()})
-    shape = [(int(no[i]),) if downmix else (int(no[i]), int(fl.channels[i])) for i in range(n)]
-    out = [None if i in errors else flat[offsets[i] // flat.itemsize:][: counts[i]].reshape(shape[i])
-           for i in range(n)]
-    return out, errors
-
-
 def both(files: list[bytes], **kw):
     """``run`` with the core and with the twin: identical samples and errors (the twin alone without the core)."""
-    with native.fallback():
-        twin = run(files, **kw)
-    if not native.available():
-        return twin
-    core = run(files, **kw)
-    assert core[1] == twin[1]
-    for a, b in zip(core[0], twin[0]):
-        assert (a is None) == (b is None)
-        if a is not None:
-            assert a.dtype == b.dtype and a.shape == b.shape
-            np.testing.assert_array_equal(a, b)
-    return core
-
-
-def reference(data: bytes, dtype: str, downmix: bool) -> np.ndarray:
-    """soundfile's full decode (downmixed as read_into does: float64 mean, rint for integers)."""
-    ref, _ = soundfile.read(io.BytesIO(data), dtype=dtype, always_2d=True)
-    if not downmix:
-        return ref
-    mean = ref.astype(np.float64).mean(axis=1)
-    return (np.rint(mean) if dtype != "float32" else mean).astype(dtype)
+    return core_and_twin(run, files, **kw)
 
 
 @pytest.mark.parametrize("fmt", ["WAV", "WAVEX"])

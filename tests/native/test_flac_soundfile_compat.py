@@ -18,12 +18,11 @@ import pytest
 import soundfile
 
 from sluice import fn, native, pipeline_def, types
-from sluice.backends.audio import plan_windows
 from sluice.errors import PipelineError
-from sluice.native.audio import OK, open_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _flac_writer import Sub, flac_stream  # noqa: E402
+from _twins import core_and_twin, reference, run  # noqa: E402
 
 DTYPES = ["float32", "int16", "int32"]
 CORE = native.available()
@@ -52,35 +51,10 @@ def signal(n: int, channels: int, rate: int, kind: str, seed: int = 0) -> np.nda
     return x if channels > 1 else x[:, 0]
 
 
-def reference(data: bytes, dtype: str, downmix: bool) -> np.ndarray:
-    """soundfile's decode (downmixed as read_into does: float64 mean, rint for integers)."""
-    ref, _ = soundfile.read(io.BytesIO(data), dtype=dtype, always_2d=True)
-    if not downmix:
-        return ref
-    mean = ref.astype(np.float64).mean(axis=1)
-    return (np.rint(mean) if dtype != "float32" else mean).astype(dtype)
-
-
 def decode(files: list[bytes], dtype="float32", downmix=False, start=0.0, duration=0.0, policy="error"):
-    """The CPU decoder's calls (open, plan, one decode): each file's samples (None where it failed) and the error
-    message of each failed file."""
-    n = len(files)
-    sources = [f"f{i}.flac" for i in range(n)]
-    with open_files([np.frombuffer(f, np.uint8) for f in files], sources) as fl:
-        st, nr, no, errs = plan_windows(fl.rate, fl.frames, [start] * n, [duration] * n, policy, sources,
-                                        valid=fl.status == OK)
-        errors = {i: str(e) for i, e in {**fl.failures, **errs}.items()}
-        if errs:                                              # as the operator: no decoding past a bad window
-            return [None] * n, errors
-        width = np.ones(n, np.int64) if downmix else fl.channels
-        counts = np.where(np.isin(np.arange(n), list(errors)), 0, no * width)
-        flat = np.full(int(counts.sum()), 7, dtype)           # not zeros: every sample must be written
-        offsets = (np.cumsum(counts) - counts) * flat.itemsize
-        errors.update({i: str(e) for i, e in fl.decode(0, n, flat, offsets, st, nr, no, dtype, downmix).items()})
-        shape = [(int(no[i]),) if downmix else (int(no[i]), int(fl.channels[i])) for i in range(n)]
-    out = [None if i in errors else flat[offsets[i] // flat.itemsize:][: counts[i]].reshape(shape[i])
-           for i in range(n)]
-    return out, errors
+    """The CPU decoder's calls (open, plan, one decode) on FLAC files: each file's samples (None where it failed)
+    and the error message of each failed file."""
+    return run(files, dtype=dtype, downmix=downmix, start=start, duration=duration, policy=policy, suffix=".flac")
 
 
 @contextlib.contextmanager
@@ -99,18 +73,7 @@ def counted(decoded: int | None = None, refused: int = 0):
 
 def both(files: list[bytes], **kw):
     """decode with the core and with the twin: identical samples and errors."""
-    with native.fallback():
-        twin = decode(files, **kw)
-    if not CORE:
-        return twin
-    core = decode(files, **kw)
-    assert core[1] == twin[1]
-    for a, b in zip(core[0], twin[0]):
-        assert (a is None) == (b is None)
-        if a is not None:
-            assert a.dtype == b.dtype and a.shape == b.shape
-            np.testing.assert_array_equal(a, b)
-    return core
+    return core_and_twin(decode, files, **kw)
 
 
 @pytest.mark.parametrize("subtype", ["PCM_S8", "PCM_16", "PCM_24"])

@@ -89,6 +89,17 @@ def reader(files_, **kwargs):
     return pipe()
 
 
+def run_error(p) -> PipelineError:
+    """The PipelineError of a built pipeline's first run (the pipeline closed after)."""
+    p.build()
+    try:
+        with pytest.raises(PipelineError) as info:
+            p.run()
+    finally:
+        p.close()
+    return info.value
+
+
 def build_error(files_, **kwargs) -> PipelineError:
     with pytest.raises(PipelineError) as info:
         p = reader(files_, **kwargs)
@@ -150,17 +161,11 @@ def test_skip_only_when_asked_and_the_count_reported(files, caplog):
 
 
 def test_reader_damage_found_while_decoding_names_the_sample(files):
-    p = reader([files["good"], files["good"], files["zeroed"], files["good"]], labels=[0, 1, 2, 3])
-    p.build()
-    try:
-        with pytest.raises(PipelineError) as info:
-            p.run()
-    finally:
-        p.close()
-    msg = str(info.value)
-    assert type(info.value) is PipelineError and info.value.op_name == "readers.video"
+    error = run_error(reader([files["good"], files["good"], files["zeroed"], files["good"]], labels=[0, 1, 2, 3]))
+    msg = str(error)
+    assert type(error) is PipelineError and error.op_name == "readers.video"
     assert "fn.readers.video" in msg and "on sample 2" in msg and str(files["zeroed"]) in msg
-    assert info.value.sample == 2 and "could not be decoded" in msg
+    assert error.sample == 2 and "could not be decoded" in msg
 
 
 def test_reader_bit_flips_concealed_or_named_never_dropped(files):
@@ -198,14 +203,8 @@ def test_decoder_names_operator_sample_and_file(files, tmp_path, name, reason):
         data, _ = fn.readers.file(file_root=str(tmp_path / "root"), file_filters=["*.mp4"])
         return fn.decoders.video(data, frames=[1, 30])
 
-    p = pipe()
-    p.build()
-    try:
-        with pytest.raises(PipelineError) as info:
-            p.run()
-    finally:
-        p.close()
-    msg = str(info.value)
-    assert info.value.op_name == "decoders.video" and info.value.sample == 1
+    error = run_error(pipe())
+    msg = str(error)
+    assert error.op_name == "decoders.video" and error.sample == 1
     assert "fn.decoders.video" in msg and "on sample 1" in msg and f"1_{files[name].name}" in msg
     assert re.search(reason, msg), msg
