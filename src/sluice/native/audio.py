@@ -52,7 +52,6 @@ OK, FAILED, NOT_PARSED = 0, 1, 2
 WAV_FORMATS = tuple(PCM_FORMATS)
 _DTYPE_CODES = {"int16": 0, "int32": 1, "float32": 2}
 
-_RECYCLED_FROM = 1 << 20  # bytes: host_tensor's smallest recycled block
 
 _sndfile_lock = threading.Lock()
 _sndfile_ready: bool | None = None  # None: not tried yet
@@ -220,9 +219,6 @@ def host_tensor(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     gone: a batch of decoded audio is large (113 MB for 64 clips of 10 s), and fresh memory costs a page fault per
     4 KiB on first touch, more than the decoding; torch's allocator returns such blocks to the kernel. Small
     tensors, and all without the core, come from ``torch.empty`` (the C heap reuses small blocks itself)."""
-    shape = tuple(int(d) for d in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    c = core()
-    if c is None or not hasattr(c, "host_buffer") or nbytes < _RECYCLED_FROM:
-        return torch.empty(shape, dtype=dtype)
-    return torch.from_numpy(c.host_buffer(nbytes)).view(dtype).view(shape)
+    from sluice.pipeline.batch import host_empty  # the one place host buffers come from
+
+    return host_empty(tuple(int(d) for d in shape), dtype, reuse=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import sluice
-from sluice import fn
+from sluice import fn, native
 from sluice.errors import ArgumentError, PipelineError
 
 
@@ -297,3 +297,27 @@ def test_a_file_that_grew_since_its_size_was_taken_is_read_whole(tmp_path, monke
         for one_buffer in (False, True):
             got = read_files(paths, pool, one_buffer=one_buffer)
             assert [t.numpy().tobytes() for t in got] == data, one_buffer
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled core (its block cache) is not built")
+def test_a_cpu_batch_buffer_is_reused_once_the_batch_is_gone(tmp_path):
+    """A CPU pipeline's batch bytes come from the core's block cache: once no view of a batch is left its block
+    serves the next one, instead of fresh memory page-faulted every batch (benchmarks/audio_cpu_decode.py)."""
+    from sluice.ops.readers.file import _read_into_one_buffer
+
+    paths = []
+    for i in range(4):
+        paths.append(str(tmp_path / f"{i}.bin"))
+        with open(paths[-1], "wb") as f:
+            f.write(bytes([i]) * (600 << 10))
+    first = _read_into_one_buffer(paths, None, pin=False, device_id=None)
+    where = first[0].data_ptr()
+    kept = first[2]
+    del first
+    second = _read_into_one_buffer(paths, None, pin=False, device_id=None)
+    assert second[0].data_ptr() != where  # a sample of the first batch is still held
+    assert kept.unique().tolist() == [2] and [s.unique().tolist() for s in second] == [[0], [1], [2], [3]]
+    blocks = {where, second[0].data_ptr()}
+    del kept, second
+    third = _read_into_one_buffer(paths, None, pin=False, device_id=None)
+    assert third[0].data_ptr() in blocks and [s.unique().tolist() for s in third] == [[0], [1], [2], [3]]

@@ -243,8 +243,9 @@ MAX_PINNED_BATCH_BYTES = 256 << 20
 
 def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
     """A batch's buffer: page-locked (:func:`sluice.pipeline.batch.host_empty`, on the pipeline's GPU) with
-    ``pin`` up to MAX_PINNED_BATCH_BYTES, else ordinary memory."""
-    return host_empty((nbytes,), torch.uint8, pin=pin and nbytes <= MAX_PINNED_BATCH_BYTES, device=device_id)
+    ``pin`` up to MAX_PINNED_BATCH_BYTES, else ordinary memory (a large one reused once no batch holds it)."""
+    return host_empty((nbytes,), torch.uint8, pin=pin and nbytes <= MAX_PINNED_BATCH_BYTES, device=device_id,
+                      reuse=True)
 
 
 def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> Batch:
