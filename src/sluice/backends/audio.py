@@ -487,13 +487,15 @@ def soxr_quality(quality: float) -> str:
     return "VHQ"
 
 
-def resample_length(in_length: int, in_rate: float, out_rate: float) -> int:
+def resample_length(in_length, in_rate: float, out_rate: float):
     """Output length of resampling ``in_length`` samples: ``ceil(in_length * out_rate / in_rate)``, the rates taken
     as float32 and the arithmetic in float64, as DALI computes it (``resampled_length`` of
     ``dali/kernels/signal/resampling.h``, used by its ``audio_resample`` and its audio decoder). The output
     sample ``j`` lies at input time ``j * in_rate / out_rate``: the last one is the last that lies inside the
-    signal. (soxr gives ``round(...)``: one sample fewer for about half of the lengths.)"""
-    return int(math.ceil(in_length * float(np.float32(out_rate)) / float(np.float32(in_rate))))
+    signal. (soxr gives ``round(...)``: one sample fewer for about half of the lengths.) ``in_length``: a number
+    (gives an int), or an array of lengths (gives an int64 array, each computed alike)."""
+    out = np.ceil(np.asarray(in_length, dtype=np.float64) * float(np.float32(out_rate)) / float(np.float32(in_rate)))
+    return int(out) if out.ndim == 0 else out.astype(np.int64)
 
 
 def resample_soxr(signal: np.ndarray, in_rate: float, out_rate: float, quality: float = 50.0) -> np.ndarray:

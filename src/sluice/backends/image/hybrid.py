@@ -29,9 +29,8 @@ class HybridShare:
     # At most 0.3: a larger CPU share measured slower (0.35: -4 % on `decode`, -18 % on `train`), the cores it takes
     # being those that read and parse the next batch, which its own rate does not see.
     def __init__(self, first_share: float = 0.08, max_share: float = 0.3, smoothing: float = 0.3,
-                 fixed: float | None = None, name: str = "CPU"):
+                 fixed: float | None = None):
         self.first_share, self.max_share, self.smoothing, self.fixed = first_share, max_share, smoothing, fixed
-        self.name = name  # of the second path, in the log
         self.gpu_rate: float | None = None
         self.cpu_rate: float | None = None
         self._records = 0
@@ -66,8 +65,8 @@ class HybridShare:
                 self.cpu_rate = self._mix(self.cpu_rate, cpu_images / cpu_seconds)
             self._records += 1
             if self._records % 16 == 0 and log.isEnabledFor(logging.DEBUG):
-                log.debug("%s share %.3f (first path %.0f img/s, %s %.0f img/s)", self.name, self._share(),
-                          self.gpu_rate or 0, self.name, self.cpu_rate or 0)
+                log.debug("CPU share %.3f (GPU %.0f img/s, CPU %.0f img/s)", self._share(), self.gpu_rate or 0,
+                          self.cpu_rate or 0)
 
     def _mix(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.smoothing * (new - old)

@@ -120,11 +120,7 @@ def resample_batch(signals: torch.Tensor, lengths: torch.Tensor, in_rate: float,
     channels = x.shape[2] if x.dim() == 3 else None
     if channels is not None:
         x = x.permute(0, 2, 1).reshape(-1, x.shape[1])
-    lengths_list = lengths.tolist()
-    if lengths_list and lengths_list.count(lengths_list[0]) == len(lengths_list):  # one length: one computation
-        out_lengths = [resample_length(int(lengths_list[0]), in_rate, out_rate)] * len(lengths_list)
-    else:
-        out_lengths = [resample_length(int(n), in_rate, out_rate) for n in lengths_list]
+    out_lengths = resample_length(np.asarray(lengths.tolist(), dtype=np.int64), in_rate, out_rate).tolist()
     n_out = max(out_lengths, default=0)
     if x.shape[0] == 0 or n_out == 0 or x.shape[1] == 0:
         y = x.new_zeros(x.shape[0], n_out)

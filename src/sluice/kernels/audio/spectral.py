@@ -44,25 +44,16 @@ def _hann_np(length: int) -> np.ndarray:
     return w
 
 
-def num_windows(length: int, window_length: int, window_step: int, center_windows: bool) -> int:
+def num_windows(length, window_length: int, window_step: int, center_windows: bool):
     """How many windows a signal of ``length`` samples gives: ``length // step + 1`` when centred, else the
     number of whole windows inside the signal (``(length - window_length) // step + 1``, or 0). An empty signal
-    has no windows."""
-    if length == 0:
-        return 0
+    has no windows. ``length``: a number (gives an int), or a tensor of lengths (gives an int64 tensor)."""
+    n = torch.as_tensor(length, dtype=torch.int64)
     if center_windows:
-        return length // window_step + 1
-    if length < window_length:
-        return 0
-    return (length - window_length) // window_step + 1
-
-
-def _window_counts(lengths: torch.Tensor, window_length: int, window_step: int, center_windows: bool) -> torch.Tensor:
-    """:func:`num_windows` of every length at once (int64)."""
-    n = lengths.to(torch.int64)
-    if center_windows:
-        return torch.where(n > 0, n // window_step + 1, 0)
-    return torch.where(n >= window_length, (n - window_length).clamp(min=0) // window_step + 1, 0)
+        counts = torch.where(n > 0, n // window_step + 1, 0)
+    else:
+        counts = torch.where(n >= window_length, (n - window_length).clamp(min=0) // window_step + 1, 0)
+    return counts if isinstance(length, torch.Tensor) else int(counts)
 
 
 def pad_batch(samples: list[torch.Tensor], fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,7 +109,7 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     if window.numel() != window_length:
         raise ValueError(f"window_fn has {window.numel()} samples, window_length is {window_length}")
     lengths_cpu = lengths.cpu()
-    frames = _window_counts(lengths_cpu, window_length, window_step, center_windows)
+    frames = num_windows(lengths_cpu, window_length, window_step, center_windows)
     batch = x.shape[0]
     t_max = int(frames.max()) if batch else 0
     nbins = nfft // 2 + 1
