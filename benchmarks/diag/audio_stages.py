@@ -47,10 +47,20 @@ STAGE_SECONDS = {}
 
 
 def time_stages():
-    """Wrap the executor's stage runner: host seconds spent in each stage (cpu, gpu), summed."""
+    """Wrap the executor's stage runner: host seconds spent in each stage (cpu, gpu), summed; and in each node's
+    run and prepare step (keys ``run <name>``, ``prepare <name>``)."""
     from sluice.pipeline.executor import Executor
 
     inner = Executor._run_stage
+    for method, label in ((Executor.run_node, "run"), (Executor.prepare_node, "prepare")):
+        def node_timed(self, node, iteration, values, _inner=method, _label=label):
+            t = time.perf_counter()
+            try:
+                return _inner(self, node, iteration, values)
+            finally:
+                key = f"{_label} {node.schema.name}"
+                STAGE_SECONDS[key] = STAGE_SECONDS.get(key, 0.0) + time.perf_counter() - t
+        setattr(Executor, method.__name__, node_timed)
 
     def timed(self, stage, iteration, values):
         t = time.perf_counter()
@@ -72,8 +82,13 @@ def rate(p, iterations, batch):
         p.run()
     torch.cuda.synchronize()
     wall = time.perf_counter() - t
+    stages = {k: v for k, v in STAGE_SECONDS.items() if k in ("cpu", "gpu")}
+    nodes = {k: v for k, v in STAGE_SECONDS.items() if k not in stages}
+    ex = p._executor
     print("    per batch: wall %.2f ms, " % (1e3 * wall / iterations) + ", ".join(
-        f"{k} stage {1e3 * v / iterations:.2f} ms" for k, v in STAGE_SECONDS.items()), flush=True)
+        f"{k} stage {1e3 * v / iterations:.2f} ms" for k, v in stages.items())
+        + f"; prepare moved to the device stage: {ex.balance.moved}", flush=True)
+    print("      " + ", ".join(f"{k} {1e3 * v / iterations:.2f}" for k, v in nodes.items()), flush=True)
     return iterations * batch / wall
 
 

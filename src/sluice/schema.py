@@ -360,6 +360,10 @@ class Operator:
     #: starts goes on streams of the operator's own (the pipeline's stream is the device stage's), and ``run``
     #: makes the pipeline's stream wait for it (the image decoders' ``GpuImageDecoder.start`` / ``finish``).
     prepare: Callable[..., Any] | None = None
+    #: Whether ``prepare`` is plain host work whose result is the same in either stage, and ``run`` calls it when
+    #: ``ctx.prepared`` is None: the executor may then leave it to the device stage when the CPU stage is the slower
+    #: one (:mod:`sluice.pipeline.balance`).
+    prepare_movable: bool = False
 
     def __init__(self, spec: OpSpec):
         self.spec = spec
@@ -501,7 +505,8 @@ class OpSchema:
                  default_device: str | None = None, stateful: bool = False,
                  output_names: Callable[[dict[str, Any]], list[str]] | None = None,
                  requires: dict[str, Sequence[str]] | None = None,
-                 sequences: str | None = None, sequence_outputs: int | None = None):
+                 sequences: str | None = None, sequence_outputs: int | None = None,
+                 graph_safe: bool | Callable[[dict[str, Any]], bool] = False):
         self.name = name
         self.doc = inspect.cleandoc(doc)
         self.min_inputs, self.max_inputs = (inputs, inputs) if isinstance(inputs, int) else inputs
@@ -527,6 +532,11 @@ class OpSchema:
         self.sequences = sequences
         #: With ``sequences``: how many leading outputs are sequences (the rest are per sample); None: all.
         self.sequence_outputs = sequence_outputs
+        #: Whether the GPU kernel may be captured into a CUDA graph and replayed (:mod:`sluice.pipeline.cuda_graphs`):
+        #: given its constant arguments (a callable decides from them), its launches depend only on its inputs'
+        #: shapes, it reads no host memory that changes between batches, never waits for the GPU, defers no check
+        #: and keeps alive the device tensors it reads.
+        self.graph_safe = graph_safe
         own = list(args)
         if random:
             own.append(Arg("seed", int, -1, "Seed of this operator's random generator; -1 derives it from the "

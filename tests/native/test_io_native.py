@@ -77,3 +77,49 @@ def test_crc32c_check_value_and_twin():
     assert slow[3] == 0
     if native.available():
         assert np.array_equal(nio.crc32c(data, offsets, sizes), slow)
+
+
+@needs_core
+def test_a_batch_read_by_several_threads_equals_read_files(tmp_path):
+    """FileBatchRead: whichever thread takes which file, the bytes and statuses are read_files' (a missing file is
+    -ENOENT, a file larger than its slot 1); a thread that calls work() after wait() finds nothing left."""
+    import errno
+    import threading
+
+    rng = np.random.default_rng(1)
+    paths = []
+    for k in range(40):
+        p = tmp_path / f"{k}.bin"
+        p.write_bytes(rng.integers(0, 256, 100 + 37 * k, np.uint8).tobytes())
+        paths.append(str(p))
+    paths[7] = str(tmp_path / "missing")
+    sizes = np.array([0 if k == 7 else 100 + 37 * k for k in range(40)], np.int64)
+    sizes[11] -= 5  # the file holds more than its slot: it grew since its size was taken
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    c = native.core()
+    want = np.zeros(int(sizes.sum()), np.uint8)
+    want_got, want_status = c.read_files(paths, offsets, sizes, want)
+    out = np.zeros_like(want)
+    job = c.FileBatchRead(paths, offsets, sizes, out)
+    threads = [threading.Thread(target=job.work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    mine = job.work()
+    job.wait()
+    for t in threads:
+        t.join()
+    got, status = job.results()
+    assert np.array_equal(out, want) and np.array_equal(got, want_got) and np.array_equal(status, want_status)
+    assert status[7] == -errno.ENOENT and status[11] == 1 and (np.delete(status, [7, 11]) == 0).all()
+    assert 0 <= mine <= 40 and job.work() == 0
+
+
+@needs_core
+def test_a_batch_read_checks_its_slots(tmp_path):
+    p = tmp_path / "a.bin"
+    p.write_bytes(b"x" * 10)
+    with pytest.raises(ValueError, match="slot lies outside"):
+        native.core().FileBatchRead([str(p)], np.array([5], np.int64), np.array([10], np.int64), np.zeros(8, np.uint8))
+    with pytest.raises(ValueError, match="one value per path"):
+        native.core().FileBatchRead([str(p)], np.array([0, 1], np.int64), np.array([10], np.int64),
+                                    np.zeros(8, np.uint8))

@@ -1,6 +1,10 @@
 // Reading a batch's files, or byte ranges of them, into one buffer, back to back, with the GIL released; CRC-32C.
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <fcntl.h>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -34,9 +38,47 @@ py::array_t<int64_t> file_sizes(const py::sequence& paths_in) {
     return sizes;
 }
 
-// Reads file i into out[offsets[i] : offsets[i] + sizes[i]] until that slot is full or the file ends. Returns
-// (bytes read per file, status per file): status 0 read, 1 the file holds more than its slot (it grew since its
-// size was taken; one spare byte shows it without another system call), -errno it could not be read.
+// Reads the file at ``path`` into dst[0 : size] until the slot is full or the file ends: the bytes read, and the
+// status: 0 read, 1 the file holds more than its slot (it grew since its size was taken; one spare byte shows it
+// without another system call), -errno it could not be read. Needs no GIL.
+void read_one(const std::string& path, uint8_t* dst, int64_t size, int64_t& got, int32_t& status) {
+    got = 0;
+    status = 0;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        status = -errno;
+        return;
+    }
+    char spare;
+    int64_t have = 0;
+    for (;;) {
+        struct iovec iov[2] = {{dst + have, static_cast<size_t>(size - have)}, {&spare, 1}};
+        ssize_t r = ::readv(fd, iov, 2);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            status = -errno;
+            break;
+        }
+        if (have + r > size) {  // more bytes than the slot holds: the file grew
+            have = size;
+            status = 1;
+            break;
+        }
+        have += r;
+        if (r == 0 || have == size) break;
+    }
+    got = have;
+    ::close(fd);
+}
+
+void check_slots(const char* what, const int64_t* off, const int64_t* sz, size_t n, size_t capacity) {
+    for (size_t i = 0; i < n; ++i)
+        if (off[i] < 0 || sz[i] < 0 || static_cast<uint64_t>(off[i] + sz[i]) > capacity)
+            throw std::invalid_argument(std::string(what) + ": a file's slot lies outside the buffer");
+}
+
+// Reads file i into out[offsets[i] : offsets[i] + sizes[i]] (read_one), in order. Returns (bytes read per file,
+// status per file).
 py::tuple read_files(const py::sequence& paths_in, py::array_t<int64_t, py::array::c_style> offsets,
                      py::array_t<int64_t, py::array::c_style> sizes, py::buffer out_buf) {
     std::vector<std::string> paths = paths_of(paths_in);
@@ -46,48 +88,78 @@ py::tuple read_files(const py::sequence& paths_in, py::array_t<int64_t, py::arra
     Bytes out = bytes_of(out_buf, true);
     const int64_t* off = offsets.data();
     const int64_t* sz = sizes.data();
-    for (size_t i = 0; i < n; ++i)
-        if (off[i] < 0 || sz[i] < 0 || static_cast<uint64_t>(off[i] + sz[i]) > out.size)
-            throw std::invalid_argument("read_files: a file's slot lies outside the buffer");
+    check_slots("read_files", off, sz, n, out.size);
     py::array_t<int64_t> got(static_cast<py::ssize_t>(n));
     py::array_t<int32_t> status(static_cast<py::ssize_t>(n));
     int64_t* g = got.mutable_data();
     int32_t* st = status.mutable_data();
     {
         py::gil_scoped_release release;
-        char spare;
-        for (size_t i = 0; i < n; ++i) {
-            g[i] = 0;
-            st[i] = 0;
-            int fd = ::open(paths[i].c_str(), O_RDONLY | O_CLOEXEC);
-            if (fd < 0) {
-                st[i] = -errno;
-                continue;
-            }
-            uint8_t* dst = out.data + off[i];
-            int64_t size = sz[i], have = 0;
-            for (;;) {
-                struct iovec iov[2] = {{dst + have, static_cast<size_t>(size - have)}, {&spare, 1}};
-                ssize_t r = ::readv(fd, iov, 2);
-                if (r < 0) {
-                    if (errno == EINTR) continue;
-                    st[i] = -errno;
-                    break;
-                }
-                if (have + r > size) {  // more bytes than the slot holds: the file grew
-                    have = size;
-                    st[i] = 1;
-                    break;
-                }
-                have += r;
-                if (r == 0 || have == size) break;
-            }
-            g[i] = have;
-            ::close(fd);
-        }
+        for (size_t i = 0; i < n; ++i) read_one(paths[i], out.data + off[i], sz[i], g[i], st[i]);
     }
     return py::make_tuple(got, status);
 }
+
+// One batch of files read by several threads at once (read_files' slots and results). Every thread that calls
+// work() takes the next unread file until none is left, so that a thread that starts late (its core busy, the
+// GIL taken) takes fewer files instead of holding the batch back as a fixed run of files would; wait() returns
+// once every file taken has been read. A thread that calls work() after that finds nothing and returns.
+class FileBatchRead {
+public:
+    FileBatchRead(const py::sequence& paths_in, py::array_t<int64_t, py::array::c_style> offsets,
+                  py::array_t<int64_t, py::array::c_style> sizes, py::buffer out_buf)
+        : paths_(paths_of(paths_in)), keep_(out_buf) {
+        const size_t n = paths_.size();
+        if (static_cast<size_t>(offsets.size()) != n || static_cast<size_t>(sizes.size()) != n)
+            throw std::invalid_argument("FileBatchRead: offsets and sizes need one value per path");
+        Bytes out = bytes_of(out_buf, true);
+        data_ = out.data;
+        check_slots("FileBatchRead", offsets.data(), sizes.data(), n, out.size);
+        off_.assign(offsets.data(), offsets.data() + n);
+        sz_.assign(sizes.data(), sizes.data() + n);
+        got_ = py::array_t<int64_t>(static_cast<py::ssize_t>(n));
+        status_ = py::array_t<int32_t>(static_cast<py::ssize_t>(n));
+        g_ = got_.mutable_data();
+        st_ = status_.mutable_data();
+    }
+
+    // Reads files until none is left; returns how many this call read.
+    size_t work() {
+        py::gil_scoped_release release;
+        const size_t n = paths_.size();
+        size_t mine = 0;
+        for (size_t i = next_.fetch_add(1); i < n; i = next_.fetch_add(1)) {
+            read_one(paths_[i], data_ + off_[i], sz_[i], g_[i], st_[i]);
+            ++mine;
+            std::lock_guard<std::mutex> lock(m_);
+            if (++finished_ == n) done_.notify_all();
+        }
+        return mine;
+    }
+
+    // Blocks until every file has been read (call work() first, or make sure other threads do).
+    void wait() {
+        py::gil_scoped_release release;
+        std::unique_lock<std::mutex> lock(m_);
+        done_.wait(lock, [this] { return finished_ == paths_.size(); });
+    }
+
+    py::tuple results() const { return py::make_tuple(got_, status_); }
+
+private:
+    std::vector<std::string> paths_;
+    py::object keep_;  // the buffer's owner, alive while a late thread may still call work()
+    uint8_t* data_ = nullptr;
+    std::vector<int64_t> off_, sz_;
+    py::array_t<int64_t> got_;
+    py::array_t<int32_t> status_;
+    int64_t* g_ = nullptr;
+    int32_t* st_ = nullptr;
+    std::atomic<size_t> next_{0};
+    size_t finished_ = 0;
+    std::mutex m_;
+    std::condition_variable done_;
+};
 
 
 // Reads byte ranges of files into slots of one buffer: range i is sizes[i] bytes of paths[i] from byte starts[i],
@@ -204,6 +276,15 @@ void register_io(py::module_& m) {
     m.def("file_sizes", &file_sizes, py::arg("paths"), "Sizes of files in bytes (-errno where stat fails).");
     m.def("read_files", &read_files, py::arg("paths"), py::arg("offsets"), py::arg("sizes"), py::arg("out"),
           "Read files into slots of one buffer: (bytes read, status: 0 ok, 1 grew, -errno) per file.");
+    py::class_<FileBatchRead>(m, "FileBatchRead",
+                              "Files read into slots of one buffer by every thread that calls work(); wait() "
+                              "returns once all are read; results(): (bytes read, status) per file, as read_files.")
+        .def(py::init<const py::sequence&, py::array_t<int64_t, py::array::c_style>,
+                      py::array_t<int64_t, py::array::c_style>, py::buffer>(),
+             py::arg("paths"), py::arg("offsets"), py::arg("sizes"), py::arg("out"))
+        .def("work", &FileBatchRead::work, "Read files until none is left; how many this call read.")
+        .def("wait", &FileBatchRead::wait, "Block until every file has been read.")
+        .def("results", &FileBatchRead::results, "(bytes read, status) per file.");
     m.def("read_ranges", &read_ranges, py::arg("paths"), py::arg("starts"), py::arg("sizes"), py::arg("offsets"),
           py::arg("out"), "Read byte ranges of files into slots of one buffer: (bytes read, status: 0 ok, -errno).");
     m.def("crc32c", &crc32c, py::arg("buf"), py::arg("offsets"), py::arg("sizes"),

@@ -44,7 +44,7 @@ def jpeg_info(data, offsets: np.ndarray, sizes: np.ndarray, check_scans: bool = 
         return _jpeg_info_py(memoryview(data).cast("B"), offsets, sizes, check_scans)
     from sluice.pipeline.pool import map_all, runs
 
-    parts = runs(offsets.size, pool, per_thread=True)
+    parts = runs(offsets.size, pool, per_thread=2)
     if len(parts) == 1:
         return c.jpeg_info(data, offsets, sizes, bool(check_scans))
     found = map_all(pool, lambda r: c.jpeg_info(data, offsets[r.start:r.stop], sizes[r.start:r.stop],

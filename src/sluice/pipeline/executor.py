@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -25,7 +26,9 @@ import numpy as np
 import torch
 
 from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError, SampleError
+from sluice.pipeline.balance import PrepareBalance
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.cuda_graphs import GraphedRun, graph_runs
 from sluice.pipeline.graph import DataNode, OpNode
 from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
 
@@ -82,19 +85,37 @@ def _is_source(node: OpNode) -> bool:
 
 class _Stage:
     """A list of operator nodes run in order for one iteration, then the ``prepare`` step of the next stage's
-    operators whose inputs this stage produced (see ``Operator.prepare``)."""
+    operators whose inputs this stage produced (see ``Operator.prepare``). ``steps`` is what runs: the nodes, or
+    on the device stage runs of them replayed as CUDA graphs (:mod:`sluice.pipeline.cuda_graphs`)."""
 
     def __init__(self, executor: Executor, nodes: list[OpNode], on_gpu: bool):
         self.ex = executor
         self.nodes = nodes
         self.on_gpu = on_gpu
         self.prepares: list[OpNode] = []
+        self.steps: list[OpNode | GraphedRun] = list(nodes)
 
     def run(self, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
-        for node in self.nodes:
-            self.ex.run_node(node, iteration, values)
+        for step in self.steps:
+            if isinstance(step, GraphedRun):
+                step.run(iteration, values)
+            else:
+                self.ex.run_node(step, iteration, values)
+        if not self.prepares:
+            return
+        ex = self.ex
+        moved = ex.balance.moved  # movable prepare steps left to the device stage (their run does the work)
+        movable_seconds = 0.0
         for node in self.prepares:
-            self.ex.prepare_node(node, iteration, values)
+            movable = node.id in ex.movable_prepares
+            if movable and moved:
+                continue
+            start = time.perf_counter()
+            ex.prepare_node(node, iteration, values)
+            if movable:
+                movable_seconds += time.perf_counter() - start
+        if ex.movable_prepares and not moved:
+            ex.balance.record_prepare(movable_seconds)
 
 
 class Executor:
@@ -154,10 +175,17 @@ class Executor:
             (dev_nodes if node.device in ("gpu", "mixed") or dev_nodes and self._needs(node, dev_nodes)
              else cpu_nodes).append(node)
         self.stages = [s for s in (_Stage(self, cpu_nodes, False), _Stage(self, dev_nodes, True)) if s.nodes]
+        for stage in self.stages:
+            if stage.on_gpu and self.stream is not None:
+                stage.steps = graph_runs(stage.nodes, self.nodes, outputs, self.run_node)
         if len(self.stages) == 2:
             # Mixed operators' host work on CPU inputs runs in the CPU stage, overlapping the device stage.
             self.stages[0].prepares = [n for n in dev_nodes if self.operators[n.id].prepare is not None
                                        and not self._needs(n, dev_nodes)]
+        #: ids of the prepare steps that may run in either stage (Operator.prepare_movable); the balance picks one
+        self.movable_prepares = {n.id for n in (self.stages[0].prepares if len(self.stages) == 2 else [])
+                                 if self.operators[n.id].prepare_movable}
+        self.balance = PrepareBalance(bool(self.movable_prepares))
         if log.isEnabledFor(logging.INFO):
             log.info("pipeline built: batch %d, %d threads, %s; %s", self.batch_size, pipeline.num_threads,
                      f"GPU {self.device_id}" if self.uses_gpu else "CPU only",
@@ -360,7 +388,11 @@ class Executor:
                     continue
                 iteration, values = item
             try:
+                started = time.perf_counter()
                 self._run_stage(stage, iteration, values)
+                self.balance.record_stage(k, time.perf_counter() - started)
+                if k == 0:
+                    self.balance.decide()
                 if last:
                     event = None
                     if self.stream is not None:

@@ -170,12 +170,14 @@ _DEVICE_COPIES: dict[tuple[int, torch.dtype, str], tuple[np.ndarray, torch.Tenso
 
 
 def _on_device(m: np.ndarray, dtype: torch.dtype, device: str) -> torch.Tensor:
-    """A cached device copy of a cached (read-only) matrix: no host-to-device copy per batch."""
+    """A cached device copy of a cached (read-only) matrix: no host-to-device copy per batch.
+
+    Entries are never dropped: a CUDA graph the executor captured reads the copy by its address on every replay
+    (:mod:`sluice.pipeline.cuda_graphs`). The entry holds ``m``, so its ``id`` names no other array meanwhile;
+    there is one entry per filter bank, window and resampling ratio a process uses."""
     key = (id(m), dtype, device)
     hit = _DEVICE_COPIES.get(key)
-    if hit is None or hit[0] is not m:
-        if len(_DEVICE_COPIES) > 256:
-            _DEVICE_COPIES.clear()
+    if hit is None:
         hit = _DEVICE_COPIES[key] = (m, torch.tensor(m, dtype=dtype, device=device))
     return hit[1]
 

@@ -560,15 +560,18 @@ class _MirroredBatch(Batch):
 class MixedAudioDecoder(Operator):
     """``decoders.audio(device="mixed")``: CPU bytes in, GPU audio out (see :func:`decode_batch`)."""
 
+    prepare_movable = True  # host work only: headers, windows, CPU decodes into page-locked memory
+
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
         self._pin = torch.cuda.is_available()
 
     def prepare(self, ctx: BatchContext, data: Batch, *, args: BatchArgs):
-        """Run by the executor in the CPU stage, so that the device stage only moves and converts the batch: the
-        headers, windows and CPU decodes of :func:`plan_batch`; or, for a batch holding files libsndfile decodes
-        (FLAC, Ogg, MP3 ...), the CPU decoder's batch path (:func:`decode_files`, the pipeline's threads, into
-        page-locked memory), whose output the device stage copies over whole."""
+        """The batch's host work: the headers, windows and CPU decodes of :func:`plan_batch`; or, for a batch
+        holding files libsndfile decodes (FLAC, Ogg, MP3 ...), the CPU decoder's batch path (:func:`decode_files`,
+        the pipeline's threads, into page-locked memory), whose output the device stage copies over whole. The
+        executor runs it in the CPU stage, so that the device stage only moves and converts the batch, or leaves it
+        to ``run`` when the CPU stage is the slower one (``prepare_movable``)."""
         n = len(data)
         if n == 0:
             return None
@@ -586,11 +589,12 @@ class MixedAudioDecoder(Operator):
     def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
         n = len(data)
         sources = ctx.source_info or [""] * n
-        if isinstance(ctx.prepared, tuple):  # decoded on the CPU in the CPU stage: one copy over
-            audio, rates = ctx.prepared
+        prepared = ctx.prepared if ctx.prepared is not None or not n else self.prepare(ctx, data, args=args)
+        if isinstance(prepared, tuple):  # decoded on the CPU (in the CPU stage, or just now): one copy over
+            audio, rates = prepared
             host_rates = torch.from_numpy(rates.astype(np.float32))
             return (audio.to(ctx.device, non_blocking=True),
                     _MirroredBatch.mirror(host_rates.to(ctx.device, non_blocking=True), host_rates))
         return decode_batch(data, sources, [args.sample(i) for i in range(n)], device=ctx.device,
                             pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda", defer=ctx.defer,
-                            plan=ctx.prepared)
+                            plan=prepared)

@@ -27,6 +27,7 @@ SCHEMA = OpSchema(
     inputs=1,
     outputs=1,
     devices=("cpu", "gpu"),
+    graph_safe=True,
     args=[
         Arg("nfilter", int, 128, "Number of mel filters.", min=1),
         Arg("sample_rate", float, 44100.0, "Sampling rate of the signal the spectrogram came from (Hz)."),

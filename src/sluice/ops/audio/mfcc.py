@@ -26,6 +26,7 @@ SCHEMA = OpSchema(
     inputs=1,
     outputs=1,
     devices=("cpu", "gpu"),
+    graph_safe=lambda args: not args.get("lifter"),  # the lifter's weights are copied over each batch
     args=[
         Arg("axis", int, 0, "Axis over which the DCT runs (the mel axis)."),
         Arg("dct_type", int, 2, "DCT type: 1, 2, 3 or 4.", choices=(1, 2, 3, 4)),

@@ -22,6 +22,7 @@ SCHEMA = OpSchema(
     inputs=1,
     outputs=1,
     devices=("cpu", "gpu"),
+    graph_safe=True,
     args=[
         Arg("axis", int, -1, "Axis transformed to the frequency domain (default: the last)."),
         Arg("nfft", int, None, "FFT size; defaults to the extent of axis.", min=1),

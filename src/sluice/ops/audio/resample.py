@@ -37,6 +37,7 @@ SCHEMA = OpSchema(
     outputs=1,
     devices=("cpu", "gpu"),
     requires={"cpu": ("soxr",)},
+    graph_safe=True,
     args=[
         Arg("in_rate", float, None, "Input sampling rate (Hz); give it with out_rate.", per_sample=True),
         Arg("out_rate", float, None, "Output sampling rate (Hz); give it with in_rate.", per_sample=True),

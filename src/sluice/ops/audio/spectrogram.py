@@ -32,6 +32,7 @@ SCHEMA = OpSchema(
     outputs=1,
     devices=("cpu", "gpu"),
     output_layout=lambda args, _: args["layout"],
+    graph_safe=lambda args: not args.get("window_fn"),  # a given window is copied over each batch
     args=[
         Arg("nfft", int, None, "FFT size; the output has nfft // 2 + 1 bins. Defaults to window_length.", min=1),
         Arg("window_length", int, 512, "Window size in samples.", min=1),

@@ -27,6 +27,7 @@ SCHEMA = OpSchema(
     inputs=1,
     outputs=1,
     devices=("cpu", "gpu"),
+    graph_safe=True,
     args=[
         Arg("multiplier", float, 10.0, "Factor of the logarithm (10 for power, 20 for amplitude)."),
         Arg("reference", float, 0.0, "Reference magnitude; 0 uses the maximum of each sample."),

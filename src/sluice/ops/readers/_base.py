@@ -119,7 +119,7 @@ def read_into(paths: Sequence[str], starts: np.ndarray, sizes: np.ndarray, names
                     code, f"cannot read '{paths[i]}': {os.strerror(code)}"))
             raise SampleError(i, names[i], _short(paths[i], starts[i], sizes[i], int(got[k]), what))
 
-    map_all(pool, read_run, runs(len(local), pool, per_thread=True))
+    map_all(pool, read_run, runs(len(local), pool, per_thread=1, weights=sizes[local]))
 
 
 def _fetch(paths, starts, sizes, names, which: list[int], what: str = "record") -> list:

@@ -26,7 +26,7 @@ from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
 from sluice.pipeline.batch import Batch, host_empty, is_page_locked
-from sluice.pipeline.pool import map_all, runs
+from sluice.pipeline.pool import map_all, runs, share_work
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 logger = logging.getLogger(__name__)
@@ -251,9 +251,11 @@ def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
 def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> Batch:
     """The files back to back in one buffer (page-locked with ``pin``), as a packed batch of 1-D uint8 samples
     named by their paths (see :meth:`Batch.from_packed`; a file that changed size while read makes the batch an
-    ordinary one of views of the buffer and separate reads). With the
-    compiled core the sizes are taken in one call and each pool task reads its run of files in one call, the GIL
-    released throughout; the fallback reads file by file in Python (the same bytes)."""
+    ordinary one of views of the buffer and separate reads). With the compiled core the sizes are taken in one
+    call and the files are read by the calling thread and the pool's threads together, the GIL released: each
+    takes the next unread file (``FileBatchRead``), so that a thread that starts late (its core busy, the GIL
+    taken) reads fewer files rather than holding the batch back with a fixed share. The fallback reads runs of
+    files in Python (the same bytes)."""
     n = len(paths)
     c = native.core()
     sizes = c.file_sizes(paths) if c is not None else np.array([_size_of(p) for p in paths], np.int64)
@@ -267,32 +269,32 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
     host = buf.numpy()
     got = np.zeros(n, np.int64)
     grown: dict[int, torch.Tensor] = {}
-
-    def read_run(run: range) -> None:
-        lo, hi = run.start, run.stop
-        if c is not None:
-            done, status = c.read_files(paths[lo:hi], offsets[lo:hi], sizes[lo:hi], host)
-            got[lo:hi] = done
-            for k in np.flatnonzero(status).tolist():  # rare: a file that cannot be read, or grew
-                i = lo + k
-                if status[k] < 0:
-                    code = -int(status[k])
-                    raise SampleError(i, paths[i], _cannot_read(paths[i], OSError(code, os.strerror(code))))
-                grown[i] = read_file(paths[i])  # written to since its size was taken: read whole, apart
-            return
-        for i in run:
-            try:
-                fd = os.open(paths[i], os.O_RDONLY)
+    if c is not None:
+        job = c.FileBatchRead(paths, offsets[:n], sizes, host)
+        share_work(pool, job.work, n)
+        job.wait()
+        done, status = job.results()
+        got[:] = done
+        for i in np.flatnonzero(status).tolist():  # rare: a file that cannot be read, or grew
+            if status[i] < 0:
+                code = -int(status[i])
+                raise SampleError(i, paths[i], _cannot_read(paths[i], OSError(code, os.strerror(code))))
+            grown[i] = read_file(paths[i])  # written to since its size was taken: read whole, apart
+    else:
+        def read_run(run: range) -> None:
+            for i in run:
                 try:
-                    got[i], grew = _read_fully(fd, host[offsets[i]: offsets[i + 1]])
-                finally:
-                    os.close(fd)
-                if grew:
-                    grown[i] = read_file(paths[i])
-            except OSError as e:
-                raise SampleError(i, paths[i], _cannot_read(paths[i], e)) from None
+                    fd = os.open(paths[i], os.O_RDONLY)
+                    try:
+                        got[i], grew = _read_fully(fd, host[offsets[i]: offsets[i + 1]])
+                    finally:
+                        os.close(fd)
+                    if grew:
+                        grown[i] = read_file(paths[i])
+                except OSError as e:
+                    raise SampleError(i, paths[i], _cannot_read(paths[i], e)) from None
 
-    map_all(pool, read_run, runs(n, pool, per_thread=True))
+        map_all(pool, read_run, runs(n, pool, per_thread=1, weights=sizes))
     if not grown and (got == sizes).all():  # the usual case: the samples lie back to back, as read
         return Batch.from_packed(buf[: int(offsets[-1])], sizes[:, None], "", paths)
     # A file that shrank since its size was read keeps a gap after its bytes; its sample is what was read.
