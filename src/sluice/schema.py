@@ -220,6 +220,13 @@ class BatchArgs:
             out[name] = values[i]
         return out
 
+    def samples(self) -> list[dict[str, Any]]:
+        """``[sample(i) for i in range(batch_size)]``, to be read, not changed: with no per-sample values every
+        sample shares one dict (a batch of 64 built 64 equal dicts)."""
+        if not self._per_sample:
+            return [dict(self._const)] * self.batch_size
+        return [self.sample(i) for i in range(self.batch_size)]
+
     def names(self) -> list[str]:
         return sorted(set(self._const) | set(self._per_sample))
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 __all__ = [
-    "hann_window", "num_windows", "stft_power", "mel_matrix", "hz_to_mel", "mel_to_hz", "dct_matrix",
+    "hann_window", "given_window", "num_windows", "stft_power", "mel_matrix", "hz_to_mel", "mel_to_hz", "dct_matrix",
     "lifter_weights", "apply_matrix", "to_decibels", "pad_batch",
 ]
 
@@ -40,6 +40,19 @@ def hann_window(length: int, dtype: torch.dtype = torch.float32, device: torch.d
 def _hann_np(length: int) -> np.ndarray:
     n = np.arange(length, dtype=np.float64)
     w = 0.5 * (1.0 - np.cos((2 * math.pi / length) * (n + 0.5)))
+    w.setflags(write=False)
+    return w
+
+
+def given_window(values, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A window given as numbers (``window_fn``) on ``device``: made once per distinct window and kept, so that
+    a batch neither copies it over nor waits for the copy."""
+    return _on_device(_window_np(tuple(float(v) for v in values)), dtype, str(device))
+
+
+@functools.lru_cache(maxsize=64)
+def _window_np(values: tuple[float, ...]) -> np.ndarray:
+    w = np.array(values, dtype=np.float64)
     w.setflags(write=False)
     return w
 

@@ -249,7 +249,7 @@ class AudioDecoder(Operator):
         if n == 0:
             return Batch([]), Batch([])
         if (_floats(args["sample_rate"]) > 0).any():
-            per = [args.sample(i) for i in range(n)]
+            per = args.samples()
             results = _each(ctx.thread_pool, lambda i: decode_sample(data[i], sources[i], **per[i]), list(range(n)),
                             sources)
             return Batch([r[0] for r in results]), Batch([r[1] for r in results])
@@ -576,7 +576,7 @@ class MixedAudioDecoder(Operator):
         if n == 0:
             return None
         sources = ctx.source_info or [""] * n
-        per = [args.sample(i) for i in range(n)]
+        per = args.samples()
         items = _wav_items(data, sources, per)
         if all(it is not None for it in items) or (_floats(args["sample_rate"]) > 0).any():
             return plan_batch(data, sources, per, ctx.thread_pool, items=items)
@@ -595,6 +595,6 @@ class MixedAudioDecoder(Operator):
             host_rates = torch.from_numpy(rates.astype(np.float32))
             return (audio.to(ctx.device, non_blocking=True),
                     _MirroredBatch.mirror(host_rates.to(ctx.device, non_blocking=True), host_rates))
-        return decode_batch(data, sources, [args.sample(i) for i in range(n)], device=ctx.device,
+        return decode_batch(data, sources, args.samples(), device=ctx.device,
                             pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda", defer=ctx.defer,
                             plan=prepared)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from sluice.kernels.audio.batching import as_signal
-from sluice.kernels.audio.spectral import pad_batch, stft_power, to_device
+from sluice.kernels.audio.spectral import given_window, pad_batch, stft_power
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
 
@@ -32,7 +32,7 @@ SCHEMA = OpSchema(
     outputs=1,
     devices=("cpu", "gpu"),
     output_layout=lambda args, _: args["layout"],
-    graph_safe=lambda args: not args.get("window_fn"),  # a given window is copied over each batch
+    graph_safe=True,
     args=[
         Arg("nfft", int, None, "FFT size; the output has nfft // 2 + 1 bins. Defaults to window_length.", min=1),
         Arg("window_length", int, 512, "Window size in samples.", min=1),
@@ -59,7 +59,7 @@ def _run(signals: list[torch.Tensor] | torch.Tensor, nfft, window_length, window
         lengths = torch.full((signals.shape[0],), signals.shape[1], dtype=torch.int64)
     else:
         padded, lengths = pad_batch([s.float() if not s.is_floating_point() else s for s in signals])
-    window = to_device(torch.tensor(window_fn, dtype=padded.dtype), padded.device) if window_fn else None
+    window = given_window(window_fn, padded.dtype, padded.device) if window_fn else None
     spec, frames = stft_power(padded, lengths, nfft=nfft, window_length=window_length, window_step=window_step,
                               window=window, power=power, center_windows=center_windows,
                               reflect_padding=reflect_padding)
