@@ -59,8 +59,10 @@ def main():
     for _ in range(n):
         out, = p.run()
     torch.cuda.synchronize()
-    print(f"RESULT whisper{n_mels} {impl:7s} {n * bs / (time.perf_counter() - t):10.1f} clips/s "
-          f"shape={tuple(out.as_tensor().shape) if hasattr(out, 'as_tensor') else ''}", flush=True)
+    rate = n * bs / (time.perf_counter() - t)
+    shape = out.as_tensor().shape
+    shape = shape() if callable(shape) else shape  # DALI's TensorGPU.shape is a method
+    print(f"RESULT whisper{n_mels} {impl:7s} {rate:10.1f} clips/s shape={tuple(shape)}", flush=True)
 
 
 if __name__ == "__main__":

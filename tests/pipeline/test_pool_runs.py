@@ -45,3 +45,48 @@ def test_weights_balance_the_runs(pool):
 def test_zero_and_negative_weights_still_cover(pool):
     for w in (np.zeros(7), -np.ones(7), np.array([0, 0, 5, 0, 0, 0, 9])):
         assert _covers(runs(7, pool, per_thread=1, weights=w), 7)
+
+
+def test_share_range_covers_every_item_once_in_order(pool):
+    from sluice.pipeline.pool import share_range
+
+    seen = []
+    out = share_range(pool, 50, lambda lo, hi: (seen.extend(range(lo, hi)), list(range(lo, hi)))[1])
+    assert sorted(seen) == list(range(50)) and [i for chunk in out for i in chunk] == list(range(50))
+    assert share_range(None, 3, lambda lo, hi: (lo, hi)) == [(0, 1), (1, 2), (2, 3)]  # guided, one thread
+    assert share_range(pool, 0, lambda lo, hi: 1 / 0) == []
+
+
+def test_share_range_raises_the_first_failure_after_every_chunk_finished(pool):
+    import threading
+    import time
+
+    from sluice.pipeline.pool import share_range
+
+    finished = []
+    lock = threading.Lock()
+
+    def work(lo, hi):
+        time.sleep(0.002)
+        with lock:
+            finished.extend(range(lo, hi))
+        if lo <= 30 < hi or lo <= 10 < hi:
+            raise ValueError(f"item in {lo}..{hi}")
+
+    with pytest.raises(ValueError) as e:
+        share_range(pool, 40, work)
+    assert "item in" in str(e.value) and int(str(e.value).split()[2].split("..")[0]) <= 10
+    assert sorted(finished) == list(range(40))  # nothing was left running or skipped
+
+
+def test_share_range_does_not_wait_for_a_pool_that_is_busy():
+    import threading
+
+    from sluice.pipeline.pool import share_range
+
+    gate = threading.Event()
+    with ThreadPoolExecutor(2) as busy:
+        busy.submit(gate.wait)
+        busy.submit(gate.wait)  # every pool thread is taken: the caller does all the work itself
+        assert [i for c in share_range(busy, 9, lambda lo, hi: list(range(lo, hi))) for i in c] == list(range(9))
+        gate.set()

@@ -11,11 +11,14 @@ Example::
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from concurrent.futures import wait
+from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_TASKS", "runs", "map_all", "share_work"]
+__all__ = ["MAX_TASKS", "runs", "map_all", "share_work", "share_range"]
 
 #: The samples of a batch go to at most this many pool tasks: a task per file cost more in the pool's hand-offs
 #: than reading it (6.6k vs 15.1k files/s of 69 KB measured here).
@@ -71,3 +74,62 @@ def share_work(pool, work, n: int) -> None:
         except RuntimeError:  # the pool is shutting down (the pipeline closes): the caller finishes alone
             pass
     work()
+
+
+class _SharedRange:
+    """The items ``[0, n)`` handed out in chunks to whichever thread asks next (guided: a chunk is a
+    ``1 / (2 * threads)`` share of what is left, at least one item), and counted as they finish."""
+
+    def __init__(self, n: int, work: Callable[[int, int], Any], threads: int):
+        self.n, self.work, self.threads = n, work, max(1, threads)
+        self.lock = threading.Lock()
+        self.finished_all = threading.Condition(self.lock)
+        self.next = self.finished = 0
+        self.results: dict[int, Any] = {}
+        self.errors: dict[int, BaseException] = {}
+
+    def _claim(self) -> tuple[int, int] | None:
+        with self.lock:
+            left = self.n - self.next
+            if left <= 0:
+                return None
+            lo = self.next
+            self.next += max(1, left // (2 * self.threads))
+            return lo, self.next
+
+    def loop(self) -> None:
+        while (chunk := self._claim()) is not None:
+            lo, hi = chunk
+            try:
+                result, error = self.work(lo, hi), None
+            except BaseException as e:  # noqa: BLE001 - raised by the caller, after every chunk finished
+                result, error = None, e
+            with self.lock:
+                self.results[lo] = result
+                if error is not None:
+                    self.errors[lo] = error
+                self.finished += hi - lo
+                if self.finished == self.n:
+                    self.finished_all.notify_all()
+
+    def wait(self) -> None:
+        with self.lock:
+            while self.finished < self.n:
+                self.finished_all.wait()
+
+
+def share_range(pool, n: int, work: Callable[[int, int], Any]) -> list:
+    """``work(lo, hi)`` over the items ``[0, n)``, in chunks taken by the calling thread and up to ``n - 1`` pool
+    threads, each taking the next chunk when it is free (see :class:`_SharedRange`): a thread that starts late
+    (its core busy, the GIL taken) takes fewer chunks rather than holding the batch back with a fixed share of it,
+    and nothing waits for a pool task that never started. Returns the chunks' results in order; the first failure
+    (by position) is raised once every chunk taken has finished."""
+    if n <= 0:
+        return []
+    threads = int(getattr(pool, "_max_workers", 1) or 1) if pool is not None else 1
+    shared = _SharedRange(n, work, threads)
+    share_work(pool if threads > 1 else None, shared.loop, n)
+    shared.wait()
+    if shared.errors:
+        raise shared.errors[min(shared.errors)]
+    return [shared.results[lo] for lo in sorted(shared.results)]

@@ -17,7 +17,7 @@ from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.kernels.audio.resample import resample_batch
 from sluice.native.audio import OK, WAV_FORMATS, host_tensor, open_files
 from sluice.ops.readers.file import batch_region, contiguous_bytes, is_page_locked_buffer
-from sluice.pipeline.pool import map_all
+from sluice.pipeline.pool import map_all, share_range
 from sluice.pipeline.batch import Batch, host_empty
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -180,28 +180,16 @@ def _floats(values) -> np.ndarray:
     return np.array([float(v or 0.0) for v in values], dtype=np.float64)
 
 
-def _chunks(weights: np.ndarray, parts: int) -> list[tuple[int, int]]:
-    """At most ``parts`` contiguous ranges ``(lo, hi)`` of the items, of about equal total weight (every item
-    weighs one more than given: opening a file costs something too)."""
-    n = len(weights)
-    if n == 0:
-        return []
-    cum = np.cumsum(np.asarray(weights, dtype=np.float64) + 1.0)
-    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, max(1, min(parts, n))) / max(1, min(parts, n)), "right")
-    bounds = np.unique(np.concatenate([[0], cuts, [n]])).tolist()
-    return [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
-
-
 def decode_files(data: Batch, sources: list[str], *, dtype: str, downmix: bool, start_time, duration,
                  out_of_bounds_policy: str = "error", finite: bool = True, pool=None, parts: int = 1,
                  pin: bool = False, device_id: int | None = None) -> tuple[Batch, np.ndarray]:
     """Decode a batch of encoded files (1-D uint8 tensors) without resampling: the CPU decoder's work.
 
     One call reads every header (:func:`sluice.native.audio.open_files`); the windows are planned for the whole
-    batch at once; then the batch, split into at most ``parts`` runs of files, is decoded straight into one output
-    buffer, one call per run in ``pool`` (the core releases the GIL). The output is one dense tensor (page-locked
-    with ``pin``, on ``device_id``'s context) when every sample has one shape, else a packed batch (one flat
-    buffer, page-locked likewise).
+    batch at once; then the batch is decoded straight into one output buffer by the calling thread and ``pool``'s
+    threads (``parts`` > 1), each taking the next few files when free (one core call each, the GIL released). The
+    output is one dense tensor (page-locked with ``pin``, on ``device_id``'s context) when every sample has one
+    shape, else a packed batch (one flat buffer, page-locked likewise).
     ``start_time`` and ``duration`` hold one value per file (seconds; a duration of 0 reads to the end).
     Returns the audio and the sample rates; a failure raises a :class:`SampleError` naming the first failing
     sample and its file."""
@@ -212,9 +200,10 @@ def decode_files(data: Batch, sources: list[str], *, dtype: str, downmix: bool, 
         _raise_first({**files.failures, **errors}, sources)
         width = np.ones(n, np.int64) if downmix else files.channels
         audio, out, offsets = _output(n_out, width, getattr(torch, dtype), downmix, pin, device_id)
-        runs = _chunks(n_read * width, parts if pool is not None else 1)
-        failed = map_all(pool, lambda r: files.decode(r[0], r[1], out, offsets, start, n_read, n_out, dtype,
-                                                      downmix, finite), runs)
+        # each thread takes the next few files when it is free (a fixed share per thread left the batch waiting
+        # for a thread that started late)
+        failed = share_range(pool if parts > 1 else None, n, lambda lo, hi: files.decode(
+            lo, hi, out, offsets, start, n_read, n_out, dtype, downmix, finite))
         _raise_first({i: e for part in failed for i, e in part.items()}, sources)
         return audio, files.rate
 
