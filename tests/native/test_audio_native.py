@@ -15,7 +15,8 @@ import soundfile
 import torch
 
 from sluice import native
-from sluice.native.audio import host_tensor, open_files
+from sluice.backends.audio import plan_windows
+from sluice.native.audio import OK, host_tensor, open_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops" / "audio"))
 from _audio_signals import encode, sweep  # noqa: E402
@@ -183,3 +184,30 @@ def test_output_blocks_are_recycled_once_every_view_is_gone():
     assert c.data_ptr() == where and c.shape == (999, 500)
     c.fill_(1.0)
     assert float(c.sum()) == 999 * 500
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled core is not built")
+@pytest.mark.parametrize("subtype", SUBTYPES)
+def test_outputs_written_with_streaming_stores_equal_soundfile(subtype):
+    # An output buffer of 32 MiB or more (a batch of long clips) is written with streaming stores, chunk by chunk:
+    # windows of several chunks and a partial one, at offsets of every alignment, and nothing outside them touched.
+    files = [encode(signal(5003, ch, seed=ch), RATE, "WAV", subtype) for ch in (1, 2, 3, 9)]
+    n = len(files)
+    for dtype in DTYPES:
+        width = np.dtype(dtype).itemsize
+        out = np.full((32 << 20) // width, 7, dtype)
+        for downmix in (False, True):
+            with open_files([np.frombuffer(f, np.uint8) for f in files], [f"f{i}" for i in range(n)]) as fl:
+                start, n_read, n_out, _ = plan_windows(fl.rate, fl.frames, [0.01] * n, [0.5] * n, "error",
+                                                      ["x"] * n, valid=fl.status == OK)
+                at = np.array([1, 4099, 123457, out.size - int(n_out[-1]) * (1 if downmix else 9) - 3])
+                assert not fl.decode(0, n, out, at * width, start, n_read, n_out, dtype, downmix)
+                for i, f in enumerate(files):
+                    count = int(n_out[i]) * (1 if downmix else int(fl.channels[i]))
+                    got = out[at[i]: at[i] + count]
+                    s = int(start[i])
+                    np.testing.assert_array_equal(got.reshape(reference(f, dtype, downmix)[s: s + 4000].shape),
+                                                  reference(f, dtype, downmix)[s: s + 4000])
+                    assert out[at[i] - 1] == 7 and out[at[i] + count] == 7
+                    out[at[i]: at[i] + count] = 7
+    assert (out == 7).all()
