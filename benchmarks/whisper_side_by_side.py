@@ -19,23 +19,13 @@ import time
 N_FFT, HOP, RATE, N_SAMPLES = 400, 160, 16000, 480000
 
 
-def main():
-    impl, root = sys.argv[1], sys.argv[2]
-    if impl == "make":
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-        from whisper_logmel import make_clips
-        make_clips(root, count=int(sys.argv[3]) if len(sys.argv) > 3 else 128)
-        return
-    n_mels = int(sys.argv[3]) if len(sys.argv) > 3 else 80
+def build(base: str, files: list, n_mels: int, bs: int = 32):
+    """The pipeline function, written against ``base`` (``nvidia.dali`` or ``sluice``)."""
     import numpy as np
-    import torch
-    base = "nvidia.dali" if impl == "dali" else "sluice"
     pipeline_def = importlib.import_module(base).pipeline_def
     fn = importlib.import_module(base + ".fn")
     types = importlib.import_module(base + ".types")
-    files = sorted(glob.glob(os.path.join(root, "*", "*.wav")))
     periodic_hann = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)).tolist()
-    bs = 32
 
     @pipeline_def(batch_size=bs, num_threads=16, device_id=0)
     def pipe():
@@ -49,6 +39,21 @@ def main():
         mel = fn.mel_filter_bank(spec, sample_rate=float(RATE), nfilter=n_mels)
         return fn.to_decibels(mel, multiplier=1.0, reference=1.0, cutoff_db=-10.0)
 
+    return pipe
+
+
+def main():
+    impl, root = sys.argv[1], sys.argv[2]
+    if impl == "make":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+        from whisper_logmel import make_clips
+        make_clips(root, count=int(sys.argv[3]) if len(sys.argv) > 3 else 128)
+        return
+    n_mels = int(sys.argv[3]) if len(sys.argv) > 3 else 80
+    import torch
+    files = sorted(glob.glob(os.path.join(root, "*", "*.wav")))
+    bs = 32
+    pipe = build("nvidia.dali" if impl == "dali" else "sluice", files, n_mels, bs)
     p = pipe()
     p.build()
     for _ in range(3):

@@ -66,3 +66,44 @@ def test_decoded_on_the_device_equals_the_cpu_decoder(tmp_path, monkeypatch, sub
 
     for a, b in zip(run(True), run(False)):
         assert torch.equal(a, b)
+
+
+def test_a_rate_read_as_an_argument_input_on_the_gpu_moves_with_the_decoder(tmp_path):
+    """audio_resample(audio.gpu(), in_rate=rate): the mixed decoder's rate (host values kept) feeds the argument."""
+    files = _wavs(tmp_path)
+
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None)
+    def pipe():
+        enc, _ = fn.readers.file(files=files)
+        audio, rate = fn.decoders.audio(enc, dtype=types.INT16, downmix=True)
+        return fn.audio_resample(audio.gpu(), in_rate=rate, out_rate=8000.0, dtype=types.FLOAT)
+    p = pipe()
+    from sluice.pipeline.executor import topological_order
+    nodes = topological_order(p._outputs)
+    after = decode_audio_on_device(nodes, p._outputs)
+    mixed = next(n for n in after if n.device == "mixed")
+    resample = next(n for n in after if n.schema.name == "audio_resample")
+    assert resample.arg_inputs["in_rate"] is mixed.outputs[1]
+    assert ("decoders.audio", "cpu") not in _names(after)
+    # the original nodes are untouched
+    assert next(n for n in nodes if n.schema.name == "audio_resample").arg_inputs["in_rate"].op.device == "cpu"
+
+
+@pytest.mark.cuda
+def test_resampling_by_the_moved_rate_equals_the_cpu_decoder(tmp_path, monkeypatch):
+    files = _wavs(tmp_path, 6)
+
+    def run(fused):
+        monkeypatch.setenv("SLUICE_DISABLE_FUSION", "0" if fused else "1")
+
+        @pipeline_def(batch_size=3, num_threads=2, device_id=0)
+        def pipe():
+            enc, _ = fn.readers.file(files=files)
+            audio, rate = fn.decoders.audio(enc, dtype=types.INT16, downmix=True)
+            return fn.audio_resample(audio.gpu(), in_rate=rate, out_rate=8000.0, dtype=types.FLOAT)
+        p = pipe()
+        p.build()
+        return [p.run()[0].as_cpu().as_tensor().clone() for _ in range(2)]
+
+    for a, b in zip(run(True), run(False)):
+        assert torch.equal(a, b)

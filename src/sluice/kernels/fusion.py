@@ -247,8 +247,10 @@ def decode_audio_on_device(op_nodes: list[Any], outputs: Iterable[Any] | None = 
     test_mixed_decoder*.py), but moves the files' samples to the GPU as they are stored (16-bit samples: half the
     bytes of float32) and converts them there, instead of converting on the host and moving the result. It applies
     when the decoder resamples nothing (``sample_rate`` 0: soxr and the GPU resampler differ), its audio feeds only
-    the transfer, and its rate output is used by nothing; neither output may be a pipeline output. The transfer node
-    is replaced by the mixed decoder (same id and output, so its consumers hold) and the CPU decoder is dropped.
+    the transfer, and its rate output is used by nothing or only as argument inputs (``audio_resample(in_rate=rate)``:
+    the mixed decoder's rate output keeps its host values, which argument inputs read); neither output may be a
+    pipeline output. The transfer node is replaced by the mixed decoder (same id and output, so its consumers
+    hold), the rate's readers are copied to read the mixed decoder's rate, and the CPU decoder is dropped.
     ``SLUICE_DISABLE_FUSION=1`` turns it off.
     """
     if _disabled():
@@ -267,14 +269,22 @@ def decode_audio_on_device(op_nodes: list[Any], outputs: Iterable[Any] | None = 
                 or audio.index != 0 or dec.arg_inputs or float(dec.const_args.get("sample_rate") or 0.0) != 0.0
                 or consumers.get(id(audio), []) != [node] or any(id(d) in out_ids for d in dec.outputs)):
             continue
-        if consumers.get(id(dec.outputs[1])):
-            continue
+        rate = dec.outputs[1]
+        readers = consumers.get(id(rate), [])
+        after = {id(n) for n in op_nodes[op_nodes.index(node) + 1:]}
+        if any(any(x is rate for x in r.inputs) or id(r) in replace or r.device == "cpu" or id(r) not in after
+               for r in readers):
+            continue  # the rate is read as a regular input, on the CPU, or before the transfer: it stays on the CPU
         mixed = copy.copy(node)
         mixed.schema, mixed.device = dec.schema, "mixed"
         mixed.inputs, mixed.const_args, mixed.arg_inputs = list(dec.inputs), dict(dec.const_args), {}
         mixed.name, mixed.explicit_name = dec.name, dec.explicit_name
         mixed.outputs = [node.outputs[0], DataNode(mixed, 1, "gpu")]
         replace[id(node)] = mixed
+        for r in readers:  # read the mixed decoder's rate (same id, so the reader's own consumers hold)
+            moved = copy.copy(r)
+            moved.arg_inputs = {k: (mixed.outputs[1] if v is rate else v) for k, v in r.arg_inputs.items()}
+            replace[id(r)] = moved
         drop.add(id(dec))
         logger.debug("the CPU audio decoder %s feeding .gpu() decodes on the device", dec)
     return [replace.get(id(n), n) for n in op_nodes if id(n) not in drop]

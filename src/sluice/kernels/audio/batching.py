@@ -33,6 +33,9 @@ def pad_stack(samples: Sequence[torch.Tensor] | Batch,
         raise ValueError(f"all samples must have the same number of dimensions, got shapes {shapes}")
     if all(s == shapes[0] for s in shapes):
         return torch.stack(list(samples)), shapes
+    if all(s[1:] == shapes[0][1:] for s in shapes) and shapes[0]:
+        # ragged in the first dimension only (signals of different lengths): one call, no copy per sample here
+        return torch.nn.utils.rnn.pad_sequence(list(samples), batch_first=True, padding_value=fill), shapes
     big = tuple(max(dims) for dims in zip(*shapes))
     out = samples[0].new_full((len(samples),) + big, fill)
     for i, s in enumerate(samples):
