@@ -79,12 +79,25 @@ def test_crc32c_check_value_and_twin():
         assert np.array_equal(nio.crc32c(data, offsets, sizes), slow)
 
 
+def _work_in_threads(job, helpers: int = 3) -> int:
+    """``job.work()`` in ``helpers`` threads and in this one, then ``job.wait()``: how many items this thread read."""
+    import threading
+
+    threads = [threading.Thread(target=job.work) for _ in range(helpers)]
+    for t in threads:
+        t.start()
+    mine = job.work()
+    job.wait()
+    for t in threads:
+        t.join()
+    return mine
+
+
 @needs_core
 def test_a_batch_read_by_several_threads_equals_read_files(tmp_path):
     """FileBatchRead: whichever thread takes which file, the bytes and statuses are read_files' (a missing file is
     -ENOENT, a file larger than its slot 1); a thread that calls work() after wait() finds nothing left."""
     import errno
-    import threading
 
     rng = np.random.default_rng(1)
     paths = []
@@ -101,13 +114,7 @@ def test_a_batch_read_by_several_threads_equals_read_files(tmp_path):
     want_got, want_status = c.read_files(paths, offsets, sizes, want)
     out = np.zeros_like(want)
     job = c.FileBatchRead(paths, offsets, sizes, out)
-    threads = [threading.Thread(target=job.work) for _ in range(3)]
-    for t in threads:
-        t.start()
-    mine = job.work()
-    job.wait()
-    for t in threads:
-        t.join()
+    mine = _work_in_threads(job)
     got, status = job.results()
     assert np.array_equal(out, want) and np.array_equal(got, want_got) and np.array_equal(status, want_status)
     assert status[7] == -errno.ENOENT and status[11] == 1 and (np.delete(status, [7, 11]) == 0).all()
@@ -123,3 +130,41 @@ def test_a_batch_read_checks_its_slots(tmp_path):
     with pytest.raises(ValueError, match="one value per path"):
         native.core().FileBatchRead([str(p)], np.array([0, 1], np.int64), np.array([10], np.int64),
                                     np.zeros(8, np.uint8))
+
+
+@needs_core
+def test_a_batch_of_ranges_read_by_several_threads_equals_the_twin(files, tmp_path):
+    """RangeBatchRead: whichever thread takes which range, the bytes, counts and statuses are those of
+    read_ranges' pure-Python twin (a missing file is -ENOENT, a range past its file's end is short), with the
+    ranges of each file spread over the batch; a thread that calls work() after wait() finds nothing left."""
+    import errno
+
+    paths, starts, sizes, offsets = _case(files, tmp_path)
+    paths, starts, sizes, offsets = paths * 6, np.tile(starts, 6), np.tile(sizes, 6), np.tile(offsets, 6)
+    offsets = offsets + np.repeat(np.arange(6) * int(sizes[:7].sum()), 7)
+    want = np.zeros(int(offsets[-1] + sizes[-1]), np.uint8)
+    with native.fallback():
+        want_got, want_status = nio.read_ranges(paths, starts, sizes, offsets, want)
+    distinct = sorted(set(paths))
+    index = np.array([distinct.index(p) for p in paths], np.int64)
+    out = np.zeros_like(want)
+    job = native.core().RangeBatchRead(distinct, index, starts, sizes, offsets, out)
+    mine = _work_in_threads(job)
+    got, status = job.results()
+    assert np.array_equal(out, want) and np.array_equal(got, want_got) and np.array_equal(status, want_status)
+    assert status[3] == -errno.ENOENT and got[1] == 100 and got[5] == 10
+    assert 0 <= mine <= len(paths) and job.work() == 0
+
+
+@needs_core
+def test_a_batch_of_ranges_checks_its_arguments(files):
+    job = native.core().RangeBatchRead
+    one = np.array([0], np.int64)
+    with pytest.raises(ValueError, match="slot lies outside"):
+        job([files[0]], one, one, np.array([10], np.int64), np.array([5], np.int64), np.zeros(8, np.uint8))
+    with pytest.raises(ValueError, match="not an index of files"):
+        job([files[0]], np.array([1], np.int64), one, one, one, np.zeros(8, np.uint8))
+    with pytest.raises(ValueError, match="starts before"):
+        job([files[0]], one, np.array([-1], np.int64), one, one, np.zeros(8, np.uint8))
+    with pytest.raises(ValueError, match="one value per file_index"):
+        job([files[0]], one, np.array([0, 0], np.int64), one, one, np.zeros(8, np.uint8))

@@ -100,57 +100,84 @@ py::tuple read_files(const py::sequence& paths_in, py::array_t<int64_t, py::arra
     return py::make_tuple(got, status);
 }
 
-// One batch of files read by several threads at once (read_files' slots and results). Every thread that calls
-// work() takes the next unread file until none is left, so that a thread that starts late (its core busy, the
-// GIL taken) takes fewer files instead of holding the batch back as a fixed run of files would; wait() returns
-// once every file taken has been read. A thread that calls work() after that finds nothing and returns.
-class FileBatchRead {
+// Reads ``size`` bytes of the open file ``fd`` from byte ``from`` into dst: the bytes read (fewer where the file ends
+// first) and the status (0, or -errno where a read fails). Needs no GIL.
+void read_range(int fd, int64_t from, uint8_t* dst, int64_t size, int64_t& got, int32_t& status) {
+    int64_t have = 0;
+    status = 0;
+    while (have < size) {
+        ssize_t r = ::pread(fd, dst + have, static_cast<size_t>(size - have), from + have);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            status = -errno;
+            break;
+        }
+        if (r == 0) break;  // the file ends first
+        have += r;
+    }
+    got = have;
+}
+
+// A batch of items (files, byte ranges) read into slots of one buffer by several threads at once. Every thread that
+// calls work() takes the next unread item until none is left, so that a thread that starts late (its core busy, the
+// GIL taken) takes fewer items instead of holding the batch back as a fixed run of items would; wait() returns once
+// every item taken has been read. A thread that calls work() after that finds nothing and returns. Subclasses read
+// item i (read_item, without the GIL) and may release what they hold once all are read (all_read).
+class SharedBatchRead {
 public:
-    FileBatchRead(const py::sequence& paths_in, py::array_t<int64_t, py::array::c_style> offsets,
-                  py::array_t<int64_t, py::array::c_style> sizes, py::buffer out_buf)
-        : paths_(paths_of(paths_in)), keep_(out_buf) {
-        const size_t n = paths_.size();
-        if (static_cast<size_t>(offsets.size()) != n || static_cast<size_t>(sizes.size()) != n)
-            throw std::invalid_argument("FileBatchRead: offsets and sizes need one value per path");
+    virtual ~SharedBatchRead() = default;
+
+    // Reads items until none is left; returns how many this call read.
+    size_t work() {
+        py::gil_scoped_release release;
+        size_t mine = 0;
+        for (size_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) {
+            read_item(i, g_[i], st_[i]);
+            ++mine;
+            std::lock_guard<std::mutex> lock(m_);
+            if (++finished_ == n_) {
+                all_read();
+                done_.notify_all();
+            }
+        }
+        return mine;
+    }
+
+    // Blocks until every item has been read (call work() first, or make sure other threads do).
+    void wait() {
+        py::gil_scoped_release release;
+        std::unique_lock<std::mutex> lock(m_);
+        done_.wait(lock, [this] { return finished_ == n_; });
+    }
+
+    py::tuple results() const { return py::make_tuple(got_, status_); }
+
+protected:
+    SharedBatchRead(size_t n, const py::buffer& out_buf, const int64_t* offsets, const int64_t* sizes,
+                    const char* what)
+        : n_(n), keep_(out_buf) {
         Bytes out = bytes_of(out_buf, true);
         data_ = out.data;
-        check_slots("FileBatchRead", offsets.data(), sizes.data(), n, out.size);
-        off_.assign(offsets.data(), offsets.data() + n);
-        sz_.assign(sizes.data(), sizes.data() + n);
+        check_slots(what, offsets, sizes, n, out.size);
+        off_.assign(offsets, offsets + n);
+        sz_.assign(sizes, sizes + n);
         got_ = py::array_t<int64_t>(static_cast<py::ssize_t>(n));
         status_ = py::array_t<int32_t>(static_cast<py::ssize_t>(n));
         g_ = got_.mutable_data();
         st_ = status_.mutable_data();
     }
 
-    // Reads files until none is left; returns how many this call read.
-    size_t work() {
-        py::gil_scoped_release release;
-        const size_t n = paths_.size();
-        size_t mine = 0;
-        for (size_t i = next_.fetch_add(1); i < n; i = next_.fetch_add(1)) {
-            read_one(paths_[i], data_ + off_[i], sz_[i], g_[i], st_[i]);
-            ++mine;
-            std::lock_guard<std::mutex> lock(m_);
-            if (++finished_ == n) done_.notify_all();
-        }
-        return mine;
-    }
+    // Reads item i into data_[off_[i] : off_[i] + sz_[i]]: the bytes read and the status. Needs no GIL.
+    virtual void read_item(size_t i, int64_t& got, int32_t& status) = 0;
+    // Called once, by the thread that read the last item, when no thread reads any more.
+    virtual void all_read() {}
 
-    // Blocks until every file has been read (call work() first, or make sure other threads do).
-    void wait() {
-        py::gil_scoped_release release;
-        std::unique_lock<std::mutex> lock(m_);
-        done_.wait(lock, [this] { return finished_ == paths_.size(); });
-    }
-
-    py::tuple results() const { return py::make_tuple(got_, status_); }
-
-private:
-    std::vector<std::string> paths_;
-    py::object keep_;  // the buffer's owner, alive while a late thread may still call work()
+    size_t n_;
     uint8_t* data_ = nullptr;
     std::vector<int64_t> off_, sz_;
+
+private:
+    py::object keep_;  // the buffer's owner, alive while a late thread may still call work()
     py::array_t<int64_t> got_;
     py::array_t<int32_t> status_;
     int64_t* g_ = nullptr;
@@ -161,6 +188,96 @@ private:
     std::condition_variable done_;
 };
 
+// One batch of files read by several threads at once (read_files' slots and results, read_one per file).
+class FileBatchRead : public SharedBatchRead {
+public:
+    FileBatchRead(const py::sequence& paths_in, py::array_t<int64_t, py::array::c_style> offsets,
+                  py::array_t<int64_t, py::array::c_style> sizes, py::buffer out_buf)
+        : SharedBatchRead(checked_count("FileBatchRead", py::len(paths_in), offsets, sizes), out_buf,
+                          offsets.data(), sizes.data(), "FileBatchRead"),
+          paths_(paths_of(paths_in)) {}
+
+private:
+    void read_item(size_t i, int64_t& got, int32_t& status) override {
+        read_one(paths_[i], data_ + off_[i], sz_[i], got, status);
+    }
+    static size_t checked_count(const char* what, size_t n, const py::array_t<int64_t, py::array::c_style>& a,
+                                const py::array_t<int64_t, py::array::c_style>& b) {
+        if (static_cast<size_t>(a.size()) != n || static_cast<size_t>(b.size()) != n)
+            throw std::invalid_argument(std::string(what) + ": offsets and sizes need one value per path");
+        return n;
+    }
+
+    std::vector<std::string> paths_;
+};
+
+// One batch of byte ranges read by several threads at once (read_ranges' slots and results): range i is sizes[i]
+// bytes of files[file_index[i]] from byte starts[i] (tar members of a few shards). Each file is opened once, by the
+// first thread that needs it, and read by every thread with pread; the files are closed once all ranges are read.
+class RangeBatchRead : public SharedBatchRead {
+public:
+    RangeBatchRead(const py::sequence& files_in, py::array_t<int64_t, py::array::c_style> file_index,
+                   py::array_t<int64_t, py::array::c_style> starts, py::array_t<int64_t, py::array::c_style> sizes,
+                   py::array_t<int64_t, py::array::c_style> offsets, py::buffer out_buf)
+        : SharedBatchRead(checked_count(file_index, starts, sizes, offsets), out_buf, offsets.data(), sizes.data(),
+                          "RangeBatchRead"),
+          files_(paths_of(files_in)), file_(file_index.data(), file_index.data() + n_),
+          from_(starts.data(), starts.data() + n_), fd_(files_.size(), -1), errno_(files_.size(), 0),
+          opened_(files_.size(), 0) {
+        for (size_t i = 0; i < n_; ++i) {
+            if (file_[i] < 0 || static_cast<size_t>(file_[i]) >= files_.size())
+                throw std::invalid_argument("RangeBatchRead: a file_index is not an index of files");
+            if (from_[i] < 0) throw std::invalid_argument("RangeBatchRead: a range starts before its file");
+        }
+    }
+    ~RangeBatchRead() override { close_all(); }
+
+private:
+    void read_item(size_t i, int64_t& got, int32_t& status) override {
+        const size_t f = static_cast<size_t>(file_[i]);
+        int fd, err;
+        {
+            std::lock_guard<std::mutex> lock(open_m_);
+            if (!opened_[f]) {
+                fd_[f] = ::open(files_[f].c_str(), O_RDONLY | O_CLOEXEC);
+                errno_[f] = fd_[f] < 0 ? errno : 0;
+                opened_[f] = 1;
+            }
+            fd = fd_[f];
+            err = errno_[f];
+        }
+        if (fd < 0) {
+            got = 0;
+            status = -err;
+            return;
+        }
+        read_range(fd, from_[i], data_ + off_[i], sz_[i], got, status);
+    }
+    void all_read() override { close_all(); }
+    void close_all() {
+        std::lock_guard<std::mutex> lock(open_m_);
+        for (int& fd : fd_)
+            if (fd >= 0) {
+                ::close(fd);
+                fd = -1;
+            }
+    }
+    static size_t checked_count(const py::array_t<int64_t, py::array::c_style>& file_index,
+                                const py::array_t<int64_t, py::array::c_style>& starts,
+                                const py::array_t<int64_t, py::array::c_style>& sizes,
+                                const py::array_t<int64_t, py::array::c_style>& offsets) {
+        const auto n = file_index.size();
+        if (starts.size() != n || sizes.size() != n || offsets.size() != n)
+            throw std::invalid_argument("RangeBatchRead: starts, sizes and offsets need one value per file_index");
+        return static_cast<size_t>(n);
+    }
+
+    std::vector<std::string> files_;
+    std::vector<int64_t> file_, from_;
+    std::vector<int> fd_, errno_;
+    std::vector<char> opened_;
+    std::mutex open_m_;
+};
 
 // Reads byte ranges of files into slots of one buffer: range i is sizes[i] bytes of paths[i] from byte starts[i],
 // into out[offsets[i] : offsets[i] + sizes[i]] (tar members, TFRecord records, the rows of a .npy region).
@@ -202,19 +319,7 @@ py::tuple read_ranges(const py::sequence& paths_in, py::array_t<int64_t, py::arr
                 st[i] = -open_errno;
                 continue;
             }
-            uint8_t* dst = out.data + off[i];
-            int64_t have = 0;
-            while (have < sz[i]) {
-                ssize_t r = ::pread(fd, dst + have, static_cast<size_t>(sz[i] - have), from[i] + have);
-                if (r < 0) {
-                    if (errno == EINTR) continue;
-                    st[i] = -errno;
-                    break;
-                }
-                if (r == 0) break;  // the file ends first
-                have += r;
-            }
-            g[i] = have;
+            read_range(fd, from[i], out.data + off[i], sz[i], g[i], st[i]);
         }
         if (fd >= 0) ::close(fd);
     }
@@ -285,6 +390,19 @@ void register_io(py::module_& m) {
         .def("work", &FileBatchRead::work, "Read files until none is left; how many this call read.")
         .def("wait", &FileBatchRead::wait, "Block until every file has been read.")
         .def("results", &FileBatchRead::results, "(bytes read, status) per file.");
+    py::class_<RangeBatchRead>(m, "RangeBatchRead",
+                               "Byte ranges of files (range i: sizes[i] bytes of files[file_index[i]] from "
+                               "starts[i]) read into slots of one buffer by every thread that calls work(); wait() "
+                               "returns once all are read; results(): (bytes read, status) per range, as "
+                               "read_ranges.")
+        .def(py::init<const py::sequence&, py::array_t<int64_t, py::array::c_style>,
+                      py::array_t<int64_t, py::array::c_style>, py::array_t<int64_t, py::array::c_style>,
+                      py::array_t<int64_t, py::array::c_style>, py::buffer>(),
+             py::arg("files"), py::arg("file_index"), py::arg("starts"), py::arg("sizes"), py::arg("offsets"),
+             py::arg("out"))
+        .def("work", &RangeBatchRead::work, "Read ranges until none is left; how many this call read.")
+        .def("wait", &RangeBatchRead::wait, "Block until every range has been read.")
+        .def("results", &RangeBatchRead::results, "(bytes read, status) per range.");
     m.def("read_ranges", &read_ranges, py::arg("paths"), py::arg("starts"), py::arg("sizes"), py::arg("offsets"),
           py::arg("out"), "Read byte ranges of files into slots of one buffer: (bytes read, status: 0 ok, -errno).");
     m.def("crc32c", &crc32c, py::arg("buf"), py::arg("offsets"), py::arg("sizes"),

@@ -13,7 +13,7 @@ import torch
 from _reader_data import write_shards
 
 import sluice
-from sluice import fn, types
+from sluice import fn, native, types
 from sluice.errors import PipelineError
 from sluice.ops.readers.webdataset import build_index
 
@@ -47,6 +47,23 @@ def test_same_samples_as_webdataset(tmp_path):
     assert p.reader_meta("R")["epoch_size"] == 12
     # The batch lies back to back in one buffer, as readers.file's does: the image decoders take it whole.
     assert jpgs.packed is not None and classes.packed is not None
+
+
+def test_labels_of_one_size_come_dense_and_the_twin_reads_the_same(tmp_path):
+    """Members all of one size (one-digit cls labels) make one dense tensor, as readers.file's labels are (an
+    iterator takes it whole); the jpgs stay a packed batch; the compiled core's batch read (every thread taking
+    the next member) and the pure-Python twin give the same samples as webdataset, shuffled or not."""
+    shards = write_shards(tmp_path, shards=3, per_shard=3)
+    reference = {r["__key__"]: (r["jpg"], r["cls"]) for r in wds.WebDataset(shards, shardshuffle=False)}
+    p, batches = run_reader(batch_size=9, paths=shards, ext=["jpg", "cls"], random_shuffle=True, initial_fill=4)
+    jpgs, classes = batches[0]
+    assert classes.dense is not None and classes.dense.shape == (9, 1) and jpgs.packed is not None
+    got = [(s.split(":")[-1].split(".")[0], j, c) for s, j, c in zip(jpgs.source_info, as_bytes(jpgs),
+                                                                       as_bytes(classes))]
+    assert sorted(got) == sorted((k, j, c) for k, (j, c) in reference.items())
+    with native.fallback():
+        _, twin = run_reader(batch_size=9, paths=shards, ext=["jpg", "cls"], random_shuffle=True, initial_fill=4)
+    assert as_bytes(twin[0][0]) == as_bytes(jpgs) and as_bytes(twin[0][1]) == as_bytes(classes)
 
 
 def test_images_decode_like_pil(tmp_path):

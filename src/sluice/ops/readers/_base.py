@@ -4,10 +4,10 @@ the on-disk cache of the indexes they build.
 
 A batch of a reader is a list of byte ranges (a tar member, a TFRecord record, the rows of a ``.npy`` region, an
 image file) of local files or S3 objects. :func:`read_packed` reads them back to back into one buffer (page-locked
-when the pipeline's GPU stage takes the outputs), local ranges by the compiled core with the GIL released, each
-pool thread reading a run of them in one call, remote ones in one concurrent fetch (:mod:`sluice.backends.storage`).
-Readers then hand the batch out packed (:meth:`Batch.from_packed`), which the mixed image decoders' fast lane and
-the GPU copies take whole.
+when the pipeline's GPU stage takes the outputs), local ranges by the compiled core with the GIL released (the
+calling thread and the pool's each taking the next unread range), remote ones in one concurrent fetch
+(:mod:`sluice.backends.storage`). Readers then hand the batch out packed (:meth:`Batch.from_packed`), which the
+mixed image decoders' fast lane and the GPU copies take whole.
 
 Example::
 
@@ -26,11 +26,12 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from sluice import native
 from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
 from sluice.native import io as native_io
 from sluice.ops.readers.file import _host_buffer
-from sluice.pipeline.pool import map_all, runs
+from sluice.pipeline.pool import map_all, runs, share_work
 
 __all__ = ["read_packed", "read_into", "cached_index", "member_name", "as_list"]
 
@@ -54,19 +55,23 @@ def as_list(op: str, name: str, value: str | Sequence[str] | None) -> list[str]:
 
 def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.ndarray, names: Sequence[str], *,
                 pool=None, pin: bool = False, device_id: int | None = None, align_at: Sequence[int] = (),
-                what: str = "record") -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+                what: str = "record", file_index: np.ndarray | None = None
+                ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """Read range ``i`` (``sizes[i]`` bytes of ``paths[i]`` from byte ``starts[i]``; a size of -1 reads the whole
-    file) into one buffer. Returns ``(buffer, offsets, sizes)``: the uint8 buffer (page-locked with ``pin``) and
-    where each range lies in it, back to back, except that the ranges whose indices are in ``align_at`` (the
-    first of each output of a multi-output reader) start at a multiple of 8 bytes, so that an output's stretch can
-    be viewed as any type. A range that cannot be read whole raises a SampleError naming ``names[i]`` (the file
-    and member) and the bytes missing."""
-    n = len(paths)
-    starts = np.asarray(starts, np.int64)
-    sizes = np.asarray(sizes, np.int64).copy()
+    file) into one buffer. With ``file_index``, ``paths`` are the distinct files and range ``i`` is of
+    ``paths[file_index[i]]`` (a reader of a few shards then makes no list of a path per range). Returns
+    ``(buffer, offsets, sizes)``: the uint8 buffer (page-locked with ``pin``) and where each range lies in it, back
+    to back, except that the ranges whose indices are in ``align_at`` (the first of each output of a multi-output
+    reader) start at a multiple of 8 bytes, so that an output's stretch can be viewed as any type. A range that
+    cannot be read whole raises a SampleError naming ``names[i]`` (the file and member) and the bytes missing."""
+    files, file_index = _distinct(paths, file_index)
+    n = len(file_index)
+    starts = np.ascontiguousarray(starts, np.int64)
+    sizes = np.array(sizes, np.int64)
     fetched: dict[int, object] = {}
     whole = np.flatnonzero(sizes < 0).tolist()
     if whole:  # sizes not known beforehand: whole objects are fetched now, local files sized
+        paths = [files[f] for f in file_index.tolist()]
         remote = [i for i in whole if storage.is_url(paths[i])]
         for i, data in zip(remote, _fetch(paths, starts, sizes, names, remote)):
             fetched[i] = data
@@ -86,40 +91,78 @@ def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.nda
     host = buf.numpy()
     for i, data in fetched.items():
         host[offsets[i]: offsets[i] + sizes[i]] = storage.to_array(data)
-    rest = np.array(sorted(set(range(n)) - set(fetched)), np.int64)
-    read_into(paths, starts, sizes, names, host, offsets, rest, pool=pool, what=what)
+    rest = np.delete(np.arange(n), list(fetched)) if fetched else None
+    read_into(files, starts, sizes, names, host, offsets, rest, pool=pool, what=what, file_index=file_index)
     return buf, offsets, sizes
 
 
 def read_into(paths: Sequence[str], starts: np.ndarray, sizes: np.ndarray, names: Sequence[str], host: np.ndarray,
-              offsets: np.ndarray, which: np.ndarray | None = None, *, pool=None, what: str = "record") -> None:
-    """Read range ``i`` (``sizes[i]`` bytes of ``paths[i]`` from ``starts[i]``) into ``host[offsets[i]:]``, for
-    each ``i`` of ``which`` (default: all): local ranges by the compiled core, a run of them per pool thread,
-    remote ones fetched concurrently. A range that cannot be read whole raises a SampleError naming
-    ``names[i]``."""
-    which = np.arange(len(paths)) if which is None else np.asarray(which, np.int64)
-    remote = [i for i in which.tolist() if storage.is_url(paths[i])]
-    for i, data in zip(remote, _fetch(paths, starts, sizes, names, remote, what)):
-        host[offsets[i]: offsets[i] + sizes[i]] = storage.to_array(data)
-    local = which[[not storage.is_url(paths[i]) for i in which.tolist()]] if which.size else which
-    if not local.size:
+              offsets: np.ndarray, which: np.ndarray | None = None, *, pool=None, what: str = "record",
+              file_index: np.ndarray | None = None) -> None:
+    """Read range ``i`` (``sizes[i]`` bytes of ``paths[i]``, or with ``file_index`` of ``paths[file_index[i]]``,
+    from ``starts[i]``) into ``host[offsets[i]:]``, for each ``i`` of ``which`` (default: all): remote ones fetched
+    concurrently, local ones by the compiled core with the GIL released, every pool thread and the calling one
+    taking the next unread range (:func:`_read_local`). A range that cannot be read whole raises a SampleError
+    naming ``names[i]``."""
+    files, file_index = _distinct(paths, file_index)
+    starts, sizes, offsets = (np.ascontiguousarray(a, np.int64) for a in (starts, sizes, offsets))
+    which = np.arange(len(file_index)) if which is None else np.asarray(which, np.int64)
+    remote_file = np.array([storage.is_url(f) for f in files], bool)
+    is_remote = remote_file[file_index[which]]
+    if is_remote.any():
+        remote = which[is_remote].tolist()
+        per_range = [files[f] for f in file_index.tolist()]
+        for i, data in zip(remote, _fetch(per_range, starts, sizes, names, remote, what)):
+            host[offsets[i]: offsets[i] + sizes[i]] = storage.to_array(data)
+        which = which[~is_remote]
+    if not which.size:
         return
+    got, status = _read_local(files, file_index[which], starts[which], sizes[which], offsets[which], host, pool)
+    bad = np.flatnonzero((status != 0) | (got != sizes[which]))
+    if bad.size:  # the first range that failed, in batch order
+        k = int(bad[0])
+        i = int(which[k])
+        path = files[file_index[i]]
+        if status[k] < 0:
+            code = -int(status[k])
+            raise SampleError(i, names[i], storage.StorageError(code, f"cannot read '{path}': {os.strerror(code)}"))
+        raise SampleError(i, names[i], _short(path, starts[i], sizes[i], int(got[k]), what))
 
-    def read_run(run: range) -> None:
-        idx = local[run.start:run.stop]
-        got, status = native_io.read_ranges([paths[i] for i in idx.tolist()], starts[idx], sizes[idx],
-                                            offsets[idx], host)
-        bad = np.flatnonzero((status != 0) | (got != sizes[idx]))
-        if bad.size:
-            k = int(bad[0])
-            i = int(idx[k])
-            if status[k] < 0:
-                code = -int(status[k])
-                raise SampleError(i, names[i], storage.StorageError(
-                    code, f"cannot read '{paths[i]}': {os.strerror(code)}"))
-            raise SampleError(i, names[i], _short(paths[i], starts[i], sizes[i], int(got[k]), what))
 
-    map_all(pool, read_run, runs(len(local), pool, per_thread=1, weights=sizes[local]))
+def _distinct(paths: Sequence[str], file_index: np.ndarray | None) -> tuple[list[str], np.ndarray]:
+    """The distinct files of a batch's ranges and each range's index among them."""
+    if file_index is not None:
+        return list(paths), np.ascontiguousarray(file_index, np.int64)
+    seen: dict[str, int] = {}
+    index = np.fromiter((seen.setdefault(p, len(seen)) for p in paths), np.int64, len(paths))
+    return list(seen), index
+
+
+def _read_local(files: list[str], file_index: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+                offsets: np.ndarray, host: np.ndarray, pool) -> tuple[np.ndarray, np.ndarray]:
+    """Read local range ``k`` (``sizes[k]`` bytes of ``files[file_index[k]]`` from ``starts[k]``) into
+    ``host[offsets[k]:]``: (bytes read, status per range), as :func:`sluice.native.io.read_ranges` returns them.
+    The compiled core's ``RangeBatchRead`` is worked by the calling thread and the pool's threads together, the
+    GIL released, each taking the next unread range and every file opened once (``share_work``, as readers.file's
+    ``FileBatchRead``): a pool thread that starts late, busy decoding, reads fewer ranges instead of holding the
+    batch back with a fixed run. Without it, runs of ranges go to the pool's threads, read by ``read_ranges``
+    (the core's, or its pure-Python twin): the same bytes and results."""
+    n = len(file_index)
+    c = native.core()
+    job_type = getattr(c, "RangeBatchRead", None)  # a core built before it: the runs below
+    if job_type is not None:
+        job = job_type(files, file_index, starts, sizes, offsets, host)
+        share_work(pool, job.work, n)
+        job.wait()
+        return job.results()
+
+    def read_run(run: range) -> tuple[np.ndarray, np.ndarray]:
+        part = slice(run.start, run.stop)
+        return native_io.read_ranges([files[f] for f in file_index[part].tolist()], starts[part], sizes[part],
+                                     offsets[part], host)
+
+    parts = map_all(pool, read_run, runs(n, pool, per_thread=1, weights=sizes))
+    return np.concatenate([g for g, _ in parts]), np.concatenate([s for _, s in parts])
 
 
 def _fetch(paths, starts, sizes, names, which: list[int], what: str = "record") -> list:

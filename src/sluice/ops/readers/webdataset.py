@@ -7,8 +7,9 @@ sample (``n01440764_10026.jpg`` and ``n01440764_10026.cls`` are the ``jpg`` and 
 The members are never extracted: each shard's index (where each member's bytes lie) comes from ``index_paths``
 (DALI's ``wds2idx`` format, v1.1 or v1.2), else it is built by reading the tar headers once and cached under
 ``$SLUICE_CACHE/webdataset/`` (keyed by the shard's path, size and modification time, or an object's ETag). A
-batch's members are then read as byte ranges, back to back into one buffer (page-locked for GPU pipelines), so
-that the image decoders take them as they take ``readers.file``'s batches.
+batch's members are then read as byte ranges, back to back into one buffer (page-locked for GPU pipelines), by
+the compiled core with the GIL released, each shard opened once a batch and every pool thread taking the next
+unread member, so that the image decoders take them as they take ``readers.file``'s batches.
 
 Bad shards are errors naming the shard and the member: a truncated tar (a member's bytes, or the end-of-archive
 blocks, missing), a damaged header (checksum), a member missing a component with
@@ -365,16 +366,22 @@ class WebdatasetReader(ReaderBase):
         return out
 
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, ...]:
+        """The batch's members, output after output, read back to back into one buffer (each output's stretch
+        starting at a multiple of 8 bytes) by the pool's threads (:func:`read_packed`: the shards are opened once
+        a batch, each thread takes the next unread member). An output whose members all have one size (``cls``
+        labels of one digit) is handed out as one dense tensor, as readers.file's labels are, so that an iterator
+        takes it whole instead of stacking its samples; the others are packed batches, which the image decoders
+        take whole."""
         picks = np.array([i for i, _ in self.next_samples(ctx)], np.int64)
         n, k = len(picks), len(self.exts)
-        shards = self.shard_of[picks]
-        paths = [self.shards[s] for s in shards.tolist()] * k
+        listed = picks.tolist()
         starts = np.concatenate([np.maximum(self.offsets[j][picks], 0) for j in range(k)])
         sizes = np.concatenate([self.sizes[j][picks] for j in range(k)])
-        names = [self.names[j][i] for j in range(k) for i in picks.tolist()]
-        buf, offsets, sizes = read_packed(self.op_name, paths, starts, sizes, names, pool=ctx.thread_pool,
-                                          pin=self.pin_outputs, device_id=self.spec.device_id,
-                                          align_at=range(0, n * k, max(n, 1)), what="member")
+        names = [[self.names[j][i] for i in listed] for j in range(k)]
+        buf, offsets, sizes = read_packed(self.op_name, self.shards, starts, sizes, [x for part in names for x in part],
+                                          pool=ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id,
+                                          align_at=range(0, n * k, max(n, 1)), what="member",
+                                          file_index=np.tile(self.shard_of[picks], k))
         outs = []
         for j, dtype in enumerate(self.dtypes):
             lo, hi = j * n, (j + 1) * n
@@ -384,7 +391,11 @@ class WebdatasetReader(ReaderBase):
             item = torch.empty(0, dtype=dtype).element_size()
             if item > 1:
                 flat = flat.view(dtype)
-            outs.append(Batch.from_packed(flat, (sizes[lo:hi] // item)[:, None], "", names[lo:hi]))
+            counts = sizes[lo:hi] // item
+            if n and (counts == counts[0]).all():
+                outs.append(Batch.from_dense(flat.view(n, int(counts[0])), "", names[j]))
+            else:
+                outs.append(Batch.from_packed(flat, counts[:, None], "", names[j]))
         return tuple(outs)
 
 
