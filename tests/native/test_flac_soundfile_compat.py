@@ -253,7 +253,8 @@ def test_the_operator_equals_soundfile(tmp_path):
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
 
-    @pipeline_def(batch_size=3, num_threads=2, device_id=None, seed=1)
+    # exec_async=False: one batch decoded in the caller's thread, none prefetched meanwhile (the count is exact)
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None, seed=1, exec_async=False)
     def pipe():
         encoded, _ = fn.readers.file(file_root=str(tmp_path))
         return fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, start_time=0.05, duration=0.1)
