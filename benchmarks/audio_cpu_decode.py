@@ -106,7 +106,7 @@ def decoder_alone_clips_per_second(paths: list[str], threads: int, epochs: int) 
     with ThreadPoolExecutor(threads) if threads > 1 else contextlib.nullcontext() as pool, _native(True):
         def step(batch) -> None:
             decode_files(batch, paths[:BATCH], dtype="float32", downmix=True, start_time=zeros, duration=zeros,
-                         pool=pool, parts=threads)
+                         pool=pool)
 
         step(batches[0])
         with timed(sync_cuda=False) as t:

@@ -104,10 +104,10 @@ def core_decode(files, threads, batch):
     out = {}
     for k in (1, threads):
         pool = ThreadPoolExecutor(k) if k > 1 else None
-        decode_files(data, files[:batch], pool=pool, parts=k, **kw)
+        decode_files(data, files[:batch], pool=pool, **kw)
         t = time.perf_counter()
         for _ in range(3):
-            decode_files(data, files[:batch], pool=pool, parts=k, **kw)
+            decode_files(data, files[:batch], pool=pool, **kw)
         out[k] = 3 * batch / (time.perf_counter() - t)
         t = time.perf_counter()
         from sluice.native.audio import open_files

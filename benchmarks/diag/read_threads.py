@@ -26,7 +26,7 @@ _SHARED = None
 
 def _child_read(job):
     paths, offsets, sizes = job
-    native.core().read_files(paths, offsets, sizes, _SHARED)
+    native.core().FileBatchRead(paths, offsets, sizes, _SHARED).work()
     return 0
 
 
@@ -43,7 +43,7 @@ def processes(files, batches, k, batch, size):
             offsets = np.zeros(len(b) + 1, np.int64)
             np.cumsum(sizes, out=offsets[1:])
             step = -(-len(b) // k)
-            jobs = [(b[i:i + step], offsets[i:i + step], sizes[i:i + step]) for i in range(0, len(b), step)]
+            jobs = [(b[i:i + step], offsets[:-1][i:i + step], sizes[i:i + step]) for i in range(0, len(b), step)]
             workers.map(_child_read, jobs)
         for b in batches[:4]:
             one(b)

@@ -52,20 +52,28 @@ def test_the_rewrite_applies_only_where_the_values_stay_the_same(tmp_path, use_r
 def test_decoded_on_the_device_equals_the_cpu_decoder(tmp_path, monkeypatch, subtype):
     files = _wavs(tmp_path, 6, subtype)
 
-    def run(fused):
+    def graph():
+        enc, _ = fn.readers.file(files=files)
+        audio, _ = fn.decoders.audio(enc, dtype=types.FLOAT, downmix=True)
+        return audio.gpu()
+
+    for a, b in zip(*_with_and_without_fusion(monkeypatch, graph)):
+        assert torch.equal(a, b)
+
+
+def _with_and_without_fusion(monkeypatch, graph):
+    """Two batches of the GPU pipeline whose output ``graph()`` makes, built with the fusion and without it."""
+    out = []
+    for fused in (True, False):
         monkeypatch.setenv("SLUICE_DISABLE_FUSION", "0" if fused else "1")
 
         @pipeline_def(batch_size=3, num_threads=2, device_id=0)
         def pipe():
-            enc, _ = fn.readers.file(files=files)
-            audio, _ = fn.decoders.audio(enc, dtype=types.FLOAT, downmix=True)
-            return audio.gpu()
+            return graph()
         p = pipe()
         p.build()
-        return [p.run()[0].as_cpu().as_tensor().clone() for _ in range(2)]
-
-    for a, b in zip(run(True), run(False)):
-        assert torch.equal(a, b)
+        out.append([p.run()[0].as_cpu().as_tensor().clone() for _ in range(2)])
+    return out
 
 
 def test_a_rate_read_as_an_argument_input_on_the_gpu_moves_with_the_decoder(tmp_path):
@@ -93,17 +101,10 @@ def test_a_rate_read_as_an_argument_input_on_the_gpu_moves_with_the_decoder(tmp_
 def test_resampling_by_the_moved_rate_equals_the_cpu_decoder(tmp_path, monkeypatch):
     files = _wavs(tmp_path, 6)
 
-    def run(fused):
-        monkeypatch.setenv("SLUICE_DISABLE_FUSION", "0" if fused else "1")
+    def graph():
+        enc, _ = fn.readers.file(files=files)
+        audio, rate = fn.decoders.audio(enc, dtype=types.INT16, downmix=True)
+        return fn.audio_resample(audio.gpu(), in_rate=rate, out_rate=8000.0, dtype=types.FLOAT)
 
-        @pipeline_def(batch_size=3, num_threads=2, device_id=0)
-        def pipe():
-            enc, _ = fn.readers.file(files=files)
-            audio, rate = fn.decoders.audio(enc, dtype=types.INT16, downmix=True)
-            return fn.audio_resample(audio.gpu(), in_rate=rate, out_rate=8000.0, dtype=types.FLOAT)
-        p = pipe()
-        p.build()
-        return [p.run()[0].as_cpu().as_tensor().clone() for _ in range(2)]
-
-    for a, b in zip(run(True), run(False)):
+    for a, b in zip(*_with_and_without_fusion(monkeypatch, graph)):
         assert torch.equal(a, b)

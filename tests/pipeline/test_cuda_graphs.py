@@ -164,3 +164,18 @@ def test_replayed_outputs_stay_valid_while_later_batches_run():
     assert run.replays == 5
     for k, t in enumerate(kept):
         assert torch.equal(t.cpu(), torch.full((2, 4), 3.0 * k))
+
+
+@pytest.mark.cuda
+def test_a_run_meeting_new_shapes_batch_after_batch_stays_eager_and_forgets_them():
+    def run_node(node, iteration, values):
+        values[(node.id, 0)] = Batch.from_dense(values[(0, 0)].dense + 1)
+
+    run = GraphedRun([_node(1, "plus1")], [(0, 0)], [(1, 0)], run_node)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for k in range(cuda_graphs.MAX_SHAPES + 3):  # every batch a new length: nothing is ever captured
+            values = {(0, 0): Batch.from_dense(torch.zeros(2, 5 + k, device="cuda"))}
+            run.run(k, values)
+            assert torch.equal(values[(1, 0)].dense.cpu(), torch.ones(2, 5 + k))
+    assert run.eager_only and run.replays == 0 and not run._seen

@@ -77,29 +77,6 @@ void check_slots(const char* what, const int64_t* off, const int64_t* sz, size_t
             throw std::invalid_argument(std::string(what) + ": a file's slot lies outside the buffer");
 }
 
-// Reads file i into out[offsets[i] : offsets[i] + sizes[i]] (read_one), in order. Returns (bytes read per file,
-// status per file).
-py::tuple read_files(const py::sequence& paths_in, py::array_t<int64_t, py::array::c_style> offsets,
-                     py::array_t<int64_t, py::array::c_style> sizes, py::buffer out_buf) {
-    std::vector<std::string> paths = paths_of(paths_in);
-    const size_t n = paths.size();
-    if (static_cast<size_t>(offsets.size()) != n || static_cast<size_t>(sizes.size()) != n)
-        throw std::invalid_argument("read_files: offsets and sizes need one value per path");
-    Bytes out = bytes_of(out_buf, true);
-    const int64_t* off = offsets.data();
-    const int64_t* sz = sizes.data();
-    check_slots("read_files", off, sz, n, out.size);
-    py::array_t<int64_t> got(static_cast<py::ssize_t>(n));
-    py::array_t<int32_t> status(static_cast<py::ssize_t>(n));
-    int64_t* g = got.mutable_data();
-    int32_t* st = status.mutable_data();
-    {
-        py::gil_scoped_release release;
-        for (size_t i = 0; i < n; ++i) read_one(paths[i], out.data + off[i], sz[i], g[i], st[i]);
-    }
-    return py::make_tuple(got, status);
-}
-
 // Reads ``size`` bytes of the open file ``fd`` from byte ``from`` into dst: the bytes read (fewer where the file ends
 // first) and the status (0, or -errno where a read fails). Needs no GIL.
 void read_range(int fd, int64_t from, uint8_t* dst, int64_t size, int64_t& got, int32_t& status) {
@@ -188,7 +165,8 @@ private:
     std::condition_variable done_;
 };
 
-// One batch of files read by several threads at once (read_files' slots and results, read_one per file).
+// One batch of files read by several threads at once: file i into out[offsets[i] : offsets[i] + sizes[i]]
+// (read_one); results: (bytes read, status: 0 ok, 1 grew, -errno) per file.
 class FileBatchRead : public SharedBatchRead {
 public:
     FileBatchRead(const py::sequence& paths_in, py::array_t<int64_t, py::array::c_style> offsets,
@@ -379,11 +357,10 @@ py::array_t<uint32_t> crc32c(py::buffer buf_in, py::array_t<int64_t, py::array::
 
 void register_io(py::module_& m) {
     m.def("file_sizes", &file_sizes, py::arg("paths"), "Sizes of files in bytes (-errno where stat fails).");
-    m.def("read_files", &read_files, py::arg("paths"), py::arg("offsets"), py::arg("sizes"), py::arg("out"),
-          "Read files into slots of one buffer: (bytes read, status: 0 ok, 1 grew, -errno) per file.");
     py::class_<FileBatchRead>(m, "FileBatchRead",
                               "Files read into slots of one buffer by every thread that calls work(); wait() "
-                              "returns once all are read; results(): (bytes read, status) per file, as read_files.")
+                              "returns once all are read; results(): (bytes read, status: 0 ok, 1 grew, -errno) "
+                              "per file.")
         .def(py::init<const py::sequence&, py::array_t<int64_t, py::array::c_style>,
                       py::array_t<int64_t, py::array::c_style>, py::buffer>(),
              py::arg("paths"), py::arg("offsets"), py::arg("sizes"), py::arg("out"))

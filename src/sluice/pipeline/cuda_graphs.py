@@ -21,7 +21,7 @@ The executor groups consecutive qualifying nodes of the device stage into a :cla
   the pipeline reads out of the graph's memory (the next replay overwrites it while the training loop may still
   hold this batch). Those copies are device-to-device, a few dozen microseconds for an audio batch.
 * A capture that fails (an operator that did wait after all) makes the run eager for good, logged once; so do
-  more than MAX_CAPTURES distinct keys (ragged data, where every batch has new shapes). At most MAX_GRAPHS graphs
+  more than MAX_SHAPES distinct keys (ragged data, where every batch has new shapes). At most MAX_GRAPHS graphs
   are kept per run, the least recently used dropped.
 
 The values are those of the eager run: the same kernels on the same data (tests/pipeline/test_cuda_graphs.py).
@@ -45,7 +45,7 @@ __all__ = ["GraphedRun", "graph_runs", "enabled"]
 log = logging.getLogger(__name__)
 
 MAX_GRAPHS = 4      # graphs kept per run (distinct input shapes replayed in turn)
-MAX_CAPTURES = 16   # captures per run before it stays eager: the shapes change from batch to batch
+MAX_SHAPES = 16     # distinct input keys a run meets before it stays eager: the shapes change from batch to batch
 
 
 def enabled() -> bool:
@@ -89,8 +89,7 @@ class GraphedRun:
         self.needed = needed
         self._run_node = run_node
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
-        self._seen: set[tuple] = set()
-        self._captures = 0
+        self._seen: set[tuple] = set()  # keys met (at most MAX_SHAPES: then the run stays eager)
         self.eager_only = not enabled()
         self.replays = 0  # batches served by a replay (for tests and diagnostics)
 
@@ -104,7 +103,12 @@ class GraphedRun:
         captured = self._graphs.get(key)
         if captured is None:
             if key not in self._seen:  # warm-up: the kernels make their constants and plans eagerly
-                self._seen.add(key)
+                if len(self._seen) == MAX_SHAPES:
+                    log.info("CUDA graphs: %s sees new input shapes batch after batch; it runs eagerly from now on",
+                             self.describe())
+                    self._stop()
+                else:
+                    self._seen.add(key)
                 return self._eager(iteration, values)
             captured = self._capture(key, iteration, values)
             if captured is None:
@@ -128,12 +132,6 @@ class GraphedRun:
         return tuple(key)
 
     def _capture(self, key: tuple, iteration: int, values: dict) -> _Captured | None:
-        self._captures += 1
-        if self._captures > MAX_CAPTURES:
-            log.info("CUDA graphs: %s sees new input shapes batch after batch; it runs eagerly from now on",
-                     self.describe())
-            self._stop()
-            return None
         batches = [values[k] for k in self.external]
         static = [b.dense.clone() for b in batches]
         local = {k: Batch.from_dense(t, b.layout(), b.source_info) for k, t, b in zip(self.external, static, batches)}
@@ -151,16 +149,15 @@ class GraphedRun:
             return None
         from sluice.pipeline.executor import _DEFERRED
 
+        outs = [local.get(k) for k in self.needed]
+        if local.get(_DEFERRED) or not all(isinstance(out, Batch) and out.dense is not None for out in outs):
+            log.info("CUDA graphs: %s gives a ragged batch or defers checks; it runs eagerly", self.describe())
+            self._stop()
+            return None
         outputs = []
-        for k in self.needed:
-            out = local.get(k)
-            dense = out.dense if isinstance(out, Batch) else None
-            if dense is None or local.get(_DEFERRED):
-                log.info("CUDA graphs: %s gives a ragged batch or defers checks; it runs eagerly", self.describe())
-                self._stop()
-                return None
+        for k, out in zip(self.needed, outs):
             origin = next((j for j, b in enumerate(batches) if b.source_info == out.source_info), None)
-            outputs.append((k, dense, out.layout(), origin))
+            outputs.append((k, out.dense, out.layout(), origin))
         captured = _Captured(graph, static, outputs)
         self._graphs[key] = captured
         while len(self._graphs) > MAX_GRAPHS:
@@ -181,6 +178,7 @@ class GraphedRun:
     def _stop(self) -> None:
         self.eager_only = True
         self._graphs.clear()
+        self._seen.clear()
 
 
 def graph_runs(nodes: list[Any], later: list[Any], outputs: list[Any],

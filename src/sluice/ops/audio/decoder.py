@@ -181,13 +181,13 @@ def _floats(values) -> np.ndarray:
 
 
 def decode_files(data: Batch, sources: list[str], *, dtype: str, downmix: bool, start_time, duration,
-                 out_of_bounds_policy: str = "error", finite: bool = True, pool=None, parts: int = 1,
+                 out_of_bounds_policy: str = "error", finite: bool = True, pool=None,
                  pin: bool = False, device_id: int | None = None) -> tuple[Batch, np.ndarray]:
     """Decode a batch of encoded files (1-D uint8 tensors) without resampling: the CPU decoder's work.
 
     One call reads every header (:func:`sluice.native.audio.open_files`); the windows are planned for the whole
     batch at once; then the batch is decoded straight into one output buffer by the calling thread and ``pool``'s
-    threads (``parts`` > 1), each taking the next few files when free (one core call each, the GIL released). The
+    threads, each taking the next few files when free (one core call each, the GIL released). The
     output is one dense tensor (page-locked with ``pin``, on ``device_id``'s context) when every sample has one
     shape, else a packed batch (one flat buffer, page-locked likewise).
     ``start_time`` and ``duration`` hold one value per file (seconds; a duration of 0 reads to the end).
@@ -202,7 +202,7 @@ def decode_files(data: Batch, sources: list[str], *, dtype: str, downmix: bool, 
         audio, out, offsets = _output(n_out, width, getattr(torch, dtype), downmix, pin, device_id)
         # each thread takes the next few files when it is free (a fixed share per thread left the batch waiting
         # for a thread that started late)
-        failed = share_range(pool if parts > 1 else None, n, lambda lo, hi: files.decode(
+        failed = share_range(pool, n, lambda lo, hi: files.decode(
             lo, hi, out, offsets, start, n_read, n_out, dtype, downmix, finite))
         _raise_first({i: e for part in failed for i, e in part.items()}, sources)
         return audio, files.rate
@@ -245,7 +245,7 @@ class AudioDecoder(Operator):
         audio, rates = decode_files(data, sources, dtype=_DTYPES[args.const("dtype")], downmix=args.const("downmix"),
                                     start_time=args["start_time"], duration=args["duration"],
                                     out_of_bounds_policy=args.const("out_of_bounds_policy"),
-                                    finite=args.const("finite"), pool=ctx.thread_pool, parts=self.spec.num_threads,
+                                    finite=args.const("finite"), pool=ctx.thread_pool,
                                     pin=self.pin_outputs, device_id=self.spec.device_id)
         return audio, Batch.from_dense(torch.from_numpy(rates.astype(np.float32)))
 
@@ -572,8 +572,7 @@ class MixedAudioDecoder(Operator):
         return decode_files(data, sources, dtype=_DTYPES[args.const("dtype")], downmix=args.const("downmix"),
                             start_time=args["start_time"], duration=args["duration"],
                             out_of_bounds_policy=args.const("out_of_bounds_policy"), finite=args.const("finite"),
-                            pool=ctx.thread_pool, parts=self.spec.num_threads, pin=ctx.device.type == "cuda",
-                            device_id=self.spec.device_id)
+                            pool=ctx.thread_pool, pin=ctx.device.type == "cuda", device_id=self.spec.device_id)
 
     def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
         n = len(data)

@@ -31,7 +31,7 @@ from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
 from sluice.native import io as native_io
 from sluice.ops.readers.file import _host_buffer
-from sluice.pipeline.pool import map_all, runs, share_work
+from sluice.pipeline.pool import map_all, run_shared, runs
 
 __all__ = ["read_packed", "read_into", "cached_index", "member_name", "as_list"]
 
@@ -143,18 +143,14 @@ def _read_local(files: list[str], file_index: np.ndarray, starts: np.ndarray, si
     """Read local range ``k`` (``sizes[k]`` bytes of ``files[file_index[k]]`` from ``starts[k]``) into
     ``host[offsets[k]:]``: (bytes read, status per range), as :func:`sluice.native.io.read_ranges` returns them.
     The compiled core's ``RangeBatchRead`` is worked by the calling thread and the pool's threads together, the
-    GIL released, each taking the next unread range and every file opened once (``share_work``, as readers.file's
+    GIL released, each taking the next unread range and every file opened once (``run_shared``, as readers.file's
     ``FileBatchRead``): a pool thread that starts late, busy decoding, reads fewer ranges instead of holding the
-    batch back with a fixed run. Without it, runs of ranges go to the pool's threads, read by ``read_ranges``
-    (the core's, or its pure-Python twin): the same bytes and results."""
+    batch back with a fixed run. Without the core, runs of ranges go to the pool's threads, read by the
+    pure-Python twin of ``read_ranges``: the same bytes and results."""
     n = len(file_index)
     c = native.core()
-    job_type = getattr(c, "RangeBatchRead", None)  # a core built before it: the runs below
-    if job_type is not None:
-        job = job_type(files, file_index, starts, sizes, offsets, host)
-        share_work(pool, job.work, n)
-        job.wait()
-        return job.results()
+    if c is not None:
+        return run_shared(pool, c.RangeBatchRead(files, file_index, starts, sizes, offsets, host), n)
 
     def read_run(run: range) -> tuple[np.ndarray, np.ndarray]:
         part = slice(run.start, run.stop)

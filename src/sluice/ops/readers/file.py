@@ -26,7 +26,7 @@ from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
 from sluice.pipeline.batch import Batch, host_empty, is_page_locked
-from sluice.pipeline.pool import map_all, runs, share_work
+from sluice.pipeline.pool import map_all, run_shared, runs
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 logger = logging.getLogger(__name__)
@@ -270,10 +270,7 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
     got = np.zeros(n, np.int64)
     grown: dict[int, torch.Tensor] = {}
     if c is not None:
-        job = c.FileBatchRead(paths, offsets[:n], sizes, host)
-        share_work(pool, job.work, n)
-        job.wait()
-        done, status = job.results()
+        done, status = run_shared(pool, c.FileBatchRead(paths, offsets[:n], sizes, host), n)
         got[:] = done
         for i in np.flatnonzero(status).tolist():  # rare: a file that cannot be read, or grew
             if status[i] < 0:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from sluice import types
+from sluice.kernels.audio.batching import pad_stack
 from sluice.ops.tensor._util import as_float_list, resolve_axes
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
@@ -266,8 +267,9 @@ def slice_gpu(ctx, data: Batch, anchor: Batch | None = None, sl_shape: Batch | N
 def _padded_at_the_end(data: Batch, bounds: list, extent: tuple, policy: str, fills: list) -> torch.Tensor | None:
     """The usual audio case in one call: every region starts inside its sample on the first axis and at 0 on the
     others, and only runs past the sample's end on the first axis (``start=[0], shape=[N]`` with "pad"): the regions
-    are views, stacked and padded with one fill value by ``pad_sequence``, then padded or cut to ``extent``. None
-    when the batch is not like that."""
+    are views, stacked and padded with one fill value by :func:`~sluice.kernels.audio.batching.pad_stack` (one
+    call), then padded to ``extent``. None when the batch is not like that."""
+
     if len(fills) != 1:
         return None
     views = []
@@ -277,11 +279,11 @@ def _padded_at_the_end(data: Batch, bounds: list, extent: tuple, policy: str, fi
         if hi[0] > x.shape[0] and policy == "error":
             return None  # slice_sample raises, naming the region
         views.append(x[lo[0]:min(hi[0], x.shape[0])])
-    out = torch.nn.utils.rnn.pad_sequence(views, batch_first=True, padding_value=float(fills[0]))
-    if out.shape[1] < extent[0]:
+    out, _ = pad_stack(views, float(fills[0]))
+    if out.shape[1] < extent[0]:  # every region runs past its sample's end
         out = torch.cat([out, out.new_full((out.shape[0], extent[0] - out.shape[1], *out.shape[2:]),
                                            float(fills[0]))], dim=1)
-    return out[:, :extent[0]].contiguous() if out.shape[1] > extent[0] else out
+    return out
 
 
 def _to_host(batch: Batch) -> list[torch.Tensor]:
