@@ -22,6 +22,7 @@ from typing import Any
 
 HEADER = struct.Struct("<Q")
 WORKER_MODULE = "_sluice_worker"
+READY = ("ready",)  # a worker's first message: it can take requests
 
 
 def cores_per_rank() -> int:
@@ -102,6 +103,25 @@ def receive(stream) -> Any:
     return pickle.loads(data)
 
 
+def ready(proc: subprocess.Popen, timeout: float | None = 0.0) -> bool:
+    """Whether the worker ``proc`` has sent :data:`READY` (its imports are done), waiting up to ``timeout`` seconds
+    for it (None: until it comes). Raises EOFError when the worker exited before it was ready. The caller owns the
+    worker (no other thread reads its stdout meanwhile)."""
+    if getattr(proc, "sluice_ready", False):
+        return True
+    if timeout is not None:
+        import select
+
+        # nothing is read from stdout before READY, so its buffer is empty and the descriptor tells
+        if not select.select([proc.stdout.fileno()], [], [], timeout)[0]:
+            return False
+    message = receive(proc.stdout)
+    if message != READY:
+        raise EOFError(f"the worker's first message was {message!r}, not {READY!r}")
+    proc.sluice_ready = True
+    return True
+
+
 def start(module_file: str) -> subprocess.Popen:
     """A new worker process serving ``module_file``'s ``_serve()``. stdin/stdout carry the protocol; stderr is the
     caller's, so a crash's output is seen."""
@@ -126,10 +146,12 @@ def stop(proc: subprocess.Popen | None) -> None:
 
 
 def serve(handle: Callable[[Any], Any]) -> None:
-    """The worker's loop: each request read from stdin is answered on stdout with ``handle(request)``, until stdin
-    closes. ``handle`` turns its own errors into answers."""
+    """The worker's loop: first :data:`READY` (the worker's imports are done: :func:`ready` sees it), then each
+    request read from stdin is answered on stdout with ``handle(request)``, until stdin closes. ``handle`` turns
+    its own errors into answers."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
+    send(stdout, READY)
     while True:
         try:
             request = receive(stdin)

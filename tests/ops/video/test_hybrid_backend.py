@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -471,15 +472,71 @@ def test_empty_batch_and_whole_video(videos, fake_nvdec):
     assert read_barcodes(clip.frames) == list(range(NUM_FRAMES))
 
 
-def test_a_worker_process_start_is_not_taken_for_the_cpu_speed(videos, fake_nvdec):
-    """The job that starts a CPU worker process (about 0.5 s) is left out of the CPU path's speed, which would
-    otherwise make the scheduler leave the CPU idle for many batches."""
+def _wait_ready(backend, seconds=60.0):
+    backend.start_workers()
+    deadline = time.monotonic() + seconds
+    while not all(w.ready for w in backend._spare):
+        assert time.monotonic() < deadline, "the CPU worker processes did not get ready"
+        time.sleep(0.05)
+
+
+def test_a_worker_process_first_job_is_not_taken_for_the_cpu_speed(videos, fake_nvdec):
+    """A process's first job (it opens the file and loads its index there) is left out of the CPU path's speed,
+    which would otherwise make the scheduler leave the CPU idle for many batches."""
     path = videos["h264-mp4"]
     backend = HybridBackend(sessions=0, cpu_workers=1, cpu_processes=True)
     try:
-        _clips(backend, path, [[0, 1]])
+        _wait_ready(backend)
+        clip = _clips(backend, path, [[0, 1]])[0]
+        assert read_barcodes(clip.frames) == [0, 1]
         assert backend.last_stats["cpu"]["jobs"] == 1 and "cpu" not in backend._spf
+        assert backend._workers[0]._answered == 1 and backend._spare == []  # decoded in the process
+        maps = f"/proc/{backend._workers[0].pid}/maps"
+        if os.path.exists(maps):  # the process loaded neither torch nor sluice (seconds each, 16 at once)
+            assert "libtorch" not in open(maps).read()
         _clips(backend, path, [[2, 3]])
         assert backend._spf["cpu"] > 0
     finally:
         backend.close()
+
+
+def test_cpu_jobs_are_decoded_in_the_threads_until_a_worker_process_is_ready(videos, fake_nvdec, monkeypatch):
+    """The processes start at once, without waiting for them (16 importing PyAV together take seconds); a job
+    that comes before one is ready is decoded in its thread, the same frames, and later ones go to the process."""
+    from sluice.backends.video.cpu_worker import WorkerProcess
+
+    path = videos["h264-mp4"]
+    backend = HybridBackend(sessions=0, cpu_workers=1, cpu_processes=True)
+    ready = WorkerProcess.ready
+    try:
+        monkeypatch.setattr(WorkerProcess, "ready", property(lambda self: False))
+        clip = _clips(backend, path, [[0, 5]])[0]
+        assert read_barcodes(clip.frames) == [0, 5]
+        assert len(backend._workers) == 1 and backend._spare == backend._workers  # started, not used
+        assert backend._workers[0]._answered == 0
+        monkeypatch.setattr(WorkerProcess, "ready", ready)
+        _wait_ready(backend)
+        clip = _clips(backend, path, [[6, 7]])[0]
+        assert read_barcodes(clip.frames) == [6, 7]
+        assert backend._spare == [] and backend._workers[0]._answered == 1
+    finally:
+        backend.close()
+    assert backend._workers == [] and backend._spare == []
+
+
+def test_same_bytes_fed_as_separate_views_share_their_groups_of_pictures(videos, fake_nvdec):
+    """external_source feeding one file's bytes to every sample gives each its own array over the same memory:
+    a group of pictures wanted by several of them is decoded once, as for one path."""
+    path = videos["h264-mp4"]
+    data = np.fromfile(path, np.uint8)
+    idx = get_index(data)
+    backend = HybridBackend(sessions=0, cpu_workers=2, cpu_processes=False)
+    views = [data[:], data[:]]
+    assert views[0] is not views[1]
+    clips = read_clips([prepare_clip(v, frames=[1, 2], index=idx) for v in views], backend)
+    assert [read_barcodes(c.frames) for c in clips] == [[1, 2], [1, 2]]
+    assert backend.last_stats["cpu"]["jobs"] == 1
+    copy = data.copy()  # the same content elsewhere: not known to be the same without hashing it
+    read_clips([prepare_clip(v, frames=[1, 2], index=idx) for v in (data, copy)], backend)
+    assert backend.last_stats["cpu"]["jobs"] == 2
+    backend.close()

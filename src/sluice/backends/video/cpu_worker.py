@@ -30,7 +30,8 @@ from typing import Any
 if __name__ == "_sluice_worker":  # the worker process (see sluice._pipes): neither sluice nor torch
     from __main__ import receive as _receive, send as _send, serve as _serve_requests
 else:
-    from sluice._pipes import receive as _receive, send as _send, start as _start_worker, stop as _stop_worker
+    from sluice._pipes import (ready as _ready, receive as _receive, send as _send, start as _start_worker,
+                               stop as _stop_worker)
 
 __all__ = ["WorkerProcess", "WorkerDied"]
 
@@ -38,7 +39,8 @@ logger = logging.getLogger(__name__)
 
 
 class WorkerDied(RuntimeError):
-    """The worker process exited (crashed or was killed) while decoding; ``at_start``: before answering any request
+    """The worker process exited (crashed or was killed) while decoding; ``at_start``: none of its processes ever got
+    ready (twice; its imports or interpreter fail)
     (it could not start: the interpreter or its imports failed)."""
 
     def __init__(self, message: str, at_start: bool = False):
@@ -71,6 +73,7 @@ class WorkerProcess:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._answered = 0  # requests answered by any of this worker's processes
+        self._was_ready = False  # one of its processes got ready (imports done): it can start
         self.restarts = 0  # processes started again after one died
         self.fresh = True  # its process has not answered yet (its next request pays for its start)
 
@@ -91,6 +94,30 @@ class WorkerProcess:
             self.fresh = True
         return self._proc
 
+    def start(self) -> None:
+        """Start the process now, without waiting for it (it imports PyAV meanwhile: see :attr:`ready`)."""
+        with self._lock:
+            self._start()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the process is started and done with its imports, so that a request is served at once; never
+        waits. A process that exited before it was ready is started again once (it may have been killed); raises
+        WorkerDied (``at_start``) when that one exits before it is ready too."""
+        with self._lock:
+            if self._proc is None:
+                return False
+            try:
+                self._was_ready |= _ready(self._proc, 0.0)
+                return self._was_ready
+            except (EOFError, OSError) as exc:
+                code = self._proc.poll()
+                if self._was_ready or not self.restarts:
+                    self._start()
+                    return False
+                raise WorkerDied(f"the CPU video decoder process {self._proc.pid} exited (code {code}) before it "
+                                 f"was ready, twice ({type(exc).__name__}: {exc})", at_start=True) from None
+
     def decode(self, path: str, frames: list[int], shm_name: str, shape: tuple, colors: str) -> tuple[str, Any]:
         """Decode ``frames`` of ``path`` into the shared memory block ``shm_name`` (see ``_decode``). Raises the
         worker's error (a VideoError naming the file stays one), or WorkerDied when the process exited.
@@ -102,6 +129,7 @@ class WorkerProcess:
             for attempt in (1, 2):
                 proc = self._start()
                 try:
+                    self._was_ready |= _ready(proc, None)
                     _send(proc.stdin, request)
                     kind, payload = _receive(proc.stdout)
                     self._answered += 1
@@ -109,7 +137,7 @@ class WorkerProcess:
                     break
                 except (EOFError, BrokenPipeError, OSError) as exc:
                     code = proc.wait(timeout=5) if proc.poll() is None else proc.returncode
-                    if attempt == 1 and self._answered:
+                    if attempt == 1 and self._was_ready:
                         logger.warning("the CPU video decoder process %d exited (code %s) before answering a "
                                        "request for '%s'; starting it again and redoing the request", proc.pid,
                                        code, path)
@@ -117,7 +145,7 @@ class WorkerProcess:
                     again = " (it had been started again after dying on it)" if attempt == 2 else ""
                     raise WorkerDied(f"the CPU video decoder process {proc.pid} exited (code {code}) while decoding "
                                      f"'{path}'{again} ({type(exc).__name__}: {exc})",
-                                     at_start=not self._answered) from None
+                                     at_start=not self._was_ready) from None
         if kind == "error":
             raise _rebuild_error(*payload)
         return kind, payload
@@ -147,7 +175,6 @@ def _decode(pyav, index, backends: dict, path: str, frames: list[int], shm_name:
     """Decode into the shared block: ("shm", frame order), or ("arrays", {frame: array}) when the frames are not
     of ``shape``'s size."""
     import numpy as np
-    from multiprocessing import resource_tracker, shared_memory
 
     backend = backends.get(colors)
     if backend is None:
@@ -156,19 +183,53 @@ def _decode(pyav, index, backends: dict, path: str, frames: list[int], shm_name:
     order = sorted(decoded)
     if len(order) > shape[0] or any(decoded[f].shape != tuple(shape[1:]) for f in order):
         return "arrays", decoded
-    shm = shared_memory.SharedMemory(name=shm_name)
-    try:  # the caller owns the block: this process must not unlink it when it exits
-        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
-    except Exception:  # noqa: BLE001
-        pass
+    block = _attach(shm_name, int(np.prod(shape)))
     try:
-        out = np.ndarray(shape, np.uint8, buffer=shm.buf)
+        out = np.ndarray(shape, np.uint8, buffer=block)
         for k, f in enumerate(order):
             out[k] = decoded[f]
         del out
     finally:
-        shm.close()
+        block.close()
     return "shm", order
+
+
+def _attach(name: str, size: int):
+    """The caller's shared memory block ``name``, mapped. The caller owns it (creates and unlinks it), so it is
+    mapped here without ``multiprocessing``'s resource tracker: ``SharedMemory(name=...)`` registers even a block
+    it only attaches to (before Python 3.13), which starts a tracker process for each worker on its first job
+    (about a second, measured, while that job waits) and makes it unlink the caller's block when it exits."""
+    import mmap
+
+    try:
+        import _posixshmem
+    except ImportError:  # not POSIX: SharedMemory, its tracker told to leave the block alone
+        from multiprocessing import resource_tracker, shared_memory
+
+        shm = shared_memory.SharedMemory(name=name)
+        try:
+            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+        except Exception:  # noqa: BLE001
+            pass
+        return _Mapped(shm)
+    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+class _Mapped:
+    """A SharedMemory block seen as a buffer with ``close()``, like an mmap."""
+
+    def __init__(self, shm) -> None:
+        self.shm = shm
+
+    def __buffer__(self, flags):
+        return self.shm.buf.__buffer__(flags)
+
+    def close(self) -> None:
+        self.shm.close()
 
 
 def _serve() -> None:

@@ -42,7 +42,7 @@ import torch
 from sluice._pipes import cores_per_rank
 
 from .cpu_worker import WorkerDied, WorkerProcess
-from .index import Source, VideoError, VideoIndex
+from .index import Source, VideoError, VideoIndex, source_identity
 from .nvdec import NVDEC_CODECS, NvdecBackend, NvdecUnsupported
 from .pyav import PyAVBackend
 
@@ -117,7 +117,8 @@ class HybridBackend:
         if cpu_processes is None:
             cpu_processes = os.environ.get("SLUICE_VIDEO_CPU_PROCESSES", "1") != "0"
         self.cpu_processes = bool(cpu_processes)
-        self._workers: list[WorkerProcess] = []  # one per CPU worker thread that decoded in a process
+        self._workers: list[WorkerProcess] = []  # every process started (closed with the backend)
+        self._spare: list[WorkerProcess] = []  # started, not yet owned by a CPU worker thread
         self._finalizer = weakref.finalize(self, _close_workers, self._workers)
         self.last_stats: dict[str, dict[str, float]] = {}
         self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
@@ -187,8 +188,7 @@ class HybridBackend:
                 e.request_index = r
                 raise
             for key, group in plan:
-                ident = os.fspath(source) if isinstance(source, (str, os.PathLike)) else id(source)
-                jk = (ident, id(idx), key) if self.share_gops else (r, key)
+                jk = (source_identity(source), id(idx), key) if self.share_gops else (r, key)
                 job = jobs.get(jk)
                 if job is None:
                     nvdec_ok = idx.codec in NVDEC_CODECS and _format(idx) not in self._cpu_formats
@@ -277,11 +277,43 @@ class HybridBackend:
     def _decode_nvdec(self, job: _Job) -> dict[int, torch.Tensor]:
         return self.nvdec.decode(job.source, job.idx, sorted(job.frames))
 
+    def start_workers(self) -> None:
+        """Start the CPU worker processes now, without waiting for them (``readers.video`` calls this when the
+        pipeline is built; otherwise the first CPU job of a file does). Each imports PyAV, which takes a while with
+        all of them starting at once: until one is ready, the CPU worker threads decode in the threads themselves,
+        so the first batches are not slower than without processes."""
+        if not self.cpu_processes:
+            return
+        with self._lock:
+            if self._workers:
+                return
+            for _ in range(max(1, self.cpu_workers)):  # none: one decodes what NVDEC cannot
+                worker = WorkerProcess()
+                worker.start()
+                self._workers.append(worker)
+                self._spare.append(worker)
+
+    def _own_worker(self) -> WorkerProcess | None:
+        """This CPU worker thread's process: a started one that is ready, which it keeps from then on; None while
+        none is ready yet."""
+        worker = getattr(self._local, "worker", None)
+        if worker is not None:
+            return worker
+        self.start_workers()
+        with self._lock:
+            for k, candidate in enumerate(self._spare):
+                if candidate.ready:
+                    worker = self._local.worker = self._spare.pop(k)
+                    return worker
+        return None
+
     def _decode_cpu(self, job: _Job) -> dict[int, torch.Tensor]:
         if self.cpu_processes and isinstance(job.source, (str, os.PathLike)):
             try:
-                with self._decode_in_process(job) as frames:
-                    return self._to_device(frames)
+                worker = self._own_worker()
+                if worker is not None:
+                    with self._decode_in_process(job, worker) as frames:
+                        return self._to_device(frames)
             except WorkerDied as exc:
                 if not exc.at_start:
                     raise
@@ -315,17 +347,12 @@ class HybridBackend:
         return {f: out[k] for k, f in enumerate(numbers)}
 
     @contextmanager
-    def _decode_in_process(self, job: _Job):
+    def _decode_in_process(self, job: _Job, worker: WorkerProcess):
         """Decode a job in this CPU worker thread's own process (no GIL shared with the NVDEC threads); its frames
         come back through shared memory, valid inside the ``with`` block."""
         from multiprocessing import shared_memory
 
-        worker = getattr(self._local, "worker", None)
-        if worker is None:
-            worker = self._local.worker = WorkerProcess()
-            with self._lock:
-                self._workers.append(worker)
-        self._local.cold = worker.fresh  # this job pays for the process's start (about 0.5 s)
+        self._local.cold = worker.fresh  # its first job opens the file and loads its index there
         frames = sorted(job.frames)
         shape = (len(frames), job.idx.height, job.idx.width, 3)
         shm = shared_memory.SharedMemory(create=True, size=max(1, int(np.prod(shape))))
@@ -349,6 +376,7 @@ class HybridBackend:
         interpreter exits)."""
         self._finalizer()
         with self._lock:
+            self._spare.clear()
             self._finalizer = weakref.finalize(self, _close_workers, self._workers)  # for any later use
             pool, self._pool = self._pool, None
         if pool is not None:

@@ -23,6 +23,7 @@ import io
 import logging
 import os
 import stat
+import sys
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -509,10 +510,27 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
 def cache_dir() -> Path:
     """Where indexes are stored: ``video_index`` in sluice's cache (``$SLUICE_CACHE``, see :mod:`sluice._cache`),
     or ``$SLUICE_VIDEO_INDEX_DIR`` when set (e.g. a folder of indexes shared by several machines)."""
-    from sluice._cache import cache_dir as sluice_cache
-
     env = os.environ.get("SLUICE_VIDEO_INDEX_DIR")
-    return Path(env) if env else sluice_cache("video_index")
+    return Path(env) if env else _sluice_cache().cache_dir("video_index")
+
+
+def _sluice_cache():
+    """:mod:`sluice._cache`; in a CPU video worker process, which loads this module without sluice, loaded by its
+    path (standard library only): ``import sluice._cache`` would import sluice and torch there, seconds on a
+    worker's first job with all of them starting at once."""
+    if __name__.startswith("sluice."):
+        from sluice import _cache
+
+        return _cache
+    module = sys.modules.get("_sluice_cache")
+    if module is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_sluice_cache", Path(__file__).resolve().parents[2] / "_cache.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["_sluice_cache"] = module
+    return module
 
 
 #: Encoded bytes up to this size are hashed whole by :func:`buffer_key`; larger ones by sampled blocks.
@@ -540,6 +558,24 @@ def buffer_key(source: Source) -> tuple:
         for start in np.linspace(_SAMPLE_EDGE, n - _SAMPLE_EDGE - _SAMPLE_BLOCK, _SAMPLE_BLOCKS).astype(np.int64):
             h.update(arr[start:start + _SAMPLE_BLOCK])
     return ("bytes", arr.ctypes.data if n else 0, n, h.hexdigest())
+
+
+def source_identity(source: Source) -> tuple:
+    """What names the same encoded data within one batch, in O(1): a file's absolute path, or a buffer's address
+    and length. Each sample of ``external_source`` feeding one file's bytes is a view of its own over the same
+    memory, so its object identity differs while this does not (the hybrid backend then decodes a group of pictures
+    wanted by several of them once)."""
+    if isinstance(source, (str, os.PathLike)):
+        return ("file", os.path.abspath(os.fspath(source)))
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        arr = np.frombuffer(source, np.uint8)
+    elif isinstance(source, np.ndarray) and source.flags.c_contiguous:
+        arr = source.reshape(-1).view(np.uint8)
+    elif hasattr(source, "data_ptr") and source.device.type == "cpu" and source.is_contiguous():
+        return ("bytes", source.data_ptr(), source.numel() * source.element_size())
+    else:  # a copy would be made: its address could be another copy's later, so only the object names it
+        return ("object", id(source))
+    return ("bytes", arr.ctypes.data, int(arr.size)) if arr.size else ("object", id(source))
 
 
 def cache_key(source: Source) -> str:
