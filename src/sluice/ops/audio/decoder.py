@@ -4,7 +4,7 @@ window, optionally resampled (soxr) and downmixed."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -146,10 +146,10 @@ def _raise_first(errors: dict, sources: list[str]) -> None:
         raise SampleError(i, sources[i], errors[i]) from errors[i]
 
 
-def _encoded(data: Batch | list[torch.Tensor], sources: list[str]) -> dict:
+def _encoded(data: Batch | list[torch.Tensor], sources: list[str], found=False) -> dict:
     """The batch's files as :func:`open_files` takes them: the one buffer that holds them back to back (readers.file
     reads a GPU pipeline's batch so, packed; a dense batch is one too) with each file's offset and size, else one
-    uint8 array per file."""
+    uint8 array per file. ``found``: :func:`batch_region` of the batch, when the caller has it."""
     batch = data if isinstance(data, Batch) else Batch(list(data))
     if not _bytes_at_once(batch):
         for i, s in enumerate(batch.samples):
@@ -161,7 +161,7 @@ def _encoded(data: Batch | list[torch.Tensor], sources: list[str]) -> dict:
     if dense is not None and dense.is_contiguous():
         n, size = dense.shape                     # files of one size, held as one tensor: no per-file views
         return {"data": dense.reshape(-1).numpy(), "offsets": np.arange(n) * size, "sizes": np.full(n, size)}
-    found = batch_region(batch)
+    found = batch_region(batch) if found is False else found
     if found is None:
         return {"data": [s.numpy() for s in batch.samples]}
     region, offsets, sizes = found
@@ -267,23 +267,48 @@ class _Item:
     target: float = 0.0             # sample_rate: > 0 converts to float32, resamples on the device, converts back
 
 
-def _wav_items(data, sources: list[str], per: list[dict]) -> list[_Item | None]:
-    """The WAV payload window of each sample, the batch's headers parsed in one call; None for a sample that needs
-    the CPU decoder (not a plain PCM/float WAV, or a header libsndfile should judge)."""
-    with open_files(**_encoded(data, sources), sources=sources, sndfile=False) as files:
+@dataclass
+class _Windows:
+    """A batch's WAV headers and windows as arrays (:func:`_wav_windows`): ``wav`` marks the plain PCM / float WAVs
+    (the others need the CPU decoder); ``fmt`` indexes WAV_FORMATS; ``first``/``nbytes`` place each payload window
+    in its file; ``target`` is the sample_rate argument (0: none); ``found`` is :func:`batch_region` of the batch
+    (False where it was not looked for)."""
+
+    wav: np.ndarray
+    rate: np.ndarray
+    n_out: np.ndarray
+    channels: np.ndarray
+    fmt: np.ndarray
+    first: np.ndarray
+    nbytes: np.ndarray
+    start: np.ndarray
+    target: np.ndarray
+    found: tuple | None | bool
+
+    def items(self) -> list[_Item | None]:
+        """One :class:`_Item` per plain WAV, None for the others."""
+        # one tolist() per column: indexing the arrays per sample made a NumPy scalar of every field
+        columns = zip(self.wav.tolist(), self.rate.tolist(), self.n_out.tolist(), self.channels.tolist(),
+                      self.fmt.tolist(), self.first.tolist(), self.nbytes.tolist(), self.start.tolist(),
+                      self.target.tolist())
+        return [_Item(r, o, c, WAV_FORMATS[f], fi, nb, st, target=t) if ok else None
+                for ok, r, o, c, f, fi, nb, st, t in columns]
+
+
+def _wav_windows(data, sources: list[str], start_time, duration, out_of_bounds_policy: str,
+                 sample_rate) -> _Windows:
+    """The WAV payload window of each sample (per-sample arguments as sequences), the batch's headers parsed in
+    one call; a window that is wrong raises naming its file."""
+    batch = data if isinstance(data, Batch) else Batch(list(data))
+    found = batch_region(batch) if _bytes_at_once(batch) else False    # False: not looked for
+    with open_files(**_encoded(batch, sources, found), sources=sources, sndfile=False) as files:
         fmt, offset, align = files.payloads()
     wav = files.status == OK
-    start, n_read, n_out, errors = plan_windows(
-        files.rate, files.frames, _floats([a["start_time"] for a in per]), _floats([a["duration"] for a in per]),
-        per[0]["out_of_bounds_policy"], sources, valid=wav)
+    start, n_read, n_out, errors = plan_windows(files.rate, files.frames, _floats(start_time), _floats(duration),
+                                                out_of_bounds_policy, sources, valid=wav)
     _raise_first(errors, sources)
-    first, nbytes = offset + start * align, n_read * align
-    # one tolist() per column: indexing NumPy arrays per sample made a scalar object for each field (0.1 ms a batch)
-    columns = zip(wav.tolist(), files.rate.astype(np.float64).tolist(), n_out.tolist(), files.channels.tolist(),
-                  fmt.tolist(), first.tolist(), nbytes.tolist(), start.tolist(),
-                  _floats([a["sample_rate"] for a in per]).tolist())
-    return [_Item(r, o, c, WAV_FORMATS[f], fi, nb, st, target=t) if ok else None
-            for ok, r, o, c, f, fi, nb, st, t in columns]
+    return _Windows(wav, files.rate.astype(np.float64), n_out, files.channels, fmt, offset + start * align,
+                    n_read * align, start, _floats(sample_rate), found)
 
 
 def _row_bytes(frames: int, channels: int, fmt: str, dtype: torch.dtype) -> int:
@@ -293,25 +318,40 @@ def _row_bytes(frames: int, channels: int, fmt: str, dtype: torch.dtype) -> int:
 
 @dataclass
 class _Plan:
-    """A mixed batch's host work (:func:`plan_batch`): each sample's item, the output type and downmix."""
+    """A mixed batch's host work (:func:`plan_batch`): the output type and downmix, the WAV windows, the samples the
+    CPU decoded; each sample's :class:`_Item` is made only when asked for (the usual batch never needs them)."""
 
-    items: list[_Item]
     dtype: torch.dtype
     downmix: bool
+    windows: _Windows | None = None
+    decoded: dict[int, _Item] = field(default_factory=dict)   # samples decoded on the CPU, by index
+    _items: list[_Item] | None = None
+
+    @property
+    def items(self) -> list[_Item]:
+        if self._items is None:
+            items = self.windows.items()
+            for i, item in self.decoded.items():
+                items[i] = item
+            self._items = items
+        return self._items
 
 
 def plan_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], pool=None,
-               items: list[_Item | None] | None = None) -> _Plan:
+               windows: _Windows | None = None) -> _Plan:
     """The host work of a mixed batch: its WAV headers parsed in one call and windows planned, and every other file
     decoded on the CPU (in ``pool``). A pipeline runs it in its CPU stage (``MixedAudioDecoder.prepare``), so that
-    the device stage only moves and converts. ``items``: the WAV items already parsed (:func:`_wav_items`)."""
+    the device stage only moves and converts. ``windows``: the batch's WAV windows already parsed
+    (:func:`_wav_windows`)."""
     dtype_name = {a["dtype"] for a in per}
     downmix = {bool(a["downmix"]) for a in per}
     if len(dtype_name) != 1 or len(downmix) != 1:
         raise ValueError("decoders.audio: dtype and downmix must be the same for every sample of a batch")
     dtype, downmix = getattr(torch, _DTYPES[dtype_name.pop()]), downmix.pop()
-    items = list(items) if items is not None else _wav_items(data, sources, per)
-    cpu = [i for i in range(len(items)) if items[i] is None]
+    if windows is None:
+        windows = _wav_windows(data, sources, [a["start_time"] for a in per], [a["duration"] for a in per],
+                               per[0]["out_of_bounds_policy"], [a["sample_rate"] for a in per])
+    cpu = np.flatnonzero(~windows.wav).tolist()
 
     def decode_on_cpu(i):
         target = float(per[i]["sample_rate"] or 0.0)
@@ -320,40 +360,46 @@ def plan_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[d
         return _Item(float(rate), x.shape[0], 1 if x.dim() == 1 else x.shape[1], "native", nbytes=x.nbytes,
                      decoded=x, target=target)
 
-    for i, item in zip(cpu, _each(pool, decode_on_cpu, cpu, sources)):
-        items[i] = item
-    return _Plan(items, dtype, downmix)
+    return _Plan(dtype, downmix, windows, dict(zip(cpu, _each(pool, decode_on_cpu, cpu, sources))))
 
 
 #: Integer PCM formats a uniform batch converts straight from the reader's buffer (float formats take the general
 #: path, which also runs their ``finite`` check).
 _STRIDED_FORMATS = ("u8", "s16", "s32")
+_STRIDED_CODES = np.array([WAV_FORMATS.index(f) for f in _STRIDED_FORMATS])
 
 
-def _uniform_on_device(data, plan: _Plan, device: torch.device) -> torch.Tensor | None:
-    """The usual batch converted with no row copies: every sample a plain integer PCM WAV of one format and channel
-    count, read whole with no padding, its window at the same distance from the next one's in readers.file's
-    page-locked buffer (files of one size). The buffer goes over in one DMA and one strided view of it is
-    converted by one ``pcm_to_audio``: ``(n, frames[, channels])``. None when the batch is not like that."""
-    items = plan.items
-    first = items[0]
-    width = SAMPLE_BYTES.get(first.fmt, 0)
-    if (first.fmt not in _STRIDED_FORMATS or device.type != "cuda"
-            or any(it.fmt != first.fmt or it.channels != first.channels or it.target or it.decoded is not None
-                   or it.n_out != first.n_out or it.nbytes != first.n_out * first.channels * width for it in items)):
+def _strided_batch(data, plan: _Plan, device: torch.device) -> tuple[Batch, Batch] | None:
+    """The usual batch converted with no row copies and no per-sample Python: every sample a plain integer PCM WAV
+    of one format and channel count, read whole with no padding, its window at the same distance from the next
+    one's in readers.file's page-locked buffer (files of one size). The buffer goes over in one DMA and one strided
+    view of it is converted by one ``pcm_to_audio``: the audio ``(n, frames[, channels])`` and the rates. None
+    when the batch is not like that."""
+    w = plan.windows
+    if w is None or plan.decoded or device.type != "cuda" or not len(w.wav):
         return None
-    found = batch_region(data)
+    code, channels, frames = int(w.fmt[0]), int(w.channels[0]), int(w.n_out[0])
+    if not np.isin(code, _STRIDED_CODES) or not w.wav.all() or w.target.any():
+        return None
+    fmt = WAV_FORMATS[code]
+    if ((w.fmt != code).any() or (w.channels != channels).any() or (w.n_out != frames).any()
+            or (w.nbytes != frames * channels * SAMPLE_BYTES[fmt]).any()):
+        return None
+    found = batch_region(data) if w.found is False else w.found
     if found is None or not is_page_locked_buffer(found[0]):
         return None
     region, offsets, _ = found
-    starts = offsets + np.array([it.first for it in items], np.int64)
-    step = int(starts[1] - starts[0]) if len(starts) > 1 else first.nbytes
+    starts = offsets + w.first
+    nbytes = int(w.nbytes[0])
+    step = int(starts[1] - starts[0]) if len(starts) > 1 else nbytes
+    width = SAMPLE_BYTES[fmt]
     if (len(starts) > 1 and not (np.diff(starts) == step).all()) or step % width or starts[0] % width or step < 1:
         return None
     on_device = region.to(device, non_blocking=True)
-    raw = on_device.as_strided((len(items), first.nbytes), (step, 1), int(starts[0]))
-    return pcm_to_audio(raw, first.fmt, channels=first.channels, frames=first.n_out, dtype=plan.dtype,
-                        downmix=plan.downmix)
+    raw = on_device.as_strided((len(starts), nbytes), (step, 1), int(starts[0]))
+    audio = pcm_to_audio(raw, fmt, channels=channels, frames=frames, dtype=plan.dtype, downmix=plan.downmix)
+    host_rates = torch.from_numpy(w.rate.astype(np.float32))
+    return Batch.from_dense(audio), _MirroredBatch.mirror(host_rates.to(device, non_blocking=True), host_rates)
 
 
 def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], *, device: torch.device,
@@ -382,14 +428,12 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
     if n == 0:
         return Batch([]), Batch([])
     plan = plan or plan_batch(data, sources, per, pool)
+    if direct is None and pin:
+        strided = _strided_batch(data, plan, device)
+        if strided is not None:
+            return strided
     items, dtype, downmix = plan.items, plan.dtype, plan.downmix
     rates = [item.target or item.rate for item in items]             # the rate output: after resampling
-    if direct is None and pin:
-        dense = _uniform_on_device(data, plan, device)
-        if dense is not None:
-            host_rates = torch.tensor(rates, dtype=torch.float32)
-            return Batch.from_dense(dense), _MirroredBatch.mirror(host_rates.to(device, non_blocking=True),
-                                                                  host_rates)
 
     # Staging layout: the rates (float32), then one (rows, row_bytes) block per (format, channels, type) group.
     groups: dict[tuple[str, int, torch.dtype], list[int]] = {}
@@ -568,10 +612,12 @@ class MixedAudioDecoder(Operator):
         if n == 0:
             return None
         sources = ctx.source_info or [""] * n
-        per = args.samples()
-        items = _wav_items(data, sources, per)
-        if all(it is not None for it in items) or (_floats(args["sample_rate"]) > 0).any():
-            return plan_batch(data, sources, per, ctx.thread_pool, items=items)
+        windows = _wav_windows(data, sources, args["start_time"], args["duration"],
+                               args.const("out_of_bounds_policy"), args["sample_rate"])
+        if windows.wav.all():  # plain WAVs (the usual batch): nothing to decode on the CPU, no per-sample dicts
+            return _Plan(getattr(torch, _DTYPES[args.const("dtype")]), args.const("downmix"), windows)
+        if windows.target.any():
+            return plan_batch(data, sources, args.samples(), ctx.thread_pool, windows=windows)
         return decode_files(data, sources, dtype=_DTYPES[args.const("dtype")], downmix=args.const("downmix"),
                             start_time=args["start_time"], duration=args["duration"],
                             out_of_bounds_policy=args.const("out_of_bounds_policy"), finite=args.const("finite"),
@@ -586,6 +632,9 @@ class MixedAudioDecoder(Operator):
             host_rates = torch.from_numpy(rates.astype(np.float32))
             return (audio.to(ctx.device, non_blocking=True),
                     _MirroredBatch.mirror(host_rates.to(ctx.device, non_blocking=True), host_rates))
-        return decode_batch(data, sources, args.samples(), device=ctx.device,
-                            pool=ctx.thread_pool, pin=self._pin and ctx.device.type == "cuda", defer=ctx.defer,
-                            plan=prepared)
+        pin = self._pin and ctx.device.type == "cuda"
+        strided = _strided_batch(data, prepared, ctx.device) if pin else None
+        if strided is not None:
+            return strided
+        return decode_batch(data, sources, args.samples(), device=ctx.device, pool=ctx.thread_pool, pin=pin,
+                            defer=ctx.defer, plan=prepared)
