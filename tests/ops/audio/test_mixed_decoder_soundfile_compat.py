@@ -186,6 +186,26 @@ def test_parse_wav_walks_chunks_and_rejects_what_libsndfile_should_judge():
     assert parse_wav(b"RIFX" + base[4:]) is None
 
 
+def test_whole_file_windows_are_those_plan_windows_finds():
+    """The operator's shortcut for batches with no start_time / duration (the usual one) gives every window field
+    plan_windows gives, for WAVs of every layout, an empty one, and files the CPU decoder must take."""
+    from sluice.ops.audio.decoder import _wav_windows
+
+    files = [encode(signal(RATE + 7 * i, 1 + i % 3, seed=i), RATE, "WAV", sub)
+             for i, sub in enumerate(["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"])]
+    files += [encode(np.zeros((0, 2)), RATE, "WAV", "PCM_16"), encode(signal(RATE, 2), RATE, "FLAC", "PCM_16"),
+              encode(signal(100, 1), RATE, "WAV", "ULAW")]
+    sources = [f"f{i}" for i in range(len(files))]
+    zeros = [0.0] * len(files)
+    planned = _wav_windows([as_tensor(f) for f in files], sources, zeros, zeros, "error", zeros)
+    whole = _wav_windows([as_tensor(f) for f in files], sources, zeros, zeros, "error", zeros, whole=True)
+    assert planned.wav.tolist()[:6] == [True] * 6 and planned.wav.tolist()[7:] == [False, False]
+    for name in ("wav", "rate", "n_out", "channels", "first", "nbytes", "start", "target"):
+        a, b = getattr(planned, name), getattr(whole, name)
+        assert a.dtype == b.dtype and np.array_equal(a[planned.wav], b[planned.wav]), name
+    assert planned.items() == whole.items()
+
+
 def test_empty_batch_and_empty_file():
     audio, rate = mixed_on_cpu([], [])
     assert len(audio) == 0 and len(rate) == 0

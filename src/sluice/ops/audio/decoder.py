@@ -296,17 +296,22 @@ class _Windows:
 
 
 def _wav_windows(data, sources: list[str], start_time, duration, out_of_bounds_policy: str,
-                 sample_rate) -> _Windows:
+                 sample_rate, whole: bool = False) -> _Windows:
     """The WAV payload window of each sample (per-sample arguments as sequences), the batch's headers parsed in
-    one call; a window that is wrong raises naming its file."""
+    one call; a window that is wrong raises naming its file. ``whole``: every start_time and duration is 0 (the
+    windows are the whole files, as :func:`plan_windows` would find)."""
     batch = data if isinstance(data, Batch) else Batch(list(data))
     found = batch_region(batch) if _bytes_at_once(batch) else False    # False: not looked for
     with open_files(**_encoded(batch, sources, found), sources=sources, sndfile=False) as files:
         fmt, offset, align = files.payloads()
     wav = files.status == OK
-    start, n_read, n_out, errors = plan_windows(files.rate, files.frames, _floats(start_time), _floats(duration),
-                                                out_of_bounds_policy, sources, valid=wav)
-    _raise_first(errors, sources)
+    if whole:
+        n_read = n_out = np.maximum(files.frames.astype(np.int64), 0)
+        start = np.zeros_like(n_read)
+    else:
+        start, n_read, n_out, errors = plan_windows(files.rate, files.frames, _floats(start_time), _floats(duration),
+                                                    out_of_bounds_policy, sources, valid=wav)
+        _raise_first(errors, sources)
     return _Windows(wav, files.rate.astype(np.float64), n_out, files.channels, fmt, offset + start * align,
                     n_read * align, start, _floats(sample_rate), found)
 
@@ -366,7 +371,7 @@ def plan_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[d
 #: Integer PCM formats a uniform batch converts straight from the reader's buffer (float formats take the general
 #: path, which also runs their ``finite`` check).
 _STRIDED_FORMATS = ("u8", "s16", "s32")
-_STRIDED_CODES = np.array([WAV_FORMATS.index(f) for f in _STRIDED_FORMATS])
+_STRIDED_CODES = frozenset(WAV_FORMATS.index(f) for f in _STRIDED_FORMATS)
 
 
 def _strided_batch(data, plan: _Plan, device: torch.device) -> tuple[Batch, Batch] | None:
@@ -379,7 +384,7 @@ def _strided_batch(data, plan: _Plan, device: torch.device) -> tuple[Batch, Batc
     if w is None or plan.decoded or device.type != "cuda" or not len(w.wav):
         return None
     code, channels, frames = int(w.fmt[0]), int(w.channels[0]), int(w.n_out[0])
-    if not np.isin(code, _STRIDED_CODES) or not w.wav.all() or w.target.any():
+    if code not in _STRIDED_CODES or not w.wav.all() or w.target.any():
         return None
     fmt = WAV_FORMATS[code]
     if ((w.fmt != code).any() or (w.channels != channels).any() or (w.n_out != frames).any()
@@ -612,8 +617,9 @@ class MixedAudioDecoder(Operator):
         if n == 0:
             return None
         sources = ctx.source_info or [""] * n
+        whole = all(args.is_const(a) and not args.const(a) for a in ("start_time", "duration"))
         windows = _wav_windows(data, sources, args["start_time"], args["duration"],
-                               args.const("out_of_bounds_policy"), args["sample_rate"])
+                               args.const("out_of_bounds_policy"), args["sample_rate"], whole=whole)
         if windows.wav.all():  # plain WAVs (the usual batch): nothing to decode on the CPU, no per-sample dicts
             return _Plan(getattr(torch, _DTYPES[args.const("dtype")]), args.const("downmix"), windows)
         if windows.target.any():
