@@ -245,6 +245,26 @@ def test_files_go_through_the_file_decoder(gpu_videos, fake_files):
     assert len(files) <= 2 and sum(len(d.opened) for d in files) == len(gpu_videos) - counted  # switched, not new
 
 
+def test_file_decoders_opened_ahead_are_the_ones_requests_use(gpu_videos, fake_files):
+    """open_ahead makes every session's file decoder on the file at once, in the background; the requests that
+    follow take those (no decoder made after), and a file that cannot be opened is left to the request to refuse."""
+    backend = NvdecBackend(sessions=3)
+    path = gpu_videos["h264-mp4"]
+    backend.open_ahead(path).join(timeout=60)
+    made = _simple(fake_files)
+    assert len(made) == 3 and all(d.opened == [str(path)] for d in made)
+    with ThreadPoolExecutor(3) as pool:
+        clips = list(pool.map(lambda f: read_frames(path, frames=[f, f + 3], backend=backend), [0, 4, 8]))
+    assert [[read_barcode(x) for x in c.frames] for c in clips] == [[0, 3], [4, 7], [8, 11]]
+    assert _simple(fake_files) == made and sum(d.calls for d in made) == 3
+    fake_nvc.SimpleDecoder.fail_open = True
+    other = NvdecBackend(sessions=2)
+    other.open_ahead(gpu_videos["hevc-mkv"]).join(timeout=60)
+    assert other._files._created == 0  # nothing held: the request tries, fails and falls back itself
+    clip = read_frames(gpu_videos["hevc-mkv"], frames=[2], backend=other)
+    assert [read_barcode(x) for x in clip.frames] == [2] and other.stats["packet_runs"] == 1
+
+
 def test_file_decoders_shared_between_threads(gpu_videos, fake_files):
     backend = NvdecBackend(sessions=3)
     paths = [gpu_videos["h264-mp4"], gpu_videos["hevc-mkv"], gpu_videos["h264-mov"]]

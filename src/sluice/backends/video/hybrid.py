@@ -293,6 +293,15 @@ class HybridBackend:
                 self._workers.append(worker)
                 self._spare.append(worker)
 
+    def get_ready(self, path: str | None = None) -> None:
+        """Start now, without waiting, what the first batch would otherwise wait for: the CPU worker processes
+        (:meth:`start_workers`) and, given the file the first batch reads, NVDEC's file decoders on it
+        (:meth:`NvdecBackend.open_ahead`). ``readers.video`` calls this when its pipeline is built."""
+        self.start_workers()
+        if path is not None and self.nvdec_workers and self._nvdec_broken is None and hasattr(self.nvdec,
+                                                                                                 "open_ahead"):
+            self.nvdec.open_ahead(path)
+
     def _own_worker(self) -> WorkerProcess | None:
         """This CPU worker thread's process: a started one that is ready, which it keeps from then on; None while
         none is ready yet."""

@@ -276,6 +276,43 @@ class NvdecBackend:
         self._caps_checked: set[tuple] = set()
         self.stats = {"file_decoder_runs": 0, "packet_runs": 0, "pixel_checks": 0}
 
+    def open_ahead(self, path: str) -> threading.Thread | None:
+        """Open this backend's file decoders on ``path`` in the background, all at once (``readers.video`` calls
+        this when its pipeline is built, with the file its first batch reads): a SimpleDecoder takes about a second
+        to create, and the first batch's NVDEC jobs would otherwise each create theirs then. Whatever fails here
+        is left for the first request on the file, which says why. Returns the thread (None when there is
+        nothing to open)."""
+        if not simple_decoder_enabled() or path in self._files_refused:
+            return None
+        gate = threading.Barrier(self.sessions)  # each holds its decoder until all are made, so that none reuses
+
+        def open_one() -> None:
+            dec = None
+            try:
+                nvc = self._module()
+                if hasattr(nvc, "SimpleDecoder"):
+                    with torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext():
+                        dec = self._files.acquire(nvc, path)
+            except Exception as e:  # noqa: BLE001
+                logger.debug("%s: opening an NVDEC file decoder ahead failed: %s", path, e)
+            try:
+                gate.wait(timeout=60)
+            except threading.BrokenBarrierError:
+                pass
+            if dec is not None:
+                self._files.release(dec)
+
+        def open_all() -> None:
+            threads = [threading.Thread(target=open_one, daemon=True) for _ in range(self.sessions)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+        thread = threading.Thread(target=open_all, name="sluice-nvdec-open", daemon=True)
+        thread.start()
+        return thread
+
     # ---------------------------------------------------------------------------------------------- sessions
     def _module(self):
         """PyNvVideoCodec, imported on first use (a clear error when it or the driver is missing)."""

@@ -240,8 +240,8 @@ class VideoReader(ReaderBase):
                            span + 1, self.stride, ", ".join(short[:5]) + (", ..." if len(short) > 5 else ""))
         self.setup_order(len(self.samples))
         self.backend = self._backend(spec)
-        if hasattr(self.backend, "start_workers"):  # its CPU worker processes start while the pipeline builds
-            self.backend.start_workers()
+        if hasattr(self.backend, "get_ready") and self.samples:  # worker processes, NVDEC decoders: started now
+            self.backend.get_ready(self.paths[self.samples[0][0]])
 
     def _unreadable(self, entries) -> None:
         """Files that cannot be read: an error naming the first (and how many more), or, with
