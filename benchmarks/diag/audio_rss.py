@@ -24,23 +24,17 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("data")
-    ap.add_argument("--iterations", type=int, default=2000)
-    ap.add_argument("--every", type=int, default=250)
-    ap.add_argument("--mixed", action="store_true")
-    a = ap.parse_args()
-    import torch
-
+def audio_program(files: list[str], decoder: str):
+    """side_by_side.py's audio program, built: ``decoder`` "cpu" (then ``.gpu()``), "mixed", or "none" (the
+    reader alone)."""
     from sluice import fn, pipeline_def, types
-
-    files = sorted(glob.glob(os.path.join(a.data, "*.wav")))
 
     @pipeline_def(batch_size=64, num_threads=16, device_id=0)
     def pipe():
         enc, _ = fn.readers.file(files=files, name="r")
-        if a.mixed:
+        if decoder == "none":
+            return enc
+        if decoder == "mixed":
             x, _ = fn.decoders.audio(enc, device="mixed", dtype=types.FLOAT, downmix=True)
         else:
             x, _ = fn.decoders.audio(enc, dtype=types.FLOAT, downmix=True)
@@ -52,6 +46,19 @@ def main() -> None:
 
     p = pipe()
     p.build()
+    return p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data")
+    ap.add_argument("--iterations", type=int, default=2000)
+    ap.add_argument("--every", type=int, default=250)
+    ap.add_argument("--mixed", action="store_true")
+    a = ap.parse_args()
+    import torch
+
+    p = audio_program(sorted(glob.glob(os.path.join(a.data, "*.wav"))), "mixed" if a.mixed else "cpu")
     samples = []
     t = time.perf_counter()
     for i in range(1, a.iterations + 1):

@@ -19,23 +19,12 @@ import time
 
 import torch
 
-from sluice import fn, pipeline_def, types
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from audio_rss import audio_program  # noqa: E402
 
 
 def read_rate(files, iterations: int, full: bool = False) -> float:
-    @pipeline_def(batch_size=64, num_threads=16, device_id=0)
-    def pipe():
-        enc, _ = fn.readers.file(files=files, name="r")
-        if not full:
-            return enc
-        a, _ = fn.decoders.audio(enc, device="mixed", dtype=types.FLOAT, downmix=True)
-        a = fn.audio_resample(a, in_rate=44100.0, out_rate=16000.0)
-        s = fn.spectrogram(a, nfft=512, window_length=400, window_step=160, power=2)
-        m = fn.mel_filter_bank(s, sample_rate=16000, nfilter=80, freq_high=8000)
-        return fn.to_decibels(m, multiplier=10.0, cutoff_db=-80)
-
-    p = pipe()
-    p.build()
+    p = audio_program(files, "mixed" if full else "none")
     for _ in range(10):
         p.run()
     torch.cuda.synchronize()
@@ -85,9 +74,10 @@ def main() -> None:
     a = ap.parse_args()
     files = sorted(glob.glob(os.path.join(a.data, "*.wav")))
     for round_ in range(2):
-        print(f"round {round_ + 1}: read alone {read_rate(files, a.iterations):,.0f} clips/s; beside DMA "
-              f"{beside(copier, files, a.iterations):,.0f}; beside Python 30 % {beside(python_spinner, files, a.iterations):,.0f}",
-              flush=True)
+        alone, dma = read_rate(files, a.iterations), beside(copier, files, a.iterations)
+        spinning = beside(python_spinner, files, a.iterations)
+        print(f"round {round_ + 1}: read alone {alone:,.0f} clips/s; beside DMA {dma:,.0f}; beside Python 30 % "
+              f"{spinning:,.0f}", flush=True)
         default = read_rate(files, a.iterations, full=True)
         sys.setswitchinterval(5e-4)
         short = read_rate(files, a.iterations, full=True)

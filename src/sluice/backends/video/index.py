@@ -526,7 +526,8 @@ def _sluice_cache():
     if module is None:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("_sluice_cache", Path(__file__).resolve().parents[2] / "_cache.py")
+        path = Path(__file__).resolve().parents[2] / "_cache.py"
+        spec = importlib.util.spec_from_file_location("_sluice_cache", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules["_sluice_cache"] = module
