@@ -524,6 +524,24 @@ def test_cpu_jobs_are_decoded_in_the_threads_until_a_worker_process_is_ready(vid
     assert backend._workers == [] and backend._spare == []
 
 
+def test_a_worker_stuck_starting_is_an_error_not_a_hang(videos, monkeypatch):
+    """A request waits a bounded time for its process to finish starting; one that never does is killed and the
+    request raises WorkerDied naming the file."""
+    from sluice.backends.video import cpu_worker
+
+    monkeypatch.setattr(cpu_worker, "READY_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(cpu_worker, "_ready", lambda proc, timeout=0.0: False)
+    worker = cpu_worker.WorkerProcess()
+    try:
+        start = time.monotonic()
+        with pytest.raises(cpu_worker.WorkerDied, match="h264.mp4.*did not get ready") as info:
+            worker.decode(str(videos["h264-mp4"]), [0], "unused", (1, 2, 2, 3), "nvdec")
+        assert info.value.at_start and time.monotonic() - start < 30
+        assert worker._proc.wait(timeout=10) is not None  # killed
+    finally:
+        worker.close()
+
+
 def test_same_bytes_fed_as_separate_views_share_their_groups_of_pictures(videos, fake_nvdec):
     """external_source feeding one file's bytes to every sample gives each its own array over the same memory:
     a group of pictures wanted by several of them is decoded once, as for one path."""

@@ -38,6 +38,10 @@ __all__ = ["WorkerProcess", "WorkerDied"]
 logger = logging.getLogger(__name__)
 
 
+#: How long a request waits for a (re)started worker process to finish its imports.
+READY_TIMEOUT_S = 60.0
+
+
 class WorkerDied(RuntimeError):
     """The worker process exited (crashed or was killed) while decoding; ``at_start``: none of its processes ever got
     ready (twice; its imports or interpreter fail)
@@ -129,7 +133,10 @@ class WorkerProcess:
             for attempt in (1, 2):
                 proc = self._start()
                 try:
-                    self._was_ready |= _ready(proc, None)
+                    if not _ready(proc, READY_TIMEOUT_S):  # started again after dying, and stuck starting
+                        proc.kill()
+                        raise EOFError(f"it did not get ready in {READY_TIMEOUT_S:.0f} s")
+                    self._was_ready = True
                     _send(proc.stdin, request)
                     kind, payload = _receive(proc.stdout)
                     self._answered += 1
