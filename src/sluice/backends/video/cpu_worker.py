@@ -71,7 +71,8 @@ def _rebuild_error(error_type: str, message: str) -> Exception:
 
 
 class WorkerProcess:
-    """One decoding process, started on first use; its requests are served one at a time (one owner thread)."""
+    """One decoding process, started by :meth:`start` or on first use; its requests are served one at a time (one
+    owner thread)."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
