@@ -13,7 +13,11 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from audio_stages import build  # noqa: E402  (side_by_side.py's audio program)
 
 
 def rss_mib() -> float:
@@ -22,31 +26,6 @@ def rss_mib() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def audio_program(files: list[str], decoder: str):
-    """side_by_side.py's audio program, built: ``decoder`` "cpu" (then ``.gpu()``), "mixed", or "none" (the
-    reader alone)."""
-    from sluice import fn, pipeline_def, types
-
-    @pipeline_def(batch_size=64, num_threads=16, device_id=0)
-    def pipe():
-        enc, _ = fn.readers.file(files=files, name="r")
-        if decoder == "none":
-            return enc
-        if decoder == "mixed":
-            x, _ = fn.decoders.audio(enc, device="mixed", dtype=types.FLOAT, downmix=True)
-        else:
-            x, _ = fn.decoders.audio(enc, dtype=types.FLOAT, downmix=True)
-            x = x.gpu()
-        x = fn.audio_resample(x, in_rate=44100.0, out_rate=16000.0)
-        s = fn.spectrogram(x, nfft=512, window_length=400, window_step=160, power=2)
-        m = fn.mel_filter_bank(s, sample_rate=16000, nfilter=80, freq_high=8000)
-        return fn.to_decibels(m, multiplier=10.0, cutoff_db=-80)
-
-    p = pipe()
-    p.build()
-    return p
 
 
 def main() -> None:
@@ -58,7 +37,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    p = audio_program(sorted(glob.glob(os.path.join(a.data, "*.wav"))), "mixed" if a.mixed else "cpu")
+    p = build(sorted(glob.glob(os.path.join(a.data, "*.wav"))), "full", mixed=a.mixed)
     samples = []
     t = time.perf_counter()
     for i in range(1, a.iterations + 1):

@@ -22,14 +22,18 @@ from sluice import fn, pipeline_def, types
 STAGES = ("read", "decode", "resample", "full")
 
 
-def build(files, stage, threads, batch):
+def build(files, stage, threads=16, batch=64, mixed=False):
+    """side_by_side.py's audio program ending at ``stage`` (``mixed``: the decoder on 'mixed', as `audio_mixed`)."""
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=0)
     def pipe():
         enc, _ = fn.readers.file(files=files, name="r")
         if stage == "read":
             return enc
-        a, _ = fn.decoders.audio(enc, dtype=types.FLOAT, downmix=True)
-        a = a.gpu()
+        if mixed:
+            a, _ = fn.decoders.audio(enc, device="mixed", dtype=types.FLOAT, downmix=True)
+        else:
+            a, _ = fn.decoders.audio(enc, dtype=types.FLOAT, downmix=True)
+            a = a.gpu()
         if stage == "decode":
             return a
         a = fn.audio_resample(a, in_rate=44100.0, out_rate=16000.0)

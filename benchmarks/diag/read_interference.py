@@ -20,11 +20,11 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from audio_rss import audio_program  # noqa: E402
+from audio_stages import build  # noqa: E402  (side_by_side.py's audio program)
 
 
 def read_rate(files, iterations: int, full: bool = False) -> float:
-    p = audio_program(files, "mixed" if full else "none")
+    p = build(files, "full" if full else "read", mixed=True)
     for _ in range(10):
         p.run()
     torch.cuda.synchronize()

@@ -32,7 +32,7 @@ def trace_jobs(t0: float) -> None:
 
     do, in_process = hybrid.HybridBackend._do, hybrid.HybridBackend._decode_in_process
     start = cpu_worker.WorkerProcess.start
-    ready = cpu_worker.WorkerProcess.ready.fget
+    ready = cpu_worker.WorkerProcess.poll_ready
 
     def traced_do(self, job, kind, state):
         self._local.where = kind if kind == "nvdec" else "cpu-thread"
@@ -59,7 +59,7 @@ def trace_jobs(t0: float) -> None:
     hybrid.HybridBackend._do = traced_do
     hybrid.HybridBackend._decode_in_process = traced_in_process
     cpu_worker.WorkerProcess.start = traced_start
-    cpu_worker.WorkerProcess.ready = property(traced_ready)
+    cpu_worker.WorkerProcess.poll_ready = traced_ready
 
 
 def job_summary(since: float) -> str:

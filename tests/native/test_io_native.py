@@ -12,15 +12,20 @@ from sluice.native import io as nio
 needs_core = pytest.mark.skipif(not native.available(), reason="the compiled core is not built")
 
 
-@pytest.fixture
-def files(tmp_path):
-    rng = np.random.default_rng(0)
+def _random_files(folder, sizes, seed: int, prefix: str = "") -> list[str]:
+    """Files of random bytes of the given sizes under ``folder``: their paths."""
+    rng = np.random.default_rng(seed)
     out = []
-    for k in range(3):
-        p = tmp_path / f"f{k}.bin"
-        p.write_bytes(rng.integers(0, 256, 1000 + 300 * k, np.uint8).tobytes())
+    for k, size in enumerate(sizes):
+        p = folder / f"{prefix}{k}.bin"
+        p.write_bytes(rng.integers(0, 256, size, np.uint8).tobytes())
         out.append(str(p))
     return out
+
+
+@pytest.fixture
+def files(tmp_path):
+    return _random_files(tmp_path, [1000 + 300 * k for k in range(3)], seed=0, prefix="f")
 
 
 def _case(files, tmp_path):
@@ -103,12 +108,7 @@ def test_a_batch_read_by_several_threads_equals_python_reads(tmp_path):
 
     from sluice.ops.readers.file import _read_fully
 
-    rng = np.random.default_rng(1)
-    paths = []
-    for k in range(40):
-        p = tmp_path / f"{k}.bin"
-        p.write_bytes(rng.integers(0, 256, 100 + 37 * k, np.uint8).tobytes())
-        paths.append(str(p))
+    paths = _random_files(tmp_path, [100 + 37 * k for k in range(40)], seed=1)
     paths[7] = str(tmp_path / "missing")
     sizes = np.array([0 if k == 7 else 100 + 37 * k for k in range(40)], np.int64)
     sizes[11] -= 5  # the file holds more than its slot: it grew since its size was taken

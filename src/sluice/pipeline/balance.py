@@ -29,12 +29,12 @@ class PrepareBalance:
     def __init__(self, active: bool):
         self.active = active
         self.moved = False
+        self._prepare: float | None = None  # kept across moves: it is measured only while in the CPU stage
         self._restart()
 
     def _restart(self) -> None:
         self._stage: list[float | None] = [None, None]
         self._seen = [0, 0]
-        self._prepare: float | None = getattr(self, "_prepare", None)  # kept: it is measured only in the CPU stage
 
     def _average(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.ALPHA * (new - old)

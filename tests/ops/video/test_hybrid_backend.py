@@ -475,7 +475,7 @@ def test_empty_batch_and_whole_video(videos, fake_nvdec):
 def _wait_ready(backend, seconds=60.0):
     backend.start_workers()
     deadline = time.monotonic() + seconds
-    while not all(w.ready for w in backend._spare):
+    while not all(w.poll_ready() for w in backend._spare):
         assert time.monotonic() < deadline, "the CPU worker processes did not get ready"
         time.sleep(0.05)
 
@@ -507,14 +507,14 @@ def test_cpu_jobs_are_decoded_in_the_threads_until_a_worker_process_is_ready(vid
 
     path = videos["h264-mp4"]
     backend = HybridBackend(sessions=0, cpu_workers=1, cpu_processes=True)
-    ready = WorkerProcess.ready
+    ready = WorkerProcess.poll_ready
     try:
-        monkeypatch.setattr(WorkerProcess, "ready", property(lambda self: False))
+        monkeypatch.setattr(WorkerProcess, "poll_ready", lambda self: False)
         clip = _clips(backend, path, [[0, 5]])[0]
         assert read_barcodes(clip.frames) == [0, 5]
         assert len(backend._workers) == 1 and backend._spare == backend._workers  # started, not used
         assert backend._workers[0]._answered == 0
-        monkeypatch.setattr(WorkerProcess, "ready", ready)
+        monkeypatch.setattr(WorkerProcess, "poll_ready", ready)
         _wait_ready(backend)
         clip = _clips(backend, path, [[6, 7]])[0]
         assert read_barcodes(clip.frames) == [6, 7]

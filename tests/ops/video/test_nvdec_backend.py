@@ -250,7 +250,8 @@ def test_file_decoders_opened_ahead_are_the_ones_requests_use(gpu_videos, fake_f
     follow take those (no decoder made after), and a file that cannot be opened is left to the request to refuse."""
     backend = NvdecBackend(sessions=3)
     path = gpu_videos["h264-mp4"]
-    backend.open_ahead(path).join(timeout=60)
+    for t in backend.open_ahead(path):
+        t.join(timeout=60)
     made = _simple(fake_files)
     assert len(made) == 3 and all(d.opened == [str(path)] for d in made)
     with ThreadPoolExecutor(3) as pool:
@@ -259,7 +260,8 @@ def test_file_decoders_opened_ahead_are_the_ones_requests_use(gpu_videos, fake_f
     assert _simple(fake_files) == made and sum(d.calls for d in made) == 3
     fake_nvc.SimpleDecoder.fail_open = True
     other = NvdecBackend(sessions=2)
-    other.open_ahead(gpu_videos["hevc-mkv"]).join(timeout=60)
+    for t in other.open_ahead(gpu_videos["hevc-mkv"]):
+        t.join(timeout=60)
     assert other._files._created == 0  # nothing held: the request tries, fails and falls back itself
     clip = read_frames(gpu_videos["hevc-mkv"], frames=[2], backend=other)
     assert [read_barcode(x) for x in clip.frames] == [2] and other.stats["packet_runs"] == 1

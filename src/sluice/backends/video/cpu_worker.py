@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from typing import Any
 
 if __name__ == "_sluice_worker":  # the worker process (see sluice._pipes): neither sluice nor torch
@@ -44,8 +45,7 @@ READY_TIMEOUT_S = 60.0
 
 class WorkerDied(RuntimeError):
     """The worker process exited (crashed or was killed) while decoding; ``at_start``: none of its processes ever got
-    ready (twice; its imports or interpreter fail)
-    (it could not start: the interpreter or its imports failed)."""
+    ready (it cannot start: the interpreter or its imports fail)."""
 
     def __init__(self, message: str, at_start: bool = False):
         super().__init__(message)
@@ -100,12 +100,11 @@ class WorkerProcess:
         return self._proc
 
     def start(self) -> None:
-        """Start the process now, without waiting for it (it imports PyAV meanwhile: see :attr:`ready`)."""
+        """Start the process now, without waiting for it (it imports PyAV meanwhile: see :meth:`poll_ready`)."""
         with self._lock:
             self._start()
 
-    @property
-    def ready(self) -> bool:
+    def poll_ready(self) -> bool:
         """Whether the process is started and done with its imports, so that a request is served at once; never
         waits. A process that exited before it was ready is started again once (it may have been killed); raises
         WorkerDied (``at_start``) when that one exits before it is ready too."""
@@ -191,22 +190,21 @@ def _decode(pyav, index, backends: dict, path: str, frames: list[int], shm_name:
     order = sorted(decoded)
     if len(order) > shape[0] or any(decoded[f].shape != tuple(shape[1:]) for f in order):
         return "arrays", decoded
-    block = _attach(shm_name, int(np.prod(shape)))
-    try:
+    with _attached(shm_name, int(np.prod(shape))) as block:
         out = np.ndarray(shape, np.uint8, buffer=block)
         for k, f in enumerate(order):
             out[k] = decoded[f]
-        del out
-    finally:
-        block.close()
+        del out  # no view of the block may outlive it
     return "shm", order
 
 
-def _attach(name: str, size: int):
-    """The caller's shared memory block ``name``, mapped. The caller owns it (creates and unlinks it), so it is
-    mapped here without ``multiprocessing``'s resource tracker: ``SharedMemory(name=...)`` registers even a block
-    it only attaches to (before Python 3.13), which starts a tracker process for each worker on its first job
-    (about a second, measured, while that job waits) and makes it unlink the caller's block when it exits."""
+@contextmanager
+def _attached(name: str, size: int):
+    """The caller's shared memory block ``name``, mapped while the ``with`` block runs. The caller owns it (creates
+    and unlinks it), so it is mapped here without ``multiprocessing``'s resource tracker: ``SharedMemory(name=...)``
+    registers even a block it only attaches to (before Python 3.13), which starts a tracker process for each worker
+    on its first job (about a second, measured, while that job waits) and makes it unlink the caller's block when
+    it exits."""
     import mmap
 
     try:
@@ -219,25 +217,20 @@ def _attach(name: str, size: int):
             resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
         except Exception:  # noqa: BLE001
             pass
-        return _Mapped(shm)
+        try:
+            yield shm.buf
+        finally:
+            shm.close()
+        return
     fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
     try:
-        return mmap.mmap(fd, size)
+        block = mmap.mmap(fd, size)
     finally:
         os.close(fd)
-
-
-class _Mapped:
-    """A SharedMemory block seen as a buffer with ``close()``, like an mmap."""
-
-    def __init__(self, shm) -> None:
-        self.shm = shm
-
-    def __buffer__(self, flags):
-        return self.shm.buf.__buffer__(flags)
-
-    def close(self) -> None:
-        self.shm.close()
+    try:
+        yield block
+    finally:
+        block.close()
 
 
 def _serve() -> None:

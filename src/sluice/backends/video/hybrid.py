@@ -311,7 +311,7 @@ class HybridBackend:
         self.start_workers()
         with self._lock:
             for k, candidate in enumerate(self._spare):
-                if candidate.ready:
+                if candidate.poll_ready():
                     worker = self._local.worker = self._spare.pop(k)
                     return worker
         return None

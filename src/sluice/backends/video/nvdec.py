@@ -276,14 +276,14 @@ class NvdecBackend:
         self._caps_checked: set[tuple] = set()
         self.stats = {"file_decoder_runs": 0, "packet_runs": 0, "pixel_checks": 0}
 
-    def open_ahead(self, path: str) -> threading.Thread | None:
+    def open_ahead(self, path: str) -> list[threading.Thread]:
         """Open this backend's file decoders on ``path`` in the background, all at once (``readers.video`` calls
         this when its pipeline is built, with the file its first batch reads): a SimpleDecoder takes about a second
         to create, and the first batch's NVDEC jobs would otherwise each create theirs then. Whatever fails here
-        is left for the first request on the file, which says why. Returns the thread (None when there is
-        nothing to open)."""
+        is left for the first request on the file, which says why. Returns the threads opening them (none when
+        there is nothing to open)."""
         if not simple_decoder_enabled() or path in self._files_refused:
-            return None
+            return []
         gate = threading.Barrier(self.sessions)  # each holds its decoder until all are made, so that none reuses
 
         def open_one() -> None:
@@ -302,16 +302,11 @@ class NvdecBackend:
             if dec is not None:
                 self._files.release(dec)
 
-        def open_all() -> None:
-            threads = [threading.Thread(target=open_one, daemon=True) for _ in range(self.sessions)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-
-        thread = threading.Thread(target=open_all, name="sluice-nvdec-open", daemon=True)
-        thread.start()
-        return thread
+        threads = [threading.Thread(target=open_one, name="sluice-nvdec-open", daemon=True)
+                   for _ in range(self.sessions)]
+        for t in threads:
+            t.start()
+        return threads
 
     # ---------------------------------------------------------------------------------------------- sessions
     def _module(self):

@@ -271,8 +271,7 @@ class _Item:
 class _Windows:
     """A batch's WAV headers and windows as arrays (:func:`_wav_windows`): ``wav`` marks the plain PCM / float WAVs
     (the others need the CPU decoder); ``fmt`` indexes WAV_FORMATS; ``first``/``nbytes`` place each payload window
-    in its file; ``target`` is the sample_rate argument (0: none); ``found`` is :func:`batch_region` of the batch
-    (False where it was not looked for)."""
+    in its file; ``target`` is the sample_rate argument (0: none); ``found`` is :func:`batch_region` of the batch."""
 
     wav: np.ndarray
     rate: np.ndarray
@@ -283,7 +282,7 @@ class _Windows:
     nbytes: np.ndarray
     start: np.ndarray
     target: np.ndarray
-    found: tuple | None | bool
+    found: tuple | None
 
     def items(self) -> list[_Item | None]:
         """One :class:`_Item` per plain WAV, None for the others."""
@@ -301,7 +300,7 @@ def _wav_windows(data, sources: list[str], start_time, duration, out_of_bounds_p
     one call; a window that is wrong raises naming its file. ``whole``: every start_time and duration is 0 (the
     windows are the whole files, as :func:`plan_windows` would find)."""
     batch = data if isinstance(data, Batch) else Batch(list(data))
-    found = batch_region(batch) if _bytes_at_once(batch) else False    # False: not looked for
+    found = batch_region(batch)
     with open_files(**_encoded(batch, sources, found), sources=sources, sndfile=False) as files:
         fmt, offset, align = files.payloads()
     wav = files.status == OK
@@ -390,10 +389,9 @@ def _strided_batch(data, plan: _Plan, device: torch.device) -> tuple[Batch, Batc
     if ((w.fmt != code).any() or (w.channels != channels).any() or (w.n_out != frames).any()
             or (w.nbytes != frames * channels * SAMPLE_BYTES[fmt]).any()):
         return None
-    found = batch_region(data) if w.found is False else w.found
-    if found is None or not is_page_locked_buffer(found[0]):
+    if w.found is None or not is_page_locked_buffer(w.found[0]):
         return None
-    region, offsets, _ = found
+    region, offsets, _ = w.found
     starts = offsets + w.first
     nbytes = int(w.nbytes[0])
     step = int(starts[1] - starts[0]) if len(starts) > 1 else nbytes
@@ -638,9 +636,5 @@ class MixedAudioDecoder(Operator):
             host_rates = torch.from_numpy(rates.astype(np.float32))
             return (audio.to(ctx.device, non_blocking=True),
                     _MirroredBatch.mirror(host_rates.to(ctx.device, non_blocking=True), host_rates))
-        pin = self._pin and ctx.device.type == "cuda"
-        strided = _strided_batch(data, prepared, ctx.device) if pin else None
-        if strided is not None:
-            return strided
-        return decode_batch(data, sources, args.samples(), device=ctx.device, pool=ctx.thread_pool, pin=pin,
-                            defer=ctx.defer, plan=prepared)
+        return decode_batch(data, sources, args.samples(), device=ctx.device, pool=ctx.thread_pool,
+                            pin=self._pin and ctx.device.type == "cuda", defer=ctx.defer, plan=prepared)

@@ -269,7 +269,6 @@ def _padded_at_the_end(data: Batch, bounds: list, extent: tuple, policy: str, fi
     others, and only runs past the sample's end on the first axis (``start=[0], shape=[N]`` with "pad"): the regions
     are views, stacked and padded with one fill value by :func:`~sluice.kernels.audio.batching.pad_stack` (one
     call), then padded to ``extent``. None when the batch is not like that."""
-
     if len(fills) != 1:
         return None
     views = []
