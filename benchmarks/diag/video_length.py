@@ -97,16 +97,16 @@ def main() -> None:
     from sluice.backends.video import hybrid
 
     totals: dict = {}
-    run_batch = hybrid.HybridBackend._run
+    finish_batch = hybrid.HybridBackend._finish
 
-    def counted(self, jobs):  # sum each batch's per-path statistics
-        run_batch(self, jobs)
+    def counted(self, state):  # sum each batch's per-path statistics
+        finish_batch(self, state)
         for path, s in self.last_stats.items():
             for k, v in s.items():
                 totals.setdefault(path, {}).setdefault(k, 0)
                 totals[path][k] += v
 
-    hybrid.HybridBackend._run = counted
+    hybrid.HybridBackend._finish = counted
     if a.no_share:
         init = hybrid.HybridBackend.__init__
         hybrid.HybridBackend.__init__ = lambda self, *x, **kw: init(self, *x, **{**kw, "share_gops": False})

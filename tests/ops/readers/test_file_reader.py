@@ -133,6 +133,26 @@ def test_random_shuffle_is_seeded_and_complete(tmp_path):
     assert epoch != sorted(epoch) and epoch[:8] == a[0]
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(random_shuffle=True, initial_fill=4), dict(shuffle_after_epoch=True),
+                                dict(num_shards=2, shard_id=1, pad_last_batch=True)])
+def test_peeking_at_the_next_batch_leaves_the_order_alone(kw):
+    """A reader that starts the next batch's work ahead (readers.video) asks for it with peek_indices: the same
+    samples next_indices then returns, across epoch ends, with or without shuffling."""
+    from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
+
+    args = dict(dict(random_shuffle=False, initial_fill=1024, shuffle_after_epoch=False, num_shards=1, shard_id=0,
+                     stick_to_shard=False, pad_last_batch=False), **kw)
+    order = SampleOrder(11, ShardingArgs.from_args("fn.readers.file", args, 4, 5))
+    taken = []
+    for _ in range(9):  # three epochs and more, batches crossing their ends
+        peeked = order.peek_indices(4)
+        assert order.peek_indices(4) == peeked
+        got = order.next_indices(4)
+        assert got == peeked
+        taken += got
+    assert {e for _, e in taken} >= {0, 1, 2}
+
+
 def test_bad_paths_are_named(tmp_path):
     with pytest.raises(ArgumentError, match=r"file_root '.*nope' does not exist"):
         reader_pipe(file_root=str(tmp_path / "nope")).build()

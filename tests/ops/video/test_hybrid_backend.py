@@ -558,3 +558,61 @@ def test_same_bytes_fed_as_separate_views_share_their_groups_of_pictures(videos,
     read_clips([prepare_clip(v, frames=[1, 2], index=idx) for v in (data, copy)], backend)
     assert backend.last_stats["cpu"]["jobs"] == 2
     backend.close()
+
+
+def test_batches_submitted_together_overlap_each_path_in_its_own_threads(videos, fake_nvdec, monkeypatch):
+    """Two batches submitted before either is waited for: both come back exact; NVDEC jobs run only in the NVDEC
+    path's threads and CPU jobs only in the CPU path's (a CPU worker thread keeps its worker process from batch to
+    batch), and the second batch's jobs start while the first is still running."""
+    path = videos["h264-mp4"]
+    backend = HybridBackend(sessions=2, cpu_workers=2, share_gops=False, cpu_processes=False)
+    seen: list[tuple] = []  # (path, thread, batch, start, end) of each job
+    for kind in ("nvdec", "cpu"):
+        decode = getattr(backend, f"_decode_{kind}")
+
+        def traced(job, kind=kind, decode=decode):
+            start = time.perf_counter()
+            time.sleep(0.02)  # each job outlasts a worker's move to the next batch
+            out = decode(job)
+            seen.append((kind, threading.current_thread().name, job.batch, start, time.perf_counter()))
+            return out
+
+        monkeypatch.setattr(backend, f"_decode_{kind}", traced)
+    idx = get_index(path)
+    reqs = [_requests(path, 8, seed=s) for s in (21, 22)]
+    pending = []
+    for b, batch in enumerate(reqs):
+        jobs_of = backend._jobs
+        monkeypatch.setattr(backend, "_jobs", lambda requests, b=b, jobs_of=jobs_of: _tag(jobs_of(requests), b))
+        pending.append(backend.submit_batch([(path, idx, r) for r in batch]))
+        monkeypatch.setattr(backend, "_jobs", jobs_of)
+    for batch, p in zip(reqs, pending):
+        got = p.result()
+        assert [read_barcodes(torch.stack([g[f] for f in r])) for r, g in zip(batch, got)] == batch
+    assert {k for k, *_ in seen} == {"nvdec", "cpu"}
+    for kind, thread, *_ in seen:
+        assert thread.startswith(f"sluice-video-{kind}"), (kind, thread)
+    first_done = max(end for *_, b, _, end in seen if b == 0)
+    second_started = min(start for *_, b, start, _ in seen if b == 1)
+    assert second_started < first_done, "the second batch waited for the first batch's last job"
+    backend.close()
+
+
+def _tag(planned, batch: int):
+    for job in planned[0]:
+        job.batch = batch
+    return planned
+
+
+def test_a_cancelled_batch_raises_and_the_next_one_decodes(videos, fake_nvdec):
+    path = videos["h264-mp4"]
+    backend = HybridBackend(sessions=1, cpu_workers=1, cpu_processes=False)
+    idx = get_index(path)
+    first = backend.submit_batch([(path, idx, r) for r in _requests(path, 6, seed=3)])
+    first.cancel()
+    with pytest.raises(VideoError, match="cancelled"):
+        first.result()
+    batch = _requests(path, 4, seed=4)
+    got = backend.submit_batch([(path, idx, r) for r in batch]).result()
+    assert [read_barcodes(torch.stack([g[f] for f in r])) for r, g in zip(batch, got)] == batch
+    backend.close()

@@ -222,3 +222,52 @@ def test_cpu_reader_restarts_a_worker_killed_between_batches(videos, monkeypatch
         assert not set(pids) & {w.pid for w in backend._workers}
     finally:
         p.close()
+
+
+def test_the_next_batch_is_decoded_ahead_and_used(videos, monkeypatch):
+    """Each run submits the batch after it to the backend before waiting for its own, and the next run uses that
+    decoding (one submission a batch, not two); shuffled batches crossing epoch ends come out right. A reader
+    sent to another place in its order (a checkpoint loaded into it) cancels the batch decoded ahead for the old
+    place and decodes the right one."""
+    from sluice.backends.video.hybrid import HybridBackend
+
+    files = [str(videos["h264-mp4"]), str(videos["hevc-mkv"])]
+
+    @pipeline_def(batch_size=3, num_threads=2, device_id=None, seed=5, exec_async=False)
+    def pipe():
+        return fn.readers.video(filenames=files, sequence_length=4, stride=3, step=9, random_shuffle=True,
+                                initial_fill=3, enable_frame_num=True, name="Reader")
+
+    submitted, cancelled = [], []
+    submit = HybridBackend.submit_batch
+
+    def counted(self, requests):
+        pending = submit(self, requests)
+        submitted.append(pending)
+        cancel = pending.cancel
+        pending.cancel = lambda: (cancelled.append(pending), cancel())
+        return pending
+
+    monkeypatch.setattr(HybridBackend, "submit_batch", counted)
+    p = pipe()
+    reader = p.executor.operator("Reader")
+    runs = 2 * len(reader.samples) // 3 + 2  # past two epoch ends
+    outs, orders = [], []
+    for _ in range(runs):
+        orders.append(reader.state_dict())
+        outs.append(p.run())
+        assert reader._ahead is not None and reader._ahead[0] == reader.peek_samples()
+    assert len(submitted) == runs + 1 and not cancelled
+    for video, _, num in outs:
+        for i in range(len(video)):
+            s = int(num[i][0])
+            assert codes(video[i]) == list(range(s, s + 12, 3))
+    reader.load_state_dict(orders[1])  # back to the second batch
+    stale = submitted[-1]
+    again = p.run()
+    assert cancelled == [stale]
+    assert [int(x[0]) for x in again[2]] == [int(x[0]) for x in outs[1][2]]
+    for i in range(len(again[0])):
+        assert torch.equal(again[0][i], outs[1][0][i])
+    p.close()
+    assert cancelled[-1] is submitted[-1]  # closing the pipeline cancels the batch decoded ahead

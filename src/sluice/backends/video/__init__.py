@@ -24,7 +24,7 @@ from .index import PAD_MODES, Source, VideoError, VideoIndex, build_index, descr
 from .pyav import PyAVBackend, read_audio_window
 
 __all__ = ["PAD_MODES", "PyAVBackend", "Clip", "ClipRequest", "VideoError", "VideoIndex", "build_index", "describe",
-           "finish_clip", "get_index", "prepare_clip", "read_audio_window", "read_clips", "read_frames",
+           "PendingClips", "finish_clip", "get_index", "prepare_clip", "read_audio_window", "read_clips", "read_frames",
            "requested_frames"]
 
 
@@ -138,22 +138,45 @@ def read_frames(source: Source, *, frames: Sequence[int] | None = None, timestam
 
 def read_clips(requests: Sequence[ClipRequest], backend=None) -> list[Clip]:
     """Decode several resolved requests (:func:`prepare_clip`) at once: with a backend that has
-    ``decode_batch`` (the hybrid NVDEC + CPU one), all their groups of pictures are shared out together.
+    ``submit_batch`` (the hybrid NVDEC + CPU one), all their groups of pictures are shared out together.
     An exception carries ``request_index``, the request it concerns. Example::
 
         clips = read_clips([prepare_clip("a.mp4", frames=[0, 60]), prepare_clip("b.mp4", frames=[3])], backend)
     """
     backend = backend or _CPU
-    if hasattr(backend, "decode_batch"):
-        decoded = backend.decode_batch([(r.source, r.index, r.distinct) for r in requests])
-    else:
-        decoded = []
-        for k, r in enumerate(requests):
-            try:
-                decoded.append(backend.decode(r.source, r.index, r.distinct))
-            except Exception as e:  # noqa: BLE001 - re-raised naming the request
-                e.request_index = k
-                raise
+    if hasattr(backend, "submit_batch"):
+        return PendingClips(requests, backend).result()
+    decoded = []
+    for k, r in enumerate(requests):
+        try:
+            decoded.append(backend.decode(r.source, r.index, r.distinct))
+        except Exception as e:  # noqa: BLE001 - re-raised naming the request
+            e.request_index = k
+            raise
+    return _finish_clips(requests, decoded, backend)
+
+
+class PendingClips:
+    """Resolved requests whose decoding a backend with ``submit_batch`` (the hybrid one) has started:
+    ``result()`` waits and returns the clips as :func:`read_clips` does; ``cancel()`` stops the decoding.
+    ``readers.video`` submits its next batch this way while it hands out the current one. Example::
+
+        ahead = PendingClips([prepare_clip("a.mp4", frames=[0, 60])], backend)
+        clips = ahead.result()
+    """
+
+    def __init__(self, requests: Sequence[ClipRequest], backend) -> None:
+        self.requests, self.backend = list(requests), backend
+        self._pending = backend.submit_batch([(r.source, r.index, r.distinct) for r in self.requests])
+
+    def result(self) -> list[Clip]:
+        return _finish_clips(self.requests, self._pending.result(), self.backend)
+
+    def cancel(self) -> None:
+        self._pending.cancel()
+
+
+def _finish_clips(requests: Sequence[ClipRequest], decoded: list, backend) -> list[Clip]:
     out = []
     for k, (r, d) in enumerate(zip(requests, decoded)):
         try:

@@ -13,6 +13,10 @@ A static split in proportion to measured speeds (``backends.image.scheduler.Spli
 uses, whose hardware decoder takes one call per batch) is not used here: video jobs are independent and coarse, so
 pulling from one queue balances exactly where a static split leaves one path's leftovers as the tail.
 
+Each path's workers are threads of their own (a CPU worker thread keeps its worker process), and batches
+submitted one after the other (:meth:`HybridBackend.submit_batch`) overlap: a worker done with one batch's jobs
+takes the next batch's while the other workers finish the first's last jobs.
+
 CPU-decoded frames are copied to the GPU from pinned memory, one copy per job, in the CPU worker that decoded them
 (on its own CUDA stream, so copies overlap decoding). With ``share_gops`` a group of pictures wanted by several
 clips of the batch is decoded once for all of them. Example::
@@ -31,7 +35,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -124,8 +128,7 @@ class HybridBackend:
         self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
         self._nvdec_broken: str | None = None
         self._cpu_formats: set[tuple] = set()  # (codec, width, height) NVDEC cannot decode
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_size = 0
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # each path's worker threads
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -146,17 +149,15 @@ class HybridBackend:
 
         An exception raised for a job carries ``request_index``: the first request that needed it.
         """
+        return self.submit_batch(requests).result()
+
+    def submit_batch(self, requests: Sequence[tuple[Source, VideoIndex, Sequence[int]]]) -> "PendingBatch":
+        """Start decoding a batch of requests and return at once; ``.result()`` waits for it (as
+        :meth:`decode_batch` returns). Batches submitted one after the other overlap: a worker that has no more
+        jobs in one batch (the end of a batch, where most workers of the other path wait for the last jobs) takes
+        the next batch's jobs, so ``readers.video`` submits the batch after the current one ahead of time."""
         jobs, per_request = self._jobs(requests)
-        self._run(jobs)
-        self._order_streams(jobs)
-        out = []
-        for r, (_, _, frames) in enumerate(requests):
-            wanted = {int(f) for f in frames}
-            got: dict[int, torch.Tensor] = {}
-            for job in per_request[r]:
-                got.update((f, t) for f, t in job.result.items() if f in wanted)
-            out.append(got)
-        return out
+        return PendingBatch(self, requests, jobs, per_request, self._start(jobs))
 
     def _order_streams(self, jobs: list[_Job]) -> None:
         """Workers made the frames on the default stream (or synchronised their copies): the caller's stream waits
@@ -200,7 +201,9 @@ class HybridBackend:
         return list(jobs.values()), per_request
 
     # --------------------------------------------------------------------------------------------- running
-    def _run(self, jobs: list[_Job]) -> None:
+    def _start(self, jobs: list[_Job]) -> "_BatchState":
+        """Queue a batch's jobs and its workers (each path's in that path's own threads, so that a CPU worker
+        thread keeps its worker process from batch to batch); returns at once."""
         use_nvdec = self.nvdec_workers > 0 and self._nvdec_broken is None
         shared = deque(sorted((j for j in jobs if j.nvdec_ok and use_nvdec), key=lambda j: -j.weight))
         cpu_only = deque(j for j in jobs if not (j.nvdec_ok and use_nvdec))
@@ -208,17 +211,26 @@ class HybridBackend:
         n_cpu = min(self.cpu_workers, len(jobs)) if self.cpu_workers else min(1, len(cpu_only))
         # cpu_workers=0: one worker decodes only what NVDEC cannot, and counts as no CPU path for the shared queue
         state = _BatchState(shared, cpu_only, {"nvdec": n_gpu, "cpu": n_cpu if self.cpu_workers else 0}, self._spf)
-        workers = ["nvdec"] * n_gpu + ["cpu"] * n_cpu
-        if workers:
-            with self._lock:
-                if self._pool is None or self._pool_size < len(workers):
-                    self._pool_size = len(workers)
-                    self._pool = ThreadPoolExecutor(len(workers), thread_name_prefix="sluice-video")
-                pool = self._pool
-            futures = [pool.submit(self._worker, kind, state) for kind in workers]
-            for f in futures:
-                f.result()
-        # jobs left over (NVDEC failed after the CPU workers stopped, or no worker ran): decode them here
+        for kind, count in (("nvdec", n_gpu), ("cpu", n_cpu)):
+            if count:
+                pool = self._path_pool(kind)
+                state.futures += [pool.submit(self._worker, kind, state) for _ in range(count)]
+        return state
+
+    def _path_pool(self, kind: str) -> ThreadPoolExecutor:
+        """The threads of one path's workers: NVDEC sessions, or CPU workers (whatever a batch needs at most)."""
+        size = self.nvdec_workers if kind == "nvdec" else max(1, self.cpu_workers)
+        with self._lock:
+            pool = self._pools.get(kind)
+            if pool is None:
+                pool = self._pools[kind] = ThreadPoolExecutor(size, thread_name_prefix=f"sluice-video-{kind}")
+            return pool
+
+    def _finish(self, state: "_BatchState") -> None:
+        """Wait for a batch's workers, decode what they left (NVDEC failed after the CPU workers stopped, or no
+        worker ran) here, and raise the batch's first error."""
+        for f in state.futures:
+            f.result()
         while state.error is None and (state.cpu_only or state.shared):
             job = (state.cpu_only or state.shared).popleft()
             self._do(job, "cpu", state)
@@ -227,6 +239,7 @@ class HybridBackend:
         self.last_stats = state.stats
 
     def _worker(self, kind: str, state: "_BatchState") -> None:
+        self._local.pool_worker = True  # a CPU worker thread, which may own a worker process
         while True:
             if kind == "nvdec" and self._nvdec_broken is not None:
                 state.leave(kind)
@@ -317,7 +330,8 @@ class HybridBackend:
         return None
 
     def _decode_cpu(self, job: _Job) -> dict[int, torch.Tensor]:
-        if self.cpu_processes and isinstance(job.source, (str, os.PathLike)):
+        if self.cpu_processes and getattr(self._local, "pool_worker", False) and isinstance(job.source,
+                                                                                       (str, os.PathLike)):
             try:
                 worker = self._own_worker()
                 if worker is not None:
@@ -387,9 +401,9 @@ class HybridBackend:
         with self._lock:
             self._spare.clear()
             self._finalizer = weakref.finalize(self, _close_workers, self._workers)  # for any later use
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _close_workers(workers: list[WorkerProcess]) -> None:
@@ -400,6 +414,37 @@ def _close_workers(workers: list[WorkerProcess]) -> None:
 
 def _format(idx: VideoIndex) -> tuple:
     return idx.codec, idx.width, idx.height
+
+
+class PendingBatch:
+    """A batch submitted to :meth:`HybridBackend.submit_batch`: ``result()`` waits for it and returns one
+    ``{frame: tensor}`` per request (the same list every call); ``cancel()`` stops it (its workers take no more of
+    its jobs; ``result()`` then raises)."""
+
+    def __init__(self, backend: HybridBackend, requests, jobs: list[_Job], per_request: list[list[_Job]],
+                 state: "_BatchState") -> None:
+        self._backend, self._jobs, self._per_request, self._state = backend, jobs, per_request, state
+        self._frames = [{int(f) for f in frames} for _, _, frames in requests]
+        self._out: list[dict[int, torch.Tensor]] | None = None
+
+    def result(self) -> list[dict[int, torch.Tensor]]:
+        if self._out is None:
+            try:
+                self._backend._finish(self._state)
+            except CancelledError:
+                raise VideoError("the batch was cancelled (its video backend was closed)") from None
+            self._backend._order_streams(self._jobs)
+            out = []
+            for wanted, jobs in zip(self._frames, self._per_request):
+                got: dict[int, torch.Tensor] = {}
+                for job in jobs:
+                    got.update((f, t) for f, t in job.result.items() if f in wanted)
+                out.append(got)
+            self._out = out
+        return self._out
+
+    def cancel(self) -> None:
+        self._state.fail(VideoError("the batch was cancelled"))
 
 
 class _BatchState:
@@ -416,6 +461,7 @@ class _BatchState:
         self.remaining_cpu_only = sum(j.weight for j in cpu_only)
         self.lock = threading.Lock()
         self.error: BaseException | None = None
+        self.futures: list = []  # the batch's workers
         self.stats = {p: {"jobs": 0, "frames": 0, "seconds": 0.0} for p in PATHS}
 
     def take(self, kind: str) -> _Job | None:

@@ -147,6 +147,14 @@ class SampleOrder:
                 self._order = None
         return out
 
+    def peek_indices(self, count: int) -> list[tuple[int, int]]:
+        """The ``count`` pairs :meth:`next_indices` returns next, the position left where it is."""
+        saved = self.epoch, self.pos, self._order
+        try:
+            return self.next_indices(count)
+        finally:
+            self.epoch, self.pos, self._order = saved
+
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "pos": self.pos}
 

@@ -374,6 +374,10 @@ class ReaderBase(Operator):
     def next_samples(self, ctx: BatchContext) -> list[tuple[int, int]]:
         return self.order.next_indices(self.spec.batch_size)
 
+    def peek_samples(self) -> list[tuple[int, int]]:
+        """The samples the next :meth:`next_samples` returns (a reader that starts work ahead asks)."""
+        return self.order.peek_indices(self.spec.batch_size)
+
     def reader_meta(self) -> dict[str, Any]:
         return self.order.meta()
 

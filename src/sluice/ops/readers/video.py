@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice.backends.video import (Clip, ClipRequest, VideoError, get_index, prepare_clip, read_audio_window,
-                                   read_clips)
+from sluice.backends.video import (Clip, ClipRequest, PendingClips, VideoError, get_index, prepare_clip,
+                                   read_audio_window, read_clips)
 from sluice.backends.video.pyav import PyAVBackend
 from sluice import types
 from sluice.errors import ArgumentError, PipelineError, SampleError
@@ -90,6 +90,10 @@ SCHEMA = OpSchema(
     Outputs: sequences (FHWC uint8 RGB), labels (INT32 [1]), then when enabled the first frame's number
     (INT32 [1]), every frame's timestamp in seconds (FLOAT32 [F], -1 for padded frames) and the audio of the
     sequence's time window (FLOAT32 [samples, channels]).
+
+    A batch's groups of pictures are decoded once for all its sequences that need them, and the next batch's
+    decoding starts before the current one is handed out (so the decoders never wait between batches; one more
+    batch of frames is held meanwhile).
 
     Example::
 
@@ -239,6 +243,7 @@ class VideoReader(ReaderBase):
                            "sample: %s (pass pad_sequences=True to pad them)", op, len(short), len(self.paths),
                            span + 1, self.stride, ", ".join(short[:5]) + (", ..." if len(short) > 5 else ""))
         self.setup_order(len(self.samples))
+        self._ahead: tuple[list, PendingClips] | None = None  # the next batch's samples and decoding
         self.backend = self._backend(spec)
         if hasattr(self.backend, "get_ready") and self.samples:  # worker processes, NVDEC decoders: started now
             self.backend.get_ready(self.paths[self.samples[0][0]])
@@ -270,7 +275,11 @@ class VideoReader(ReaderBase):
                              output_device="cpu")
 
     def close(self) -> None:
-        """End the CPU backend's worker processes (the GPU backend is shared by the process's operators)."""
+        """Stop the batch decoding ahead; end the CPU backend's worker processes (the GPU backend is shared by the
+        process's operators)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[1].cancel()
         if self.spec.device == "cpu" and hasattr(self.backend, "close"):
             self.backend.close()
 
@@ -319,8 +328,27 @@ class VideoReader(ReaderBase):
             out.append(torch.from_numpy(audio).to(dev))
         return tuple(out)
 
+    def _decode_ahead(self, samples: list[tuple[int, int]]) -> list[Clip]:
+        """The clips of ``samples`` (this batch), with the next batch's decoding started before this one's is
+        waited for: the backend's workers then go from this batch's last jobs (where most of them would wait for
+        a few) straight to the next batch's. The next batch is known (the sample order is), and its decoding is
+        used when that batch comes, or cancelled when another does (a checkpoint restored)."""
+        ahead, self._ahead = self._ahead, None
+        pending = ahead[1] if ahead is not None and ahead[0] == samples else None
+        if ahead is not None and pending is None:
+            ahead[1].cancel()
+        if pending is None:
+            pending = PendingClips([self.request(i) for i, _ in samples], self.backend)
+        following = self.peek_samples()
+        try:
+            self._ahead = (following, PendingClips([self.request(i) for i, _ in following], self.backend))
+        except Exception:  # noqa: BLE001 - raised again, naming its sample, when that batch is read
+            self._ahead = None
+        return pending.result()
+
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, ...]:
-        picks = [i for i, _ in self.next_samples(ctx)]
+        samples = self.next_samples(ctx)
+        picks = [i for i, _ in samples]
         paths = [self.paths[self.samples[i][0]] for i in picks]
         pool = ctx.thread_pool
 
@@ -335,10 +363,9 @@ class VideoReader(ReaderBase):
                     raise SampleError(k, paths[k], e) from e
             return call
 
-        if hasattr(self.backend, "decode_batch"):  # the whole batch's groups of pictures shared out at once
-            requests = [self.request(i) for i in picks]
+        if hasattr(self.backend, "submit_batch"):  # the whole batch's groups of pictures shared out at once
             try:
-                clips = read_clips(requests, self.backend)
+                clips = self._decode_ahead(samples)
             except Exception as e:  # noqa: BLE001
                 k = getattr(e, "request_index", 0)
                 raise SampleError(k, paths[k], e) from e
