@@ -616,3 +616,30 @@ def test_a_cancelled_batch_raises_and_the_next_one_decodes(videos, fake_nvdec):
     got = backend.submit_batch([(path, idx, r) for r in batch]).result()
     assert [read_barcodes(torch.stack([g[f] for f in r])) for r, g in zip(batch, got)] == batch
     backend.close()
+
+
+def test_nvdec_takes_no_job_until_its_decoders_are_open(videos, fake_nvdec):
+    """While the decoders opened ahead are not open yet (seconds in a fresh process), the CPU workers take the
+    batch's jobs instead of NVDEC workers waiting on them; once open, NVDEC takes jobs again, and its first job
+    per thread is not taken for its speed."""
+    path = videos["h264-mp4"]
+    backend = HybridBackend(sessions=2, cpu_workers=2, share_gops=False, cpu_processes=False)
+    opened = threading.Event()
+    opening = threading.Thread(target=opened.wait, args=(60,))
+    opening.start()
+    backend.nvdec._opening = [opening]
+    idx = get_index(path)
+    batch = _requests(path, 8, seed=31)
+    got = backend.submit_batch([(path, idx, r) for r in batch]).result()
+    assert [read_barcodes(torch.stack([g[f] for f in r])) for r, g in zip(batch, got)] == batch
+    assert backend.last_stats["nvdec"]["jobs"] == 0 and backend.last_stats["cpu"]["jobs"] > 0
+    opened.set()
+    opening.join()
+    for seed in (32, 33, 34):
+        batch = _requests(path, 8, seed=seed)
+        got = backend.submit_batch([(path, idx, r) for r in batch]).result()
+        assert [read_barcodes(torch.stack([g[f] for f in r])) for r, g in zip(batch, got)] == batch
+        if backend.last_stats["nvdec"]["jobs"]:
+            break
+    assert backend.last_stats["nvdec"]["jobs"] > 0
+    backend.close()

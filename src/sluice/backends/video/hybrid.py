@@ -53,6 +53,7 @@ from .pyav import PyAVBackend
 logger = logging.getLogger(__name__)
 
 PATHS = ("nvdec", "cpu")
+NVDEC_READY_POLL_S = 0.01  # how often an NVDEC worker looks whether the decoders opened ahead are open
 SMOOTHING = 0.2  # weight of a new job's time in a path's seconds-per-frame estimate
 
 
@@ -244,6 +245,8 @@ class HybridBackend:
             if kind == "nvdec" and self._nvdec_broken is not None:
                 state.leave(kind)
                 return
+            if kind == "nvdec" and not self._nvdec_ready(state):
+                return  # the CPU took every job while NVDEC's decoders were being opened
             job = state.take(kind)
             if job is None:
                 return
@@ -252,12 +255,29 @@ class HybridBackend:
                 state.leave(kind)
                 return
 
+    def _nvdec_ready(self, state: "_BatchState") -> bool:
+        """Wait, while the batch still has jobs for NVDEC, for the decoders being opened ahead (a job taken before
+        would wait for them, seconds in a fresh process, while the CPU workers could have decoded it); False when
+        the batch ran out of such jobs first (this worker then has left it)."""
+        ready = getattr(self.nvdec, "ready", None)
+        while ready is not None and not ready():
+            with state.lock:
+                if state.error is not None or not state.shared:
+                    state.active["nvdec"] -= 1
+                    return False
+            time.sleep(NVDEC_READY_POLL_S)
+        return True
+
     def _do(self, job: _Job, kind: str, state: "_BatchState") -> None:
         if kind == "nvdec" and _format(job.idx) in self._cpu_formats:
             state.give_back(job)
             return
         start = time.perf_counter()
-        self._local.cold = False
+        # a thread's first NVDEC job (its decoder made or switched to the file) says nothing of NVDEC's speed:
+        # counted, a slow first batch made the estimate leave NVDEC idle from then on (it then took no job to
+        # correct it)
+        self._local.cold = kind == "nvdec" and not getattr(self._local, "nvdec_warm", False)
+        self._local.nvdec_warm = getattr(self._local, "nvdec_warm", False) or kind == "nvdec"
         try:
             job.result = self._decode_nvdec(job) if kind == "nvdec" else self._decode_cpu(job)
         except Exception as e:  # noqa: BLE001

@@ -274,6 +274,7 @@ class NvdecBackend:
         self._files_refused: set[str] = set()  # files SimpleDecoder could not open or numbered differently
         self._pixel_checked: dict[str, int] = {}  # file -> requests whose near stamps gave the packet path's pixels
         self._caps_checked: set[tuple] = set()
+        self._opening: list[threading.Thread] = []  # open_ahead's threads
         self.stats = {"file_decoder_runs": 0, "packet_runs": 0, "pixel_checks": 0}
 
     def open_ahead(self, path: str) -> list[threading.Thread]:
@@ -306,7 +307,14 @@ class NvdecBackend:
                    for _ in range(self.sessions)]
         for t in threads:
             t.start()
+        self._opening = threads
         return threads
+
+    def ready(self) -> bool:
+        """Whether the decoders :meth:`open_ahead` is opening are all open (always, when it was not called): until
+        then a request would wait for them (PyNvVideoCodec's import and CUDA's start take seconds in a fresh
+        process), so the hybrid backend gives NVDEC no job yet."""
+        return not any(t.is_alive() for t in self._opening)
 
     # ---------------------------------------------------------------------------------------------- sessions
     def _module(self):
