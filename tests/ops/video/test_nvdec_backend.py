@@ -7,6 +7,8 @@ import sys
 from fractions import Fraction
 from concurrent.futures import ThreadPoolExecutor
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -309,6 +311,42 @@ def test_near_stamps_trusted_after_pixel_checks(videos, fake_files, monkeypatch,
     for req in ([4, 9, 30], [20, 2], [7, 8], [1, 25]):
         assert [read_barcode(f) for f in read_frames(path, frames=req, backend=backend).frames] == req
     assert backend.stats == {"file_decoder_runs": 2, "packet_runs": 0, "pixel_checks": 2}
+
+
+def test_near_stamps_checked_at_most_twice_when_requests_come_at_once(videos, fake_files, monkeypatch):
+    """Seven requests of one file at once (a first batch): only the first PIXEL_CHECKS are decoded again packet by
+    packet; the others wait for those checks and are then taken (each check decodes from Python: seven at once
+    took seconds on the H200)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sluice.backends.video import nvdec
+
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "stamp_offsets", [-1, 0, 1])
+    backend = NvdecBackend(sessions=7)
+    packets = backend._decode_packets
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow_packets(*a, **kw):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        try:
+            return packets(*a, **kw)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(backend, "_decode_packets", slow_packets)
+    path = videos["h264-mp4"]
+    reqs = [[k, k + 5, k + 11] for k in range(7)]
+    with ThreadPoolExecutor(7) as pool:
+        clips = list(pool.map(lambda r: read_frames(path, frames=r, backend=backend), reqs))
+    assert [[read_barcode(f) for f in c.frames] for c in clips] == reqs
+    assert backend.stats["pixel_checks"] == nvdec.PIXEL_CHECKS and most[0] <= nvdec.PIXEL_CHECKS
+    assert backend.stats["file_decoder_runs"] == len(reqs) - nvdec.PIXEL_CHECKS
 
 
 def test_far_stamps_refused_without_pixel_check(videos, fake_files, monkeypatch):

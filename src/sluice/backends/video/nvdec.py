@@ -273,6 +273,8 @@ class NvdecBackend:
         self._files = _FileDecoders(self.device_id, self.sessions)
         self._files_refused: set[str] = set()  # files SimpleDecoder could not open or numbered differently
         self._pixel_checked: dict[str, int] = {}  # file -> requests whose near stamps gave the packet path's pixels
+        self._pixel_checking: dict[str, int] = {}  # file -> such checks in flight
+        self._checks = threading.Condition(self._lock)
         self._caps_checked: set[tuple] = set()
         self._opening: list[threading.Thread] = []  # open_ahead's threads
         self.stats = {"file_decoder_runs": 0, "packet_runs": 0, "pixel_checks": 0}
@@ -394,20 +396,46 @@ class NvdecBackend:
         if out is None:
             return self._decode_packets(source, idx, plan, wanted)
         if check:
-            return self._pixel_check(os.fspath(source), idx, out, self._decode_packets(source, idx, plan, wanted))
+            return self._pixel_check(os.fspath(source), idx, out,
+                                     lambda: self._decode_packets(source, idx, plan, wanted))
         return out
 
-    def _pixel_check(self, path: str, idx: VideoIndex, got: dict, exact: dict) -> dict[int, torch.Tensor]:
-        """The packet path's frames ``exact``; the file decoder's ``got`` for the same frames must equal them to the
-        last pixel (both are NVDEC's RGB), else the file is refused."""
-        differ = sorted(f for f in exact if f not in got or not torch.equal(got[f], exact[f]))
-        with self._lock:
-            if not differ:
-                self._pixel_checked[path] = self._pixel_checked.get(path, 0) + 1
-        if differ:
-            self._refuse(path, f"its frames {differ[:4]} differ in pixels from the packet path's (its timestamps "
-                               f"were near the index's, not equal)")
-        return exact
+    def _take_pixel_check(self, path: str) -> bool | None:
+        """For a request whose stamps are near the index's: whether it must be checked against the packet path
+        (one of the file's first :data:`PIXEL_CHECKS`), False when enough checks passed, None when they failed.
+        Requests beyond the checks in flight wait for them rather than all checking at once: the first batch's
+        requests of a file all came at once, and each check decodes its frames again from Python, which with
+        seven at once took seconds."""
+        with self._checks:
+            while True:
+                if path in self._files_refused:
+                    return None
+                passed, running = self._pixel_checked.get(path, 0), self._pixel_checking.get(path, 0)
+                if passed >= PIXEL_CHECKS:
+                    return False
+                if passed + running < PIXEL_CHECKS:
+                    self._pixel_checking[path] = running + 1
+                    return True
+                if not self._checks.wait(SESSION_WAIT_S):
+                    return True  # the checks in flight are stuck: check this one too
+
+    def _pixel_check(self, path: str, idx: VideoIndex, got: dict, exact) -> dict[int, torch.Tensor]:
+        """The packet path's frames (``exact()``, decoded now); the file decoder's ``got`` for the same frames must
+        equal them to the last pixel (both are NVDEC's RGB), else the file is refused."""
+        try:
+            exact = exact()
+            differ = sorted(f for f in exact if f not in got or not torch.equal(got[f], exact[f]))
+            if differ:
+                self._refuse(path, f"its frames {differ[:4]} differ in pixels from the packet path's (its "
+                                   f"timestamps were near the index's, not equal)")
+            with self._checks:
+                if not differ:
+                    self._pixel_checked[path] = self._pixel_checked.get(path, 0) + 1
+            return exact
+        finally:
+            with self._checks:
+                self._pixel_checking[path] -= 1
+                self._checks.notify_all()
 
     def _decode_file(self, source: Source, idx: VideoIndex, frames: list[int]) -> tuple[dict | None, bool]:
         """The ``frames`` of a video file through PyNvVideoCodec's SimpleDecoder, and whether they still need a
@@ -437,9 +465,8 @@ class NvdecBackend:
                 decoded, why, near = self._frames_by_index(dec, idx, frames)
                 check = False
                 if why and near:
-                    with self._lock:
-                        check = self._pixel_checked.get(path, 0) < PIXEL_CHECKS
-                    why = None
+                    check = self._take_pixel_check(path)
+                    why = None if check is not None else "its frames' pixels differ from the packet path's"
                 out = None if why else {f: owned_rgb(fr, idx.height, idx.width) for f, fr in zip(frames, decoded)}
             broken = False
             if why:
