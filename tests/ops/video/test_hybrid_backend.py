@@ -620,8 +620,7 @@ def test_a_cancelled_batch_raises_and_the_next_one_decodes(videos, fake_nvdec):
 
 def test_nvdec_takes_no_job_until_its_decoders_are_open(videos, fake_nvdec):
     """While the decoders opened ahead are not open yet (seconds in a fresh process), the CPU workers take the
-    batch's jobs instead of NVDEC workers waiting on them; once open, NVDEC takes jobs again, and its first job
-    per thread is not taken for its speed."""
+    batch's jobs instead of NVDEC workers waiting on them; once open, NVDEC takes jobs again."""
     path = videos["h264-mp4"]
     backend = HybridBackend(sessions=2, cpu_workers=2, share_gops=False, cpu_processes=False)
     opened = threading.Event()

@@ -273,11 +273,7 @@ class HybridBackend:
             state.give_back(job)
             return
         start = time.perf_counter()
-        # a thread's first NVDEC job (its decoder made or switched to the file) says nothing of NVDEC's speed:
-        # counted, a slow first batch made the estimate leave NVDEC idle from then on (it then took no job to
-        # correct it)
-        self._local.cold = kind == "nvdec" and not getattr(self._local, "nvdec_warm", False)
-        self._local.nvdec_warm = getattr(self._local, "nvdec_warm", False) or kind == "nvdec"
+        self._local.cold = False
         try:
             job.result = self._decode_nvdec(job) if kind == "nvdec" else self._decode_cpu(job)
         except Exception as e:  # noqa: BLE001
