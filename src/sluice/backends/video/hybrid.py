@@ -261,10 +261,9 @@ class HybridBackend:
         the batch ran out of such jobs first (this worker then has left it)."""
         ready = getattr(self.nvdec, "ready", None)
         while ready is not None and not ready():
-            with state.lock:
-                if state.error is not None or not state.shared:
-                    state.active["nvdec"] -= 1
-                    return False
+            if state.error is not None or not state.shared:
+                state.leave("nvdec")
+                return False
             time.sleep(NVDEC_READY_POLL_S)
         return True
 
