@@ -181,3 +181,48 @@ def test_pipes_worker_ends_with_its_parent_even_when_its_stdin_stays_open(tmp_pa
                 os.kill(pid, signal.SIGKILL)
         proc.stdin.close()
         proc.stdout.close()
+
+
+_FORK_SERVER_SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    from sluice import _pipes
+
+    server = _pipes.ForkServer(sys.argv[1])
+    worker = server.start()
+    assert _pipes.ready(worker, 30)
+    holder = os.fork()  # a child holding the worker's stdin open: EOF alone would never come
+    if holder == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(server.pid, worker.pid, holder, flush=True)
+    sys.stdin.read()  # wait to be killed
+""")
+
+
+def test_fork_server_and_its_workers_end_with_their_parent(tmp_path):
+    """A ForkServer (which forks the video CPU workers) and the workers it forked exit when the process that
+    started them is SIGKILLed, even while a forked child of that process holds a worker's stdin open."""
+    (tmp_path / "serve.py").write_text("def _serve():\n    from __main__ import serve\n    serve(lambda r: r)\n")
+    script = tmp_path / "parent.py"
+    script.write_text(_FORK_SERVER_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "serve.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env, start_new_session=True)
+    pids = []
+    try:
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        server, worker, holder = pids
+        assert _alive(server) and _alive(worker)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert _wait_until(lambda: not _alive(server) and not _alive(worker), 5), "they outlived their parent"
+        assert _alive(holder)  # so it was not EOF that ended the worker
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.stdin.close()
+        proc.stdout.close()

@@ -369,11 +369,17 @@ def test_cpu_jobs_in_processes(videos, fake_nvdec):
         assert backend.last_stats["cpu"]["jobs"] > 0
         for a, b in zip(threads, clips):
             assert torch.equal(a.frames, b.frames)
+        for w in backend._workers:  # a forked worker's pid is known once its READY is read
+            deadline = time.monotonic() + 30
+            while not w.poll_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
         pids = [w.pid for w in backend._workers]
         assert pids and all(p is not None for p in pids)
+        server = backend._fork_server[0].pid
+        assert all(_parent(p) == server for p in pids)  # forked by the one server
     finally:
         backend.close()
-    assert backend._workers == [] and all(not _alive(p) for p in pids)
+    assert backend._workers == [] and all(not _alive(p) for p in pids) and not _alive(server)
 
 
 def test_default_cpu_workers_share_the_host(monkeypatch):
@@ -398,12 +404,16 @@ def test_processes_are_the_default(monkeypatch):
     assert not HybridBackend(sessions=0, cpu_workers=1).cpu_processes
 
 
-def test_worker_process_errors_name_the_file(videos, tmp_path):
+@pytest.mark.parametrize("forked", [False, True])
+def test_worker_process_errors_name_the_file(videos, tmp_path, forked):
     from multiprocessing import shared_memory
 
+    from sluice._pipes import ForkServer
+    from sluice.backends.video import cpu_worker
     from sluice.backends.video.cpu_worker import WorkerDied, WorkerProcess
 
-    worker = WorkerProcess()
+    server = ForkServer(cpu_worker.__file__) if forked else None
+    worker = WorkerProcess(server)
     shm = shared_memory.SharedMemory(create=True, size=16)
     try:
         missing = tmp_path / "missing.mp4"
@@ -438,6 +448,8 @@ def test_worker_process_errors_name_the_file(videos, tmp_path):
         assert len(killed) >= 2
     finally:
         worker.close()
+        if server is not None:
+            server.close()
         shm.close()
         shm.unlink()
 
@@ -455,6 +467,11 @@ def test_workers_that_cannot_start_fall_back_to_threads(videos, fake_nvdec, monk
         backend.close()
     assert [read_barcodes(c.frames) for c in clips] == reqs
     assert not backend.cpu_processes and "cannot start" in caplog.text
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def _alive(pid: int) -> bool:

@@ -171,6 +171,16 @@ def test_class_folders_and_checkpoint(videos, tmp_path):
     assert [int(x[0]) for x in again[1]] == [int(x[0]) for x in second[1]]
 
 
+def _ready_workers(backend) -> list:
+    """The pids of the backend's worker processes, once they are all ready (a forked worker's pid is known then)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while not all(w.poll_ready() for w in backend._workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return [w.pid for w in backend._workers]
+
+
 def test_cpu_reader_decodes_in_worker_processes_and_ends_them(videos, monkeypatch):
     """The CPU reader's PyAV work runs in worker processes (the default outside these tests), giving the same
     frames as in threads; closing the pipeline ends them."""
@@ -183,8 +193,8 @@ def test_cpu_reader_decodes_in_worker_processes_and_ends_them(videos, monkeypatc
     monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "1")
     p, procs = run_reader(**kwargs)
     backend = p.executor.operator("Reader").backend
-    pids = [w.pid for w in backend._workers]
-    assert backend.cpu_processes and pids and backend.last_stats["cpu"]["jobs"] > 0
+    pids = [backend._fork_server[0].pid] + _ready_workers(backend)  # the server, the workers it forked
+    assert backend.cpu_processes and None not in pids and len(pids) > 1 and backend.last_stats["cpu"]["jobs"] > 0
     for (va, _, fa), (vb, _, fb) in zip(threads, procs):
         assert [int(f[0]) for f in fa] == [int(f[0]) for f in fb]
         for i in range(len(va)):
@@ -208,8 +218,8 @@ def test_cpu_reader_restarts_a_worker_killed_between_batches(videos, monkeypatch
                          enable_frame_num=True)
     try:
         backend = p.executor.operator("Reader").backend
-        pids = [w.pid for w in backend._workers if w.pid]
-        assert pids
+        pids = _ready_workers(backend)
+        assert pids and None not in pids
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         time.sleep(0.0)

@@ -31,8 +31,8 @@ from typing import Any
 if __name__ == "_sluice_worker":  # the worker process (see sluice._pipes): neither sluice nor torch
     from __main__ import receive as _receive, send as _send, serve as _serve_requests
 else:
-    from sluice._pipes import (ready as _ready, receive as _receive, send as _send, start as _start_worker,
-                               stop as _stop_worker)
+    from sluice._pipes import (ForkServer, ready as _ready, receive as _receive, send as _send,
+                               start as _start_worker, stop as _stop_worker)
 
 __all__ = ["WorkerProcess", "WorkerDied"]
 
@@ -71,10 +71,12 @@ def _rebuild_error(error_type: str, message: str) -> Exception:
 
 
 class WorkerProcess:
-    """One decoding process, started by :meth:`start` or on first use; its requests are served one at a time (one
+    """One decoding process, started by :meth:`start` or on first use (forked by ``server``, a
+    :class:`sluice._pipes.ForkServer` of this module, when given); its requests are served one at a time (one
     owner thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: ForkServer | None = None) -> None:
+        self._server = server
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._answered = 0  # requests answered by any of this worker's processes
@@ -95,7 +97,7 @@ class WorkerProcess:
                         pipe.close()
                     except OSError:
                         pass
-            self._proc = _start_worker(__file__)
+            self._proc = self._server.start() if self._server is not None else _start_worker(__file__)
             self.fresh = True
         return self._proc
 
@@ -231,6 +233,14 @@ def _attached(name: str, size: int):
         yield block
     finally:
         block.close()
+
+
+def _preload() -> None:
+    """What a fork server runs once before forking workers: the imports of :func:`_serve`."""
+    import av  # noqa: F401
+    import numpy  # noqa: F401
+
+    _load_backend_modules()
 
 
 def _serve() -> None:

@@ -43,8 +43,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from sluice import _pipes
 from sluice._pipes import cores_per_rank
 
+from . import cpu_worker
 from .cpu_worker import WorkerDied, WorkerProcess
 from .index import Source, VideoError, VideoIndex, source_identity
 from .nvdec import NVDEC_CODECS, NvdecBackend, NvdecUnsupported
@@ -124,7 +126,8 @@ class HybridBackend:
         self.cpu_processes = bool(cpu_processes)
         self._workers: list[WorkerProcess] = []  # every process started (closed with the backend)
         self._spare: list[WorkerProcess] = []  # started, not yet owned by a CPU worker thread
-        self._finalizer = weakref.finalize(self, _close_workers, self._workers)
+        self._fork_server: list[_pipes.ForkServer] = []  # the one that forks them, once started
+        self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._fork_server)
         self.last_stats: dict[str, dict[str, float]] = {}
         self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
         self._nvdec_broken: str | None = None
@@ -307,16 +310,18 @@ class HybridBackend:
 
     def start_workers(self) -> None:
         """Start the CPU worker processes now, without waiting for them (``readers.video`` calls this when the
-        pipeline is built; otherwise the first CPU job of a file does). Each imports PyAV, which takes a while with
-        all of them starting at once: until one is ready, the CPU worker threads decode in the threads themselves,
-        so the first batches are not slower than without processes."""
+        pipeline is built; otherwise the first CPU job of a file does). They are forked from one process that
+        imported PyAV once (:class:`sluice._pipes.ForkServer`): until one is ready, the CPU worker threads decode in
+        the threads themselves, so the first batches are not slower than without processes."""
         if not self.cpu_processes:
             return
         with self._lock:
             if self._workers:
                 return
+            if not self._fork_server:  # one process imports PyAV, the workers are forked from it
+                self._fork_server.append(_pipes.ForkServer(cpu_worker.__file__))
             for _ in range(max(1, self.cpu_workers)):  # none: one decodes what NVDEC cannot
-                worker = WorkerProcess()
+                worker = WorkerProcess(self._fork_server[0])
                 worker.start()
                 self._workers.append(worker)
                 self._spare.append(worker)
@@ -415,16 +420,20 @@ class HybridBackend:
         self._finalizer()
         with self._lock:
             self._spare.clear()
-            self._finalizer = weakref.finalize(self, _close_workers, self._workers)  # for any later use
+            self._finalizer = weakref.finalize(self, _close_workers, self._workers,
+                                               self._fork_server)  # for any later use
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _close_workers(workers: list[WorkerProcess]) -> None:
+def _close_workers(workers: list[WorkerProcess], fork_server: list[_pipes.ForkServer]) -> None:
     for worker in workers:
         worker.close()
     workers.clear()
+    for server in fork_server:
+        server.close()
+    fork_server.clear()
 
 
 def _format(idx: VideoIndex) -> tuple:
