@@ -256,10 +256,11 @@ def test_file_decoders_opened_ahead_are_the_ones_requests_use(gpu_videos, fake_f
         t.join(timeout=60)
     made = _simple(fake_files)
     assert len(made) == 3 and all(d.opened == [str(path)] for d in made)
+    assert all(d.calls == 1 for d in made)  # each decoded a frame, which makes its hardware session
     with ThreadPoolExecutor(3) as pool:
         clips = list(pool.map(lambda f: read_frames(path, frames=[f, f + 3], backend=backend), [0, 4, 8]))
     assert [[read_barcode(x) for x in c.frames] for c in clips] == [[0, 3], [4, 7], [8, 11]]
-    assert _simple(fake_files) == made and sum(d.calls for d in made) == 3
+    assert _simple(fake_files) == made and sum(d.calls for d in made) == 3 + 3
     fake_nvc.SimpleDecoder.fail_open = True
     other = NvdecBackend(sessions=2)
     for t in other.open_ahead(gpu_videos["hevc-mkv"]):

@@ -280,9 +280,10 @@ class NvdecBackend:
         self.stats = {"file_decoder_runs": 0, "packet_runs": 0, "pixel_checks": 0}
 
     def open_ahead(self, path: str) -> list[threading.Thread]:
-        """Open this backend's file decoders on ``path`` in the background, all at once (``readers.video`` calls
-        this when its pipeline is built, with the file its first batch reads): a SimpleDecoder takes about a second
-        to create, and the first batch's NVDEC jobs would otherwise each create theirs then. Whatever fails here
+        """Open this backend's file decoders on ``path`` in the background, all at once, each decoding one frame
+        (``readers.video`` calls this when its pipeline is built, with the file its first batch reads): a
+        SimpleDecoder and its hardware session take about a second to make, and the first batch's NVDEC jobs would
+        otherwise each make theirs then. Whatever fails here
         is left for the first request on the file, which says why. Returns the threads opening them (none when
         there is nothing to open)."""
         if not simple_decoder_enabled() or path in self._files_refused:
@@ -296,6 +297,10 @@ class NvdecBackend:
                 if hasattr(nvc, "SimpleDecoder"):
                     with torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext():
                         dec = self._files.acquire(nvc, path)
+                        # NVDEC makes its hardware session at the first sequence header it parses: decoding one
+                        # frame now takes that (about a second, measured as the first batch's slowest NVDEC jobs)
+                        # out of the first batch
+                        dec.get_batch_frames_by_index([0])
             except Exception as e:  # noqa: BLE001
                 logger.debug("%s: opening an NVDEC file decoder ahead failed: %s", path, e)
             try:
