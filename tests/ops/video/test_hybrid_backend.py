@@ -600,7 +600,8 @@ def test_batches_submitted_together_overlap_each_path_in_its_own_threads(videos,
     pending = []
     for b, batch in enumerate(reqs):
         jobs_of = backend._jobs
-        monkeypatch.setattr(backend, "_jobs", lambda requests, b=b, jobs_of=jobs_of: _tag(jobs_of(requests), b))
+        monkeypatch.setattr(backend, "_jobs", lambda requests, leases, b=b, jobs_of=jobs_of:
+                            _tag(jobs_of(requests, leases), b))
         pending.append(backend.submit_batch([(path, idx, r) for r in batch]))
         monkeypatch.setattr(backend, "_jobs", jobs_of)
     for batch, p in zip(reqs, pending):

@@ -124,13 +124,15 @@ class WorkerProcess:
                 raise WorkerDied(f"the CPU video decoder process {self._proc.pid} exited (code {code}) before it "
                                  f"was ready, twice ({type(exc).__name__}: {exc})", at_start=True) from None
 
-    def decode(self, path: str, frames: list[int], shm_name: str, shape: tuple, colors: str) -> tuple[str, Any]:
+    def decode(self, path: str, frames: list[int], shm_name: str, shape: tuple, colors: str,
+               index_key: str | None = None, name: str | None = None) -> tuple[str, Any]:
         """Decode ``frames`` of ``path`` into the shared memory block ``shm_name`` (see ``_decode``). Raises the
         worker's error (a VideoError naming the file stays one), or WorkerDied when the process exited.
+        ``index_key``, ``name``: the content's index cache key and the name its errors give (a memfd of bytes).
 
         A process that had worked and dies (killed between or during requests) is started again and the request
         redone once; a second death on the same request is the WorkerDied error (the file crashes the decoder)."""
-        request = ("decode", os.fspath(path), list(frames), shm_name, tuple(shape), colors)
+        request = ("decode", os.fspath(path), list(frames), shm_name, tuple(shape), colors, index_key, name)
         with self._lock:
             for attempt in (1, 2):
                 proc = self._start()
@@ -180,7 +182,8 @@ def _load_backend_modules():
     return importlib.import_module(f"{name}.pyav"), importlib.import_module(f"{name}.index")
 
 
-def _decode(pyav, index, backends: dict, path: str, frames: list[int], shm_name: str, shape: tuple, colors: str):
+def _decode(pyav, index, backends: dict, path: str, frames: list[int], shm_name: str, shape: tuple, colors: str,
+            index_key: str | None = None, name: str | None = None):
     """Decode into the shared block: ("shm", frame order), or ("arrays", {frame: array}) when the frames are not
     of ``shape``'s size."""
     import numpy as np
@@ -188,7 +191,7 @@ def _decode(pyav, index, backends: dict, path: str, frames: list[int], shm_name:
     backend = backends.get(colors)
     if backend is None:
         backend = backends[colors] = pyav.PyAVBackend(threads=1, colors=colors)
-    decoded = backend.decode(path, index.get_index(path), frames)
+    decoded = backend.decode(path, index.get_index(path, key=index_key, name=name), frames)
     order = sorted(decoded)
     if len(order) > shape[0] or any(decoded[f].shape != tuple(shape[1:]) for f in order):
         return "arrays", decoded

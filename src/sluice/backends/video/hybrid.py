@@ -49,6 +49,7 @@ from sluice._pipes import cores_per_rank
 from . import cpu_worker
 from .cpu_worker import WorkerDied, WorkerProcess
 from .index import Source, VideoError, VideoIndex, source_identity
+from .memfile import MemoryFiles
 from .nvdec import NVDEC_CODECS, NvdecBackend, NvdecUnsupported
 from .pyav import PyAVBackend
 
@@ -70,6 +71,7 @@ class _Job:
     requests: list = field(default_factory=list)  # indexes of the requests that use it
     nvdec_ok: bool = True
     result: dict | None = None
+    index_key: str | None = None  # a memfd of bytes (``source`` its path): the content's index cache key
 
     @property
     def weight(self) -> int:
@@ -133,6 +135,9 @@ class HybridBackend:
         self._nvdec_broken: str | None = None
         self._cpu_formats: set[tuple] = set()  # (codec, width, height) NVDEC cannot decode
         self._pools: dict[str, ThreadPoolExecutor] = {}  # each path's worker threads
+        # encoded bytes are decoded from a memfd holding them, so that the worker processes and NVDEC's file
+        # decoder, which open files by path, take them too (see .memfile)
+        self._memory_files = MemoryFiles()
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -160,8 +165,16 @@ class HybridBackend:
         :meth:`decode_batch` returns). Batches submitted one after the other overlap: a worker that has no more
         jobs in one batch (the end of a batch, where most workers of the other path wait for the last jobs) takes
         the next batch's jobs, so ``readers.video`` submits the batch after the current one ahead of time."""
-        jobs, per_request = self._jobs(requests)
-        return PendingBatch(self, requests, jobs, per_request, self._start(jobs))
+        leases: list = []
+        try:
+            jobs, per_request = self._jobs(requests, leases)
+        except BaseException:
+            for lease in leases:
+                self._memory_files.release(lease)
+            raise
+        state = self._start(jobs)
+        state.leases = leases
+        return PendingBatch(self, requests, jobs, per_request, state)
 
     def _order_streams(self, jobs: list[_Job]) -> None:
         """Workers made the frames on the default stream (or synchronised their copies): the caller's stream waits
@@ -182,9 +195,11 @@ class HybridBackend:
                     t.record_stream(current)
 
     # ------------------------------------------------------------------------------------------ planning
-    def _jobs(self, requests) -> tuple[list[_Job], list[list[_Job]]]:
+    def _jobs(self, requests, leases: list) -> tuple[list[_Job], list[list[_Job]]]:
+        """The batch's jobs, and each request's; the memfds its bytes are decoded from go into ``leases``."""
         jobs: dict[tuple, _Job] = {}
         per_request: list[list[_Job]] = []
+        as_files: dict[tuple, object] = {}  # source_identity of bytes -> their memfd (None: decoded as bytes)
         for r, (source, idx, frames) in enumerate(requests):
             mine = []
             try:
@@ -192,12 +207,22 @@ class HybridBackend:
             except Exception as e:  # noqa: BLE001 - re-raised naming the request
                 e.request_index = r
                 raise
+            memfd = None
+            if not isinstance(source, (str, os.PathLike)) and (self.cpu_processes or self.nvdec_workers):
+                identity = source_identity(source)
+                if identity not in as_files:
+                    as_files[identity] = self._memory_files.lease(source)
+                    if as_files[identity] is not None:
+                        leases.append(as_files[identity])
+                memfd = as_files[identity]
             for key, group in plan:
                 jk = (source_identity(source), id(idx), key) if self.share_gops else (r, key)
                 job = jobs.get(jk)
                 if job is None:
                     nvdec_ok = idx.codec in NVDEC_CODECS and _format(idx) not in self._cpu_formats
                     job = jobs[jk] = _Job(source, idx, key, nvdec_ok=nvdec_ok)
+                    if memfd is not None:
+                        job.source, job.index_key = memfd.path, memfd.index_key
                 job.frames.update(group)
                 job.requests.append(r)
                 mine.append(job)
@@ -233,14 +258,25 @@ class HybridBackend:
     def _finish(self, state: "_BatchState") -> None:
         """Wait for a batch's workers, decode what they left (NVDEC failed after the CPU workers stopped, or no
         worker ran) here, and raise the batch's first error."""
-        for f in state.futures:
-            f.result()
-        while state.error is None and (state.cpu_only or state.shared):
-            job = (state.cpu_only or state.shared).popleft()
-            self._do(job, "cpu", state)
+        try:
+            for f in state.futures:
+                f.result()
+            while state.error is None and (state.cpu_only or state.shared):
+                job = (state.cpu_only or state.shared).popleft()
+                self._do(job, "cpu", state)
+        finally:
+            self._release(state)
         if state.error is not None:
             raise state.error
         self.last_stats = state.stats
+
+    def _release(self, state: "_BatchState") -> None:
+        """The batch is done with its memfds (once; a cancelled batch's are released when it is cancelled: its
+        workers still decoding hold the files open themselves)."""
+        with state.lock:
+            leases, state.leases = state.leases, []
+        for lease in leases:
+            self._memory_files.release(lease)
 
     def _worker(self, kind: str, state: "_BatchState") -> None:
         self._local.pool_worker = True  # a CPU worker thread, which may own a worker process
@@ -401,7 +437,8 @@ class HybridBackend:
         shm = shared_memory.SharedMemory(create=True, size=max(1, int(np.prod(shape))))
         view, views = None, {}
         try:
-            kind, payload = worker.decode(os.fspath(job.source), frames, shm.name, shape, self.cpu.colors)
+            kind, payload = worker.decode(os.fspath(job.source), frames, shm.name, shape, self.cpu.colors,
+                                          job.index_key, job.idx.name)
             if kind == "arrays":  # frames not of the index's size: sent back pickled
                 yield payload
             else:
@@ -425,6 +462,7 @@ class HybridBackend:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
+        self._memory_files.close()
 
 
 def _close_workers(workers: list[WorkerProcess], fork_server: list[_pipes.ForkServer]) -> None:
@@ -469,6 +507,7 @@ class PendingBatch:
 
     def cancel(self) -> None:
         self._state.fail(VideoError("the batch was cancelled"))
+        self._backend._release(self._state)
 
 
 class _BatchState:
@@ -486,6 +525,7 @@ class _BatchState:
         self.lock = threading.Lock()
         self.error: BaseException | None = None
         self.futures: list = []  # the batch's workers
+        self.leases: list = []  # the memfds its bytes are decoded from (HybridBackend._release)
         self.stats = {p: {"jobs": 0, "frames": 0, "seconds": 0.0} for p in PATHS}
 
     def take(self, kind: str) -> _Job | None:

@@ -579,13 +579,21 @@ def source_identity(source: Source) -> tuple:
     return ("bytes", arr.ctypes.data, int(arr.size)) if arr.size else ("object", id(source))
 
 
+def file_key(path: str | os.PathLike) -> tuple:
+    """What names a file's content in O(1): its absolute path, device and inode. The inode tells apart two files
+    a path named in turn (a memfd's ``/proc/PID/fd/N`` once that number is reused, a file replaced by another)."""
+    path = os.path.abspath(os.fspath(path))
+    st = os.stat(path)
+    return path, st.st_dev, st.st_ino
+
+
 def cache_key(source: Source) -> str:
-    """Path + size + modification time for files; a BLAKE2 hash of the content for bytes."""
+    """Path, device, inode, size and modification time for files; a BLAKE2 hash of the content for bytes."""
     h = hashlib.blake2b(digest_size=16)
     if isinstance(source, (str, os.PathLike)):
         path = os.path.abspath(os.fspath(source))
         st = os.stat(path)
-        h.update(f"file\0{path}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        h.update(f"file\0{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     else:
         h.update(b"bytes\0")
         h.update(as_bytes(source))
@@ -632,12 +640,15 @@ def _single_flight(key):
                 del _flights[key]
 
 
-def get_index(source: Source, *, cache: bool = True, name: str | None = None) -> VideoIndex:
+def get_index(source: Source, *, cache: bool = True, name: str | None = None, key: str | None = None
+              ) -> VideoIndex:
     """The index of ``source``, from memory, then the disk cache, else built (and stored) now; built once when
     several threads ask for it at once.
 
     Encoded bytes are first looked up by :func:`buffer_key` (O(1) in their length), and hashed whole only when
-    that buffer was not seen before."""
+    that buffer was not seen before. ``key``: the :func:`cache_key` of the content when the caller knows it (a
+    memfd holding bytes whose index was cached under their hash: a worker process finds it instead of indexing
+    the file again)."""
     name = name or describe(source)
     if not cache:
         return build_index(source, name)
@@ -647,14 +658,35 @@ def get_index(source: Source, *, cache: bool = True, name: str | None = None) ->
     fast = None if is_file else buffer_key(source)
     if fast is not None and (hit := _remember(fast)) is not None:
         return hit
-    with _single_flight(fast if fast is not None else os.path.abspath(os.fspath(source))):
-        return _find_or_build(source, name, fast)
+    if key is not None and (hit := _remember(key)) is not None:
+        return hit
+    with _single_flight(fast or key or os.path.abspath(os.fspath(source))):
+        return _find_or_build(source, name, fast, key)
 
 
-def _find_or_build(source: Source, name: str, fast: tuple | None) -> VideoIndex:
+_content_keys: "OrderedDict[tuple, str]" = OrderedDict()  # buffer_key -> cache_key of bytes already hashed
+
+
+def content_key(source: Source) -> str:
+    """:func:`cache_key` of ``source``, without hashing bytes whose index was looked up already (by
+    :func:`buffer_key`)."""
+    if not isinstance(source, (str, os.PathLike)):
+        with _memory_lock:
+            key = _content_keys.get(buffer_key(source))
+        if key is not None:
+            return key
+    return cache_key(source)
+
+
+def _find_or_build(source: Source, name: str, fast: tuple | None, key: str | None = None) -> VideoIndex:
     if fast is not None and (hit := _remember(fast)) is not None:
         return hit
-    key = cache_key(source)
+    key = key or cache_key(source)
+    if fast is not None:
+        with _memory_lock:
+            _content_keys[fast] = key
+            while len(_content_keys) > _MEMORY_ENTRIES:
+                _content_keys.popitem(last=False)
     hit = _remember(key)
     if hit is not None:
         return hit if fast is None else _remember(fast, hit)

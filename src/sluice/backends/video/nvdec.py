@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .bitstream import annexb_parameter_sets, nonref_detector
-from .index import Source, VideoError, VideoIndex, packets_from, reusable_container, video_stream
+from .index import Source, VideoError, VideoIndex, file_key, packets_from, reusable_container, video_stream
 
 logger = logging.getLogger(__name__)
 
@@ -219,12 +219,13 @@ class _FileDecoders:
         self._cond = threading.Condition()
 
     def acquire(self, nvc, path: str):
-        """A decoder open on ``path``: a free one already on it, a new one while fewer than ``limit`` exist, else
-        the first free one, switched to ``path``."""
+        """A decoder open on ``path``: a free one already on it (the same file: :func:`file_key`), a new one while
+        fewer than ``limit`` exist, else the first free one, switched to ``path``."""
         switch = None
+        key = file_key(path)
         with self._cond:
             while True:
-                same = next((k for k, dec in enumerate(self._free) if dec.sluice_path == path), None)
+                same = next((k for k, dec in enumerate(self._free) if dec.sluice_key == key), None)
                 if same is not None:
                     return self._free.pop(same)
                 if self._created < self.limit:
@@ -245,7 +246,7 @@ class _FileDecoders:
         except BaseException:
             self.release(None, broken=True)
             raise
-        dec.sluice_path = path
+        dec.sluice_key = key
         return dec
 
     def release(self, dec, broken: bool = False) -> None:
@@ -271,9 +272,10 @@ class NvdecBackend:
         self._nvc = None
         self._split_pool: ThreadPoolExecutor | None = None
         self._files = _FileDecoders(self.device_id, self.sessions)
-        self._files_refused: set[str] = set()  # files SimpleDecoder could not open or numbered differently
-        self._pixel_checked: dict[str, int] = {}  # file -> requests whose near stamps gave the packet path's pixels
-        self._pixel_checking: dict[str, int] = {}  # file -> such checks in flight
+        # keyed by file_key (path, device, inode):
+        self._files_refused: set[tuple] = set()  # files SimpleDecoder could not open or numbered differently
+        self._pixel_checked: dict[tuple, int] = {}  # file -> requests whose near stamps gave the packet path's pixels
+        self._pixel_checking: dict[tuple, int] = {}  # file -> such checks in flight
         self._checks = threading.Condition(self._lock)
         self._caps_checked: set[tuple] = set()
         self._opening: list[threading.Thread] = []  # open_ahead's threads
@@ -286,7 +288,10 @@ class NvdecBackend:
         otherwise each make theirs then. Whatever fails here
         is left for the first request on the file, which says why. Returns the threads opening them (none when
         there is nothing to open)."""
-        if not simple_decoder_enabled() or path in self._files_refused:
+        try:
+            if not simple_decoder_enabled() or file_key(path) in self._files_refused:
+                return []
+        except OSError:  # the first request says what is wrong with it
             return []
         gate = threading.Barrier(self.sessions)  # each holds its decoder until all are made, so that none reuses
 
@@ -401,11 +406,11 @@ class NvdecBackend:
         if out is None:
             return self._decode_packets(source, idx, plan, wanted)
         if check:
-            return self._pixel_check(os.fspath(source), idx, out,
+            return self._pixel_check(file_key(source), idx, out,
                                      lambda: self._decode_packets(source, idx, plan, wanted))
         return out
 
-    def _take_pixel_check(self, path: str) -> bool | None:
+    def _take_pixel_check(self, path: tuple) -> bool | None:
         """For a request whose stamps are near the index's: whether it must be checked against the packet path
         (one of the file's first :data:`PIXEL_CHECKS`), False when enough checks passed, None when they failed.
         Requests beyond the checks in flight wait for them rather than all checking at once: the first batch's
@@ -424,7 +429,7 @@ class NvdecBackend:
                 if not self._checks.wait(SESSION_WAIT_S):
                     return True  # the checks in flight are stuck: check this one too
 
-    def _pixel_check(self, path: str, idx: VideoIndex, got: dict, exact) -> dict[int, torch.Tensor]:
+    def _pixel_check(self, path: tuple, idx: VideoIndex, got: dict, exact) -> dict[int, torch.Tensor]:
         """The packet path's frames (``exact()``, decoded now); the file decoder's ``got`` for the same frames must
         equal them to the last pixel (both are NVDEC's RGB), else the file is refused."""
         try:
@@ -451,7 +456,11 @@ class NvdecBackend:
         if not isinstance(source, (str, os.PathLike)) or idx.count_frames or not simple_decoder_enabled():
             return None, False
         path = os.fspath(source)
-        if path in self._files_refused:
+        try:
+            key = file_key(path)  # the caches below are keyed by the file, not by its path alone
+        except OSError:  # the packet path says what is wrong with it
+            return None, False
+        if key in self._files_refused:
             return None, False
         nvc = self._module()
         if not hasattr(nvc, "SimpleDecoder") or not self._caps_ok(nvc, idx):
@@ -461,7 +470,7 @@ class NvdecBackend:
         except VideoError:
             raise
         except Exception as e:  # noqa: BLE001 - a file it cannot open (elementary streams, no frame count)
-            self._refuse(path, f"it cannot open the file ({e})")
+            self._refuse(key, f"it cannot open the file ({e})")
             return None, False
         broken = True
         try:
@@ -470,15 +479,15 @@ class NvdecBackend:
                 decoded, why, near = self._frames_by_index(dec, idx, frames)
                 check = False
                 if why and near:
-                    check = self._take_pixel_check(path)
+                    check = self._take_pixel_check(key)
                     why = None if check is not None else "its frames' pixels differ from the packet path's"
                 out = None if why else {f: owned_rgb(fr, idx.height, idx.width) for f, fr in zip(frames, decoded)}
             broken = False
             if why:
-                self._refuse(path, why)
+                self._refuse(key, why)
             return out, check
         except Exception as e:  # noqa: BLE001 - decoded again packet by packet, which names what is wrong
-            self._refuse(path, f"it failed ({type(e).__name__}: {e})")
+            self._refuse(key, f"it failed ({type(e).__name__}: {e})")
             return None, False
         finally:
             self._files.release(dec, broken)
@@ -509,11 +518,12 @@ class NvdecBackend:
             self._caps_checked.add(fmt)
         return True
 
-    def _refuse(self, path: str, why: str) -> None:
-        if path not in self._files_refused:
-            self._files_refused.add(path)
+    def _refuse(self, key: tuple, why: str) -> None:
+        """Decode the file of :func:`file_key` ``key`` packet by packet from now on."""
+        if key not in self._files_refused:
+            self._files_refused.add(key)
             logger.info("%s: decoded packet by packet from now on: PyNvVideoCodec's SimpleDecoder is not used for "
-                        "it because %s", path, why)
+                        "it because %s", key[0], why)
 
     def _decode_packets(self, source: Source, idx: VideoIndex, plan, wanted: set) -> dict[int, torch.Tensor]:
         """Decode ``plan`` on one decoder session, fed packet by packet."""
