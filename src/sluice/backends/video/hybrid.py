@@ -169,8 +169,7 @@ class HybridBackend:
         try:
             jobs, per_request = self._jobs(requests, leases)
         except BaseException:
-            for lease in leases:
-                self._memory_files.release(lease)
+            self._release_leases(leases)
             raise
         state = self._start(jobs)
         state.leases = leases
@@ -207,16 +206,15 @@ class HybridBackend:
             except Exception as e:  # noqa: BLE001 - re-raised naming the request
                 e.request_index = r
                 raise
-            memfd = None
+            identity, memfd = source_identity(source), None
             if not isinstance(source, (str, os.PathLike)) and (self.cpu_processes or self.nvdec_workers):
-                identity = source_identity(source)
                 if identity not in as_files:
                     as_files[identity] = self._memory_files.lease(source)
                     if as_files[identity] is not None:
                         leases.append(as_files[identity])
                 memfd = as_files[identity]
             for key, group in plan:
-                jk = (source_identity(source), id(idx), key) if self.share_gops else (r, key)
+                jk = (identity, id(idx), key) if self.share_gops else (r, key)
                 job = jobs.get(jk)
                 if job is None:
                     nvdec_ok = idx.codec in NVDEC_CODECS and _format(idx) not in self._cpu_formats
@@ -275,6 +273,9 @@ class HybridBackend:
         workers still decoding hold the files open themselves)."""
         with state.lock:
             leases, state.leases = state.leases, []
+        self._release_leases(leases)
+
+    def _release_leases(self, leases: list) -> None:
         for lease in leases:
             self._memory_files.release(lease)
 

@@ -15,7 +15,7 @@ process. Linux only: elsewhere :meth:`MemoryFiles.lease` returns None and the by
 Example::
 
     files = MemoryFiles()
-    lease = files.lease(np.frombuffer(open("a.mp4", "rb").read(), np.uint8))   # (path, key) or None
+    lease = files.lease(np.frombuffer(open("a.mp4", "rb").read(), np.uint8))   # a MemoryFile, or None
     ...                                                                          # decode lease.path
     files.release(lease)
 """
