@@ -364,15 +364,16 @@ def test_cpu_jobs_in_processes(videos, fake_nvdec):
     threads = _clips(HybridBackend(sessions=0, cpu_workers=1), path, reqs)
     backend = HybridBackend(sessions=1, cpu_workers=2, cpu_processes=True)
     try:
+        backend.start_workers()  # while they start, the CPU worker threads leave the jobs to NVDEC
+        for w in backend._workers:  # a forked worker's pid is known once its READY is read
+            deadline = time.monotonic() + 30
+            while not w.poll_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
         clips = _clips(backend, path, reqs)
         assert [read_barcodes(c.frames) for c in clips] == reqs
         assert backend.last_stats["cpu"]["jobs"] > 0
         for a, b in zip(threads, clips):
             assert torch.equal(a.frames, b.frames)
-        for w in backend._workers:  # a forked worker's pid is known once its READY is read
-            deadline = time.monotonic() + 30
-            while not w.poll_ready() and time.monotonic() < deadline:
-                time.sleep(0.01)
         pids = [w.pid for w in backend._workers]
         assert pids and all(p is not None for p in pids)
         server = backend._fork_server[0].pid
@@ -380,6 +381,27 @@ def test_cpu_jobs_in_processes(videos, fake_nvdec):
     finally:
         backend.close()
     assert backend._workers == [] and all(not _alive(p) for p in pids) and not _alive(server)
+
+
+def test_nvdec_decodes_while_worker_processes_start(videos, fake_nvdec, monkeypatch):
+    """While its worker process is not ready, a CPU worker thread leaves the jobs to NVDEC rather than decode them
+    in the thread (PyAV there holds the GIL the NVDEC threads need); without NVDEC it decodes in the thread."""
+    path = videos["h264-mp4"]
+    reqs = _requests(path, 6, seed=5)
+    in_threads = []
+    for sessions in (1, 0):
+        backend = HybridBackend(sessions=sessions, cpu_workers=2, cpu_processes=True)
+        monkeypatch.setattr(backend, "_own_worker", lambda: None)  # never ready
+        decode = backend.cpu.decode
+        monkeypatch.setattr(backend.cpu, "decode", lambda *a, _d=decode: in_threads.append(sessions) or _d(*a))
+        try:
+            clips = _clips(backend, path, reqs)
+            assert [read_barcodes(c.frames) for c in clips] == reqs
+            if sessions:
+                assert backend.last_stats["cpu"]["jobs"] == 0 and backend.last_stats["nvdec"]["jobs"] > 0
+        finally:
+            backend.close()
+    assert in_threads and set(in_threads) == {0}
 
 
 def test_default_cpu_workers_share_the_host(monkeypatch):
@@ -393,6 +415,13 @@ def test_default_cpu_workers_share_the_host(monkeypatch):
     assert hybrid.default_cpu_workers() == 16
     monkeypatch.setattr(hybrid.os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)
     assert hybrid.default_cpu_workers() == 1  # 12 cores, 8 ranks
+    monkeypatch.setattr(hybrid.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert hybrid.default_cpu_workers(nvdec_sessions=7) == 9  # a core for each of NVDEC's seven threads
+    assert hybrid.default_cpu_workers(nvdec_sessions=0) == 16
+    assert HybridBackend(sessions=7).cpu_workers == 9 and HybridBackend(sessions=0).cpu_workers == 16
+    monkeypatch.setattr(hybrid.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    assert hybrid.default_cpu_workers(nvdec_sessions=7) == 1
     monkeypatch.setenv("SLUICE_VIDEO_CPU_WORKERS", "5")
     assert hybrid.default_cpu_workers() == 5
 

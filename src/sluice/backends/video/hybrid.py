@@ -57,6 +57,8 @@ logger = logging.getLogger(__name__)
 
 PATHS = ("nvdec", "cpu")
 NVDEC_READY_POLL_S = 0.01  # how often an NVDEC worker looks whether the decoders opened ahead are open
+PROCESS_READY_POLL_S = 0.005  # how often a CPU worker thread looks whether its worker process is ready
+PROCESS_READY_WAIT_S = 30.0  # longest a CPU worker thread waits for its process before decoding in the thread
 SMOOTHING = 0.2  # weight of a new job's time in a path's seconds-per-frame estimate
 
 
@@ -83,28 +85,35 @@ class _Job:
 MAX_DEFAULT_CPU_WORKERS = 16
 
 
-def default_cpu_workers() -> int:
+def default_cpu_workers(nvdec_sessions: int = 0) -> int:
     """CPU decoder workers of the hybrid backend: ``$SLUICE_VIDEO_CPU_WORKERS``, else this process's share of the
-    cores it may run on (divided among the ``$LOCAL_WORLD_SIZE`` ranks of the host that torchrun starts), at most
-    MAX_DEFAULT_CPU_WORKERS: eight ranks on a 128-core host get 16 workers each, not 128."""
+    cores it may run on (divided among the ``$LOCAL_WORLD_SIZE`` ranks of the host that torchrun starts), less one
+    core for each NVDEC session, at most MAX_DEFAULT_CPU_WORKERS: eight ranks on a 128-core host get 16 workers
+    each, not 128.
+
+    Each NVDEC session's thread waits for its frames, then parses and submits the next pictures; while it waits
+    for a core the engine idles. On the H200's 16 cores (the peer's clips of a 600 s 720p H.264 video, 7 sessions,
+    two leases), 16 CPU workers gave 7,800-9,500 decoded frames/s, NVDEC slowed from 0.76 to 1.2-1.5 ms per frame;
+    8 to 12 workers gave 11,700-16,100 (8: 14,100, 10: 14,400); NVDEC alone, 9,000. On the 60 s video, whose
+    batches hold fewer and shared groups of pictures, 8 workers gave 12,000 frames/s, 12 gave 7,800-11,500 and
+    16, 8,400."""
     configured = int(os.environ.get("SLUICE_VIDEO_CPU_WORKERS", "0"))
     if configured > 0:
         return configured
-    return min(MAX_DEFAULT_CPU_WORKERS, cores_per_rank())
+    return max(1, min(MAX_DEFAULT_CPU_WORKERS, cores_per_rank() - max(0, nvdec_sessions)))
 
 
 class HybridBackend:
     """Decodes frames on NVDEC and on the CPU at once; outputs are on GPU ``device_id`` (on the CPU without CUDA).
 
-    ``sessions``: NVDEC decoder sessions (= NVDEC workers; 0 decodes on the CPU only); ``cpu_workers``: PyAV
-    decoder threads (0: the CPU decodes only what NVDEC cannot); ``share_gops``: decode a group of pictures wanted
-    by several requests of a batch once; ``cpu_processes``: CPU jobs of files run in worker processes (one per CPU
-    worker thread, frames back through shared memory; see :mod:`.cpu_worker`) instead of in the threads, so that
-    they share no GIL with the NVDEC threads (default: on, unless ``$SLUICE_VIDEO_CPU_PROCESSES`` is "0"; the
-    processes run a small script of their own, so the caller's main module is never imported again). ``nvdec`` /
-    ``cpu`` replace the backends used (tests). ``output_device="cpu"`` keeps the frames on the CPU (the CPU video
-    reader: ``sessions=0``, PyAV in worker processes). ``close()`` ends the processes (so does garbage
-    collection).
+    ``sessions``: NVDEC decoder sessions (= NVDEC workers; 0 decodes on the CPU only); ``cpu_workers``: PyAV decoder
+    threads (0: the CPU decodes only what NVDEC cannot; default: :func:`default_cpu_workers`); ``share_gops``: decode a
+    group of pictures wanted by several requests of a batch once; ``cpu_processes``: CPU jobs of files run in worker
+    processes (one per CPU worker thread, frames back through shared memory; see :mod:`.cpu_worker`) instead of in the
+    threads, so that they share no GIL with the NVDEC threads (default: on, unless ``$SLUICE_VIDEO_CPU_PROCESSES`` is
+    "0"; the processes run a small script of their own, so the caller's main module is never imported again). ``nvdec``
+    / ``cpu`` replace the backends used (tests). ``output_device="cpu"`` keeps the frames on the CPU (the CPU video
+    reader: ``sessions=0``, PyAV in worker processes). ``close()`` ends the processes (so does garbage collection).
     """
 
     device = "cuda"
@@ -121,7 +130,8 @@ class HybridBackend:
         self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions))
         self.nvdec_workers = self.nvdec.sessions if sessions else 0
         self.cpu = cpu if cpu is not None else PyAVBackend(threads=1, colors="nvdec")  # colours as NVDEC's
-        self.cpu_workers = default_cpu_workers() if cpu_workers is None else max(0, int(cpu_workers))
+        self.cpu_workers = (default_cpu_workers(self.nvdec_workers) if cpu_workers is None
+                            else max(0, int(cpu_workers)))
         self.share_gops = share_gops
         if cpu_processes is None:
             cpu_processes = os.environ.get("SLUICE_VIDEO_CPU_PROCESSES", "1") != "0"
@@ -287,6 +297,8 @@ class HybridBackend:
                 return
             if kind == "nvdec" and not self._nvdec_ready(state):
                 return  # the CPU took every job while NVDEC's decoders were being opened
+            if kind == "cpu" and not self._process_ready(state):
+                return  # NVDEC took every job while this thread's worker process was starting
             job = state.take(kind)
             if job is None:
                 return
@@ -305,6 +317,28 @@ class HybridBackend:
                 state.leave("nvdec")
                 return False
             time.sleep(NVDEC_READY_POLL_S)
+        return True
+
+    def _process_ready(self, state: "_BatchState") -> bool:
+        """While NVDEC takes this batch's jobs, a CPU worker thread whose worker process is not ready yet waits for
+        it (at most PROCESS_READY_WAIT_S) instead of decoding in the thread: PyAV in a thread holds the GIL for much
+        of its work and slows every NVDEC thread, which then decodes the batch's first jobs alone. False when the
+        batch ran out of jobs first (this worker then has left it). Without NVDEC it decodes in the thread
+        meanwhile (nothing else would)."""
+        if not (self.cpu_processes and self._local.pool_worker and state.workers["nvdec"] > 0
+                and self._nvdec_broken is None):
+            return True
+        deadline = time.monotonic() + PROCESS_READY_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                if self._own_worker() is not None:
+                    return True
+            except WorkerDied:  # it could not start: _decode_cpu decodes in the thread and says why
+                return True
+            if state.error is not None or not (state.shared or state.cpu_only):
+                state.leave("cpu")
+                return False
+            time.sleep(PROCESS_READY_POLL_S)
         return True
 
     def _do(self, job: _Job, kind: str, state: "_BatchState") -> None:

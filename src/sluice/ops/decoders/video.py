@@ -23,7 +23,7 @@ from sluice.backends.video import PAD_MODES, Clip, ClipRequest, PyAVBackend, get
 from sluice.backends.video.pyav import default_threads
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
-from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
+from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, Operator
 
 
 def _num_outputs(args: dict[str, Any]) -> int:
@@ -188,7 +188,21 @@ def decode_samples(data: Batch, sources: list[str], args: BatchArgs, backend, po
         raise SampleError(i, sources[i], e) from e
 
 
-@SCHEMA.batch_kernel("mixed")
+@SCHEMA.operator_class("mixed")
+class VideoMixed(Operator):
+    """The mixed decoder (:func:`video_mixed`). Its backend's CPU worker processes start when the pipeline is
+    built, as ``readers.video``'s do: the first batch's CPU jobs would otherwise wait for them."""
+
+    def __init__(self, spec) -> None:
+        super().__init__(spec)
+        backend = gpu_backend(spec.device_id or 0)
+        if hasattr(backend, "start_workers"):
+            backend.start_workers()
+
+    def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
+        return video_mixed(ctx, data, args=args)
+
+
 def video_mixed(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
     """NVDEC and the CPU decode the batch together (see ``sluice.backends.video.hybrid``); frames end on the GPU."""
     device = ctx.device
