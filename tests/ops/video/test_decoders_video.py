@@ -108,3 +108,17 @@ def test_mixed_nvdec(nvdec_videos):
     for i in range(len(names)):
         assert frames[i].is_cuda and codes(frames[i]) == [5, 39, 0, 5], names[i]
         assert nums[i].is_cuda
+
+
+def test_mixed_decoder_starts_its_workers_when_built(monkeypatch):
+    """The mixed decoder's operator, made when the pipeline is built, starts its backend's CPU worker processes
+    then (the first batch would otherwise wait for them)."""
+    from types import SimpleNamespace
+
+    from sluice.ops.decoders import video as decoders_video
+
+    started = []
+    backend = SimpleNamespace(start_workers=lambda: started.append(True))
+    monkeypatch.setattr(decoders_video, "gpu_backend", lambda device_id: backend)
+    decoders_video.SCHEMA.kernel_for("mixed")(SimpleNamespace(device_id=0))
+    assert started == [True]

@@ -94,7 +94,7 @@ def default_cpu_workers(nvdec_sessions: int = 0) -> int:
     Each NVDEC session's thread waits for its frames, then parses and submits the next pictures; while it waits
     for a core the engine idles. On the H200's 16 cores (the peer's clips of a 600 s 720p H.264 video, 7 sessions,
     two leases), 16 CPU workers gave 7,800-9,500 decoded frames/s, NVDEC slowed from 0.76 to 1.2-1.5 ms per frame;
-    8 to 12 workers gave 11,700-16,100 (8: 14,100, 10: 14,400); NVDEC alone, 9,000. On the 60 s video, whose
+    8 to 14 workers gave 11,700-16,100 (8: 14,100, 10: 14,400); NVDEC alone, 9,000. On the 60 s video, whose
     batches hold fewer and shared groups of pictures, 8 workers gave 12,000 frames/s, 12 gave 7,800-11,500 and
     16, 8,400."""
     configured = int(os.environ.get("SLUICE_VIDEO_CPU_WORKERS", "0"))
