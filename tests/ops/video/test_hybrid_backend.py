@@ -434,7 +434,7 @@ def test_processes_are_the_default(monkeypatch):
 
 
 @pytest.mark.parametrize("forked", [False, True])
-def test_worker_process_errors_name_the_file(videos, tmp_path, forked):
+def test_worker_process_errors_name_the_file(videos, tmp_path, forked, monkeypatch):
     from multiprocessing import shared_memory
 
     from sluice._pipes import ForkServer
@@ -456,31 +456,65 @@ def test_worker_process_errors_name_the_file(videos, tmp_path, forked):
         threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
         kind, _ = worker.decode(str(videos["h264-mp4"]), [1], shm.name, (1, 2, 2, 3), "nvdec")
         assert kind == "arrays" and worker.pid != pid and worker.restarts == 1
-        # one that dies again on the same request is an error naming the file
-        killed, stop = [], threading.Event()
+        # one that dies again on the same request is an error naming the file: each process is killed as soon as
+        # the request is sent to it (a forked worker is ready at once, so a killer polling for it could miss it)
+        killed = []
+        send = cpu_worker._send
 
-        def kill_every_process():
-            while not stop.wait(0.01):
-                p = worker._proc
-                if p is not None and p.pid not in killed and p.poll() is None:
-                    killed.append(p.pid)
-                    os.kill(p.pid, signal.SIGKILL)
+        def send_then_kill(stdin, request):
+            send(stdin, request)
+            killed.append(worker.pid)
+            os.kill(worker.pid, signal.SIGKILL)
 
-        os.kill(worker.pid, signal.SIGSTOP)
-        threading.Thread(target=kill_every_process, daemon=True).start()
-        try:
-            with pytest.raises(WorkerDied, match=r"exited \(code -9\) while decoding '.*h264.mp4' \(it had been "
-                                                 r"started again after dying on it\)"):
-                worker.decode(str(videos["h264-mp4"]), [1], shm.name, (1, 2, 2, 3), "nvdec")
-        finally:
-            stop.set()
-        assert len(killed) >= 2
+        monkeypatch.setattr(cpu_worker, "_send", send_then_kill)
+        with pytest.raises(WorkerDied, match=r"exited \(code -9\) while decoding '.*h264.mp4' \(it had been "
+                                             r"started again after dying on it\)"):
+            worker.decode(str(videos["h264-mp4"]), [1], shm.name, (1, 2, 2, 3), "nvdec")
+        assert len(killed) == 2
     finally:
         worker.close()
         if server is not None:
             server.close()
         shm.close()
         shm.unlink()
+
+
+class _DeadForkServer:
+    """A fork server that exited at once, twice: sending it a worker's pipes fails."""
+
+    def __init__(self, module_file: str) -> None:
+        pass
+
+    def start(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_fork_server_that_cannot_start_means_decoding_in_threads(videos, fake_nvdec, monkeypatch, caplog):
+    """A fork server found dead (its interpreter or imports fail) is a worker that cannot start: WorkerDied at
+    start, which the backend answers by decoding in threads, at build (``get_ready``) as at the first job."""
+    from sluice.backends.video import hybrid
+    from sluice.backends.video.cpu_worker import WorkerDied, WorkerProcess
+
+    with pytest.raises(WorkerDied, match="cannot start: their fork server exited at once") as died:
+        WorkerProcess(_DeadForkServer("")).start()
+    assert died.value.at_start
+    monkeypatch.setattr(hybrid._pipes, "ForkServer", _DeadForkServer)
+    path = videos["h264-mp4"]
+    reqs = _requests(path, 3, seed=13)
+    for build_first in (True, False):
+        backend = HybridBackend(sessions=0, cpu_workers=1, cpu_processes=True)
+        try:
+            if build_first:
+                backend.get_ready(str(path))
+                assert not backend.cpu_processes
+            clips = _clips(backend, path, reqs)
+        finally:
+            backend.close()
+        assert [read_barcodes(c.frames) for c in clips] == reqs
+        assert not backend.cpu_processes and "cannot start" in caplog.text
 
 
 def test_workers_that_cannot_start_fall_back_to_threads(videos, fake_nvdec, monkeypatch, caplog):

@@ -228,8 +228,8 @@ def test_cpu_reader_restarts_a_worker_killed_between_batches(videos, monkeypatch
             for i in range(len(video)):
                 start = int(frame_num[i][0])
                 assert codes(video[i]) == [start, start + 2, start + 4, start + 6]
-        assert sum(w.restarts for w in backend._workers) >= 1
-        assert not set(pids) & {w.pid for w in backend._workers}
+        restarted = {w.pid for w in backend._workers if w.restarts}  # a worker given no job since keeps its dead one
+        assert restarted and not set(pids) & restarted
     finally:
         p.close()
 

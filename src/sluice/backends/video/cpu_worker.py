@@ -97,7 +97,11 @@ class WorkerProcess:
                         pipe.close()
                     except OSError:
                         pass
-            self._proc = self._server.start() if self._server is not None else _start_worker(__file__)
+            try:
+                self._proc = self._server.start() if self._server is not None else _start_worker(__file__)
+            except OSError as exc:  # the fork server exited at once, twice: its interpreter or imports fail
+                raise WorkerDied(f"the CPU video decoder processes cannot start: their fork server exited at once "
+                                 f"({type(exc).__name__}: {exc})", at_start=not self._was_ready) from None
             self.fresh = True
         return self._proc
 

@@ -401,7 +401,10 @@ class HybridBackend:
         """Start now, without waiting, what the first batch would otherwise wait for: the CPU worker processes
         (:meth:`start_workers`) and, given the file the first batch reads, NVDEC's file decoders on it
         (:meth:`NvdecBackend.open_ahead`). ``readers.video`` calls this when its pipeline is built."""
-        self.start_workers()
+        try:
+            self.start_workers()
+        except WorkerDied as exc:
+            self._decode_in_threads(exc)
         if path is not None and self.nvdec_workers and self._nvdec_broken is None and hasattr(self.nvdec,
                                                                                                  "open_ahead"):
             self.nvdec.open_ahead(path)
@@ -431,11 +434,14 @@ class HybridBackend:
             except WorkerDied as exc:
                 if not exc.at_start:
                     raise
-                # The worker could not start (its interpreter or imports failed; its error is on stderr): decode
-                # in the threads from now on rather than fail every job.
-                self.cpu_processes = False
-                logger.warning("video CPU worker processes cannot start (%s); decoding in threads instead", exc)
+                self._decode_in_threads(exc)
         return self._to_device(self.cpu.decode(job.source, job.idx, sorted(job.frames)))
+
+    def _decode_in_threads(self, exc: WorkerDied) -> None:
+        """The worker processes could not start (their interpreter or imports failed; the error is on stderr):
+        decode in the threads from now on rather than fail every job."""
+        self.cpu_processes = False
+        logger.warning("video CPU worker processes cannot start (%s); decoding in threads instead", exc)
 
     def _to_device(self, frames: dict[int, np.ndarray]) -> dict[int, torch.Tensor]:
         if not frames:
