@@ -136,13 +136,18 @@ def ready(proc: subprocess.Popen | ForkedProcess, timeout: float | None = 0.0) -
     return True
 
 
+def _command(module_file: str, *extra: str) -> list[str]:
+    """This file run as a worker (or fork server) of ``module_file``, told this process's pid."""
+    # -P: this file's folder (sluice's) must not go first on sys.path, where its types.py would hide the standard
+    # library's
+    return [sys.executable, "-u", "-P", os.path.abspath(__file__), os.path.abspath(module_file), str(os.getpid()),
+            *extra]
+
+
 def start(module_file: str) -> subprocess.Popen:
     """A new worker process serving ``module_file``'s ``_serve()``. stdin/stdout carry the protocol; stderr is the
     caller's, so a crash's output is seen."""
-    # -P: this file's folder (sluice's) must not go first on sys.path, where its types.py would hide the standard
-    # library's
-    return subprocess.Popen([sys.executable, "-u", "-P", os.path.abspath(__file__), os.path.abspath(module_file),
-                             str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+    return subprocess.Popen(_command(module_file), stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
                             env=dict(os.environ, **WORKER_ENV))
 
 
@@ -177,9 +182,8 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-u", "-P", os.path.abspath(__file__), self.module_file, str(os.getpid()),
-                 "--fork-server", str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),), env=dict(os.environ, **WORKER_ENV))
+                _command(self.module_file, "--fork-server", str(theirs.fileno())), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), env=dict(os.environ, **WORKER_ENV))
         except BaseException:
             ours.close()
             raise

@@ -111,14 +111,14 @@ def test_mixed_nvdec(nvdec_videos):
 
 
 def test_mixed_decoder_starts_its_workers_when_built(monkeypatch):
-    """The mixed decoder's operator, made when the pipeline is built, starts its backend's CPU worker processes
-    then (the first batch would otherwise wait for them)."""
+    """The mixed decoder's operator, made when the pipeline is built, gets its backend ready then (its CPU worker
+    processes start; the first batch would otherwise wait for them)."""
     from types import SimpleNamespace
 
     from sluice.ops.decoders import video as decoders_video
 
     started = []
-    backend = SimpleNamespace(start_workers=lambda: started.append(True))
+    backend = SimpleNamespace(get_ready=lambda path=None: started.append(path))
     monkeypatch.setattr(decoders_video, "gpu_backend", lambda device_id: backend)
     decoders_video.SCHEMA.kernel_for("mixed")(SimpleNamespace(device_id=0))
-    assert started == [True]
+    assert started == [None]  # no file known at build: the workers only

@@ -312,12 +312,7 @@ class HybridBackend:
         would wait for them, seconds in a fresh process, while the CPU workers could have decoded it); False when
         the batch ran out of such jobs first (this worker then has left it)."""
         ready = getattr(self.nvdec, "ready", None)
-        while ready is not None and not ready():
-            if state.error is not None or not state.shared:
-                state.leave("nvdec")
-                return False
-            time.sleep(NVDEC_READY_POLL_S)
-        return True
+        return ready is None or _wait_in_batch(state, "nvdec", ready, NVDEC_READY_POLL_S)
 
     def _process_ready(self, state: "_BatchState") -> bool:
         """While NVDEC takes this batch's jobs, a CPU worker thread whose worker process is not ready yet waits for
@@ -328,18 +323,14 @@ class HybridBackend:
         if not (self.cpu_processes and self._local.pool_worker and state.workers["nvdec"] > 0
                 and self._nvdec_broken is None):
             return True
-        deadline = time.monotonic() + PROCESS_READY_WAIT_S
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
             try:
-                if self._own_worker() is not None:
-                    return True
+                return self._own_worker() is not None
             except WorkerDied:  # it could not start: _decode_cpu decodes in the thread and says why
                 return True
-            if state.error is not None or not (state.shared or state.cpu_only):
-                state.leave("cpu")
-                return False
-            time.sleep(PROCESS_READY_POLL_S)
-        return True
+
+        return _wait_in_batch(state, "cpu", ready, PROCESS_READY_POLL_S, PROCESS_READY_WAIT_S)
 
     def _do(self, job: _Job, kind: str, state: "_BatchState") -> None:
         if kind == "nvdec" and _format(job.idx) in self._cpu_formats:
@@ -382,8 +373,9 @@ class HybridBackend:
     def start_workers(self) -> None:
         """Start the CPU worker processes now, without waiting for them (``readers.video`` calls this when the
         pipeline is built; otherwise the first CPU job of a file does). They are forked from one process that
-        imported PyAV once (:class:`sluice._pipes.ForkServer`): until one is ready, the CPU worker threads decode in
-        the threads themselves, so the first batches are not slower than without processes."""
+        imported PyAV once (:class:`sluice._pipes.ForkServer`): until its process is ready, a CPU worker thread
+        leaves the jobs to NVDEC, or without NVDEC decodes in the thread itself (:meth:`_process_ready`), so the
+        first batches are not slower than without processes."""
         if not self.cpu_processes:
             return
         with self._lock:
@@ -515,6 +507,20 @@ def _close_workers(workers: list[WorkerProcess], fork_server: list[_pipes.ForkSe
     fork_server.clear()
 
 
+def _wait_in_batch(state: "_BatchState", kind: str, ready, poll_s: float, wait_s: float | None = None) -> bool:
+    """Wait, polling every ``poll_s``, until ``ready()`` (or ``wait_s`` has passed), while the batch still has jobs
+    for a worker of ``kind``; False, the worker having left the batch, when it failed or ran out of them first."""
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    while not ready():
+        if state.error is not None or not state.has_jobs(kind):
+            state.leave(kind)
+            return False
+        if deadline is not None and time.monotonic() >= deadline:
+            return True
+        time.sleep(poll_s)
+    return True
+
+
 def _format(idx: VideoIndex) -> tuple:
     return idx.codec, idx.width, idx.height
 
@@ -582,6 +588,10 @@ class _BatchState:
             if job is None:
                 self.active[kind] -= 1
             return job
+
+    def has_jobs(self, kind: str) -> bool:
+        """Whether jobs a worker of ``kind`` may take are queued (read without the lock: a hint for waiting)."""
+        return bool(self.shared or (kind == "cpu" and self.cpu_only))
 
     def leave(self, kind: str) -> None:
         """A worker of ``kind`` stops before ``take`` said so (NVDEC failed, or the batch failed)."""

@@ -218,11 +218,10 @@ class _FileDecoders:
         self._created = 0
         self._cond = threading.Condition()
 
-    def acquire(self, nvc, path: str):
-        """A decoder open on ``path``: a free one already on it (the same file: :func:`file_key`), a new one while
-        fewer than ``limit`` exist, else the first free one, switched to ``path``."""
+    def acquire(self, nvc, path: str, key: tuple):
+        """A decoder open on ``path``, whose :func:`file_key` is ``key``: a free one already on it (the same file),
+        a new one while fewer than ``limit`` exist, else the first free one, switched to ``path``."""
         switch = None
-        key = file_key(path)
         with self._cond:
             while True:
                 same = next((k for k, dec in enumerate(self._free) if dec.sluice_key == key), None)
@@ -285,13 +284,13 @@ class NvdecBackend:
         """Open this backend's file decoders on ``path`` in the background, all at once, each decoding one frame
         (``readers.video`` calls this when its pipeline is built, with the file its first batch reads): a
         SimpleDecoder and its hardware session take about a second to make, and the first batch's NVDEC jobs would
-        otherwise each make theirs then. Whatever fails here
-        is left for the first request on the file, which says why. Returns the threads opening them (none when
-        there is nothing to open)."""
+        otherwise each make theirs then. Whatever fails here is left for the first request on the file, which says
+        why. Returns the threads opening them (none when there is nothing to open)."""
         try:
-            if not simple_decoder_enabled() or file_key(path) in self._files_refused:
-                return []
+            key = file_key(path)
         except OSError:  # the first request says what is wrong with it
+            return []
+        if not simple_decoder_enabled() or key in self._files_refused:
             return []
         gate = threading.Barrier(self.sessions)  # each holds its decoder until all are made, so that none reuses
 
@@ -301,7 +300,7 @@ class NvdecBackend:
                 nvc = self._module()
                 if hasattr(nvc, "SimpleDecoder"):
                     with torch.cuda.device(self.device_id) if torch.cuda.is_available() else nullcontext():
-                        dec = self._files.acquire(nvc, path)
+                        dec = self._files.acquire(nvc, path, key)
                         # NVDEC makes its hardware session at the first sequence header it parses: decoding one
                         # frame now takes that (about a second, measured as the first batch's slowest NVDEC jobs)
                         # out of the first batch
@@ -466,7 +465,7 @@ class NvdecBackend:
         if not hasattr(nvc, "SimpleDecoder") or not self._caps_ok(nvc, idx):
             return None, False
         try:
-            dec = self._files.acquire(nvc, path)
+            dec = self._files.acquire(nvc, path, key)
         except VideoError:
             raise
         except Exception as e:  # noqa: BLE001 - a file it cannot open (elementary streams, no frame count)

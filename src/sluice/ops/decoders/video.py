@@ -190,14 +190,15 @@ def decode_samples(data: Batch, sources: list[str], args: BatchArgs, backend, po
 
 @SCHEMA.operator_class("mixed")
 class VideoMixed(Operator):
-    """The mixed decoder (:func:`video_mixed`). Its backend's CPU worker processes start when the pipeline is
-    built, as ``readers.video``'s do: the first batch's CPU jobs would otherwise wait for them."""
+    """The mixed decoder (:func:`video_mixed`). Its backend gets ready when the pipeline is built, as
+    ``readers.video``'s does (its CPU worker processes start; the file is not known yet): the first batch's CPU
+    jobs would otherwise wait for them."""
 
     def __init__(self, spec) -> None:
         super().__init__(spec)
         backend = gpu_backend(spec.device_id or 0)
-        if hasattr(backend, "start_workers"):
-            backend.start_workers()
+        if hasattr(backend, "get_ready"):
+            backend.get_ready()
 
     def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
         return video_mixed(ctx, data, args=args)
