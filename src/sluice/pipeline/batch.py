@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .to_host import samples_to_host
+
 __all__ = ["Batch", "to_tensor", "host_empty", "is_page_locked", "gather_to"]
 
 logger = logging.getLogger(__name__)
@@ -271,12 +273,12 @@ class Batch:
         return self.as_cpu().as_tensor().numpy()
 
     def as_cpu(self) -> Batch:
-        """A copy of the batch in host memory."""
+        """A copy of the batch in host memory (through page-locked staging buffers: see :mod:`.to_host`)."""
         if self.device == "cpu":
             return self
         if self._dense is not None:
-            return Batch.from_dense(self._dense.cpu(), self._layout, self.source_info)
-        return Batch([s.cpu() for s in self.samples], self._layout, self.source_info)
+            return Batch.from_dense(samples_to_host([self._dense])[0], self._layout, self.source_info)
+        return Batch(samples_to_host(self.samples), self._layout, self.source_info)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """The batch on ``device``. From the host to a GPU it crosses in ONE copy: a dense or packed batch from
