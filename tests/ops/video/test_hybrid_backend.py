@@ -419,7 +419,10 @@ def test_default_cpu_workers_share_the_host(monkeypatch):
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert hybrid.default_cpu_workers(nvdec_sessions=7) == 9  # a core for each of NVDEC's seven threads
     assert hybrid.default_cpu_workers(nvdec_sessions=0) == 16
+    monkeypatch.setattr(hybrid, "nvdec_usable", lambda: True)
     assert HybridBackend(sessions=7).cpu_workers == 9 and HybridBackend(sessions=0).cpu_workers == 16
+    monkeypatch.setattr(hybrid, "nvdec_usable", lambda: False)  # no PyNvVideoCodec or no GPU: all cores decode
+    assert HybridBackend(sessions=7).cpu_workers == 16
     monkeypatch.setattr(hybrid.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
     assert hybrid.default_cpu_workers(nvdec_sessions=7) == 1
     monkeypatch.setenv("SLUICE_VIDEO_CPU_WORKERS", "5")

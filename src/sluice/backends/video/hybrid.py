@@ -29,8 +29,10 @@ clips of the batch is decoded once for all of them. Example::
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -103,6 +105,13 @@ def default_cpu_workers(nvdec_sessions: int = 0) -> int:
     return max(1, min(MAX_DEFAULT_CPU_WORKERS, cores_per_rank() - max(0, nvdec_sessions)))
 
 
+def nvdec_usable() -> bool:
+    """Whether NVDEC may decode here: a CUDA GPU, and PyNvVideoCodec installed (or already imported)."""
+    if not torch.cuda.is_available():
+        return False
+    return "PyNvVideoCodec" in sys.modules or importlib.util.find_spec("PyNvVideoCodec") is not None
+
+
 class HybridBackend:
     """Decodes frames on NVDEC and on the CPU at once; outputs are on GPU ``device_id`` (on the CPU without CUDA).
 
@@ -130,8 +139,9 @@ class HybridBackend:
         self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions))
         self.nvdec_workers = self.nvdec.sessions if sessions else 0
         self.cpu = cpu if cpu is not None else PyAVBackend(threads=1, colors="nvdec")  # colours as NVDEC's
-        self.cpu_workers = (default_cpu_workers(self.nvdec_workers) if cpu_workers is None
-                            else max(0, int(cpu_workers)))
+        # a core is left for each NVDEC session only where NVDEC can decode (else all are the CPU's from the start)
+        sessions_run = self.nvdec_workers if nvdec is not None or nvdec_usable() else 0
+        self.cpu_workers = default_cpu_workers(sessions_run) if cpu_workers is None else max(0, int(cpu_workers))
         self.share_gops = share_gops
         if cpu_processes is None:
             cpu_processes = os.environ.get("SLUICE_VIDEO_CPU_PROCESSES", "1") != "0"
