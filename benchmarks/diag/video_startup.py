@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -22,13 +23,14 @@ from video_length import BATCH, L, STRIDE, clips  # noqa: E402
 from gen import read_barcode  # noqa: E402  (video_length put peers/ on the path)
 
 
-JOBS: list = []  # (start, seconds, where, frames) of every job
+JOBS: list = []  # (start, seconds, where, frames, thread) of every job
+MAIN: list = []  # (start, end, phase) of the program's own steps: "run" (p.run()) and "copy" (as_cpu)
 
 
 def trace_jobs(t0: float) -> None:
     """Record each job of the hybrid backend (NVDEC, CPU in a thread, CPU in a process) and each worker process's
     start and readiness, relative to ``t0``."""
-    from sluice.backends.video import cpu_worker, hybrid
+    from sluice.backends.video import cpu_worker, hybrid, nvdec
 
     do, in_process = hybrid.HybridBackend._do, hybrid.HybridBackend._decode_in_process
     start = cpu_worker.WorkerProcess.start
@@ -38,7 +40,7 @@ def trace_jobs(t0: float) -> None:
         self._local.where = kind if kind == "nvdec" else "cpu-thread"
         t = time.perf_counter()
         do(self, job, kind, state)
-        JOBS.append((t - t0, time.perf_counter() - t, self._local.where, job.weight))
+        JOBS.append((t - t0, time.perf_counter() - t, self._local.where, job.weight, threading.current_thread().name))
 
     def traced_in_process(self, job, worker):
         self._local.where = "cpu-process"
@@ -56,6 +58,21 @@ def trace_jobs(t0: float) -> None:
             print(f"  worker process {self.pid} ready at {time.perf_counter() - t0:.2f} s", flush=True)
         return now
 
+    opened = nvdec.NvdecBackend.open_ahead
+
+    def traced_open_ahead(self, path):
+        threads = opened(self, path)
+        print(f"  NVDEC decoders opened ahead from {time.perf_counter() - t0:.2f} s", flush=True)
+
+        def watch() -> None:
+            for th in threads:
+                th.join()
+                print(f"  an NVDEC decoder opened ahead at {time.perf_counter() - t0:.2f} s", flush=True)
+
+        threading.Thread(target=watch, daemon=True).start()
+        return threads
+
+    nvdec.NvdecBackend.open_ahead = traced_open_ahead
     hybrid.HybridBackend._do = traced_do
     hybrid.HybridBackend._decode_in_process = traced_in_process
     cpu_worker.WorkerProcess.start = traced_start
@@ -65,7 +82,7 @@ def trace_jobs(t0: float) -> None:
 def job_summary(since: float) -> str:
     """Jobs that started after ``since``: count, frames, summed and longest seconds, per place."""
     rows = {}
-    for start, seconds, where, frames in JOBS:
+    for start, seconds, where, frames, _ in JOBS:
         if start >= since:
             r = rows.setdefault(where, [0, 0, 0.0, 0.0])
             r[0] += 1
@@ -75,6 +92,48 @@ def job_summary(since: float) -> str:
     return "; ".join(f"{w}: {n} jobs {f} frames {s:.2f} s (longest {m:.2f})" for w, (n, f, s, m) in rows.items())
 
 
+def timeline(sessions: int, workers: int, since: float, step: float = 0.1) -> None:
+    """Per ``step`` seconds from ``since``: the share of NVDEC sessions and CPU workers decoding, and what the
+    program's thread did (r: in run(), c: copying the batch to the host, .: its own work)."""
+    end = max(s + d for s, d, *_ in JOBS)
+    firsts = {}
+    for s, _, where, _, thread in sorted(JOBS):
+        firsts.setdefault((where, thread), s)
+    for where in ("nvdec", "cpu-process", "cpu-thread"):
+        starts = sorted(v for (w, _), v in firsts.items() if w == where)
+        if starts:
+            print(f"  first job of each {where} thread at " + " ".join(f"{x:.2f}" for x in starts) + " s")
+    for b in np.arange(since, end, step):
+        busy = {"nvdec": 0.0, "cpu": 0.0}
+        for s, d, where, *_ in JOBS:
+            overlap = min(s + d, b + step) - max(s, b)
+            if overlap > 0:
+                busy["nvdec" if where == "nvdec" else "cpu"] += overlap
+        phase = "".join(p for s, e, p in MAIN if min(e, b + step) - max(s, b) > step / 2) or "."
+        print(f"  {b:6.2f} s  nvdec {busy['nvdec'] / step / sessions:4.0%} "
+              f"{'#' * round(10 * busy['nvdec'] / step / sessions):10s} cpu {busy['cpu'] / step / workers:4.0%} "
+              f"{'#' * round(10 * busy['cpu'] / step / workers):10s} {phase}")
+
+
+def to_host(out, how: str):
+    """The batch on the host: as the peer does (``as_cpu``), or (diagnosis) through a side stream into pageable or
+    page-locked memory, or not at all."""
+    import torch
+
+    if how == "torch":
+        return out.as_cpu()
+    if how == "none":
+        torch.cuda.synchronize()
+        return None
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = [torch.empty(s.shape, dtype=s.dtype, pin_memory=how == "pinned").copy_(s, non_blocking=True)
+               for s in out]
+    side.synchronize()
+    return got
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("program", choices=("video_frames", "video_reader"))
@@ -82,6 +141,9 @@ def main() -> None:
     ap.add_argument("--clips", type=int, default=64)
     ap.add_argument("--jobs", action="store_true", help="per batch: the hybrid backend's jobs by where they ran, "
                     "and when its CPU worker processes got ready")
+    ap.add_argument("--timeline", action="store_true", help="with --jobs: each path's share busy per 0.1 s")
+    ap.add_argument("--to-host", default="torch", choices=("torch", "side", "pinned", "none"),
+                    help="how the batch is copied to the host (torch: as_cpu, as the peer program does)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     from sluice import fn, pipeline_def, types
@@ -124,17 +186,25 @@ def main() -> None:
             b = want[i:i + BATCH]
             p.feed_input("enc", [data] * len(b))
             p.feed_input("fr", [np.array(c, np.int32) for c in b])
+        t_run = time.perf_counter()
         out, = p.run()
-        out = out.as_cpu()
-        got += [np.asarray(out[k]) for k in range(len(out))]
+        t_copy = time.perf_counter()
+        host = to_host(out, a.to_host)
+        MAIN.extend([(t_run - t0, t_copy - t0, "r"), (t_copy - t0, time.perf_counter() - t0, "c")])
+        got += [np.asarray(host[k]) for k in range(len(out))] if host is not None else []
         times.append(time.perf_counter() - t)
         if a.jobs:
             print(f"  batch {len(times)}: {times[-1]:.2f} s; {job_summary(since)}", flush=True)
     total = time.perf_counter() - start
+    if a.timeline:
+        from sluice.ops.decoders.video import gpu_backend
+        backend = gpu_backend(0)
+        timeline(max(1, backend.nvdec_workers), max(1, backend.cpu_workers), start - t0)
     ok = sum(int(read_barcode(f) == w) for frames, c in zip(got, want) for f, w in zip(frames, c))
     print(f"{a.program} {os.path.basename(a.file)}: import {t_import:.2f} s, build {t_build:.2f} s, batches "
           + " ".join(f"{x:.2f}" for x in times) + f" s; {a.clips / total:.2f} clips/s (the peer's figure), "
-          f"steady {BATCH * (len(times) - 1) / max(sum(times[1:]), 1e-9):.2f} clips/s; ok {ok}/{len(want) * L}",
+          f"steady {BATCH * (len(times) - 1) / max(sum(times[1:]), 1e-9):.2f} clips/s; ok {ok}/{len(want) * L}"
+          + (f" (to host: {a.to_host})" if a.to_host != "torch" else ""),
           flush=True)
     p.close()
 
