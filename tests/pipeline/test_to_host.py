@@ -6,16 +6,41 @@ import torch
 
 from sluice.pipeline import to_host
 from sluice.pipeline.batch import Batch
-from sluice.pipeline.to_host import plan_offsets, samples_to_host
+from sluice.pipeline.to_host import copy_through_stages, plan_fills, samples_to_host
 
 
-def test_offsets_are_aligned_and_do_not_overlap():
-    sizes = [0, 1, 63, 64, 65, 1000, 0, 7]
-    offsets, total = plan_offsets(sizes, align=64)
-    assert all(o % 64 == 0 for o in offsets)
-    ends = [o + s for o, s in zip(offsets, sizes)]
-    assert all(e <= o for e, o in zip(ends, offsets[1:]))
-    assert total >= ends[-1] and total % 64 == 0
+class _NoEvent:
+    """Stands in for a CUDA event in copies made on the CPU: the copies are done when queued."""
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+def _pairs(sizes):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randint(0, 255, (n,), generator=g, dtype=torch.uint8), torch.zeros(n, dtype=torch.uint8))
+            for n in sizes]
+
+
+def test_fills_cover_every_byte_once_and_fit_the_stage():
+    pairs = _pairs([10, 3, 100, 1, 64, 37])
+    fills = plan_fills(pairs, 32)
+    assert all(sum(src.numel() for src, _, _ in fill) <= 32 for fill in fills)
+    assert sum(src.numel() for fill in fills for src, _, _ in fill) == 215
+    assert len(fills) == 7  # 215 bytes in fills of 32: small samples share a fill, large ones span several
+    for fill in fills:
+        spans = sorted((at, at + src.numel()) for src, _, at in fill)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no two segments overlap in the buffer
+
+
+def test_copies_through_two_stages_reach_every_destination():
+    pairs = _pairs([5000, 7, 0, 12289, 1, 4096])
+    stages = (None, [torch.full((4096,), 7, dtype=torch.uint8) for _ in range(2)], [_NoEvent(), _NoEvent()])
+    copy_through_stages(plan_fills([p for p in pairs if p[0].numel()], 4096), stages)
+    assert all(torch.equal(src, dst) for src, dst in pairs)
 
 
 def test_cpu_samples_come_back_unchanged():
@@ -37,6 +62,7 @@ def small_stages(monkeypatch):
     """Staging buffers of 4 KiB and no lower bound: every batch is staged, in many pieces."""
     monkeypatch.setattr(to_host, "STAGE_BYTES", 4096)
     monkeypatch.setattr(to_host, "STAGED_FROM", 1)
+    monkeypatch.setattr(to_host, "MAPPED_FROM", 10_000)  # both kinds of host memory
     monkeypatch.setattr(to_host, "_local", type(to_host._local)())
 
 
@@ -62,6 +88,7 @@ def test_staged_copies_equal_torchs(small_stages):
         assert got.device.type == "cpu" and got.dtype == want.dtype and got.shape == want.shape
         assert torch.equal(got, want)
         assert not got.is_pinned()
+        assert got.untyped_storage().nbytes() == want.numel() * want.element_size()  # its own memory, no more
 
 
 @pytest.mark.cuda

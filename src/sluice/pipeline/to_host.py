@@ -4,16 +4,17 @@ torch's ``Tensor.cpu()`` copies into ordinary memory: CUDA then goes through a s
 one CPU thread, which also takes a page fault on every fresh 4 KiB page of the destination. On the H200 a batch
 of 16 clips of 16 720p frames (708 MB) came back at 1.2 GB/s that way, 0.6 s a batch
 (``python benchmarks/diag/to_host.py``). Here the batch goes by DMA into two page-locked buffers of
-``STAGE_BYTES`` on a side stream, in turn, while torch's CPU threads copy the other one into a single host buffer
-for the whole batch (its pages faulted in by those threads, and advised to transparent huge pages): 16-18 GB/s.
-The samples come back as views of that buffer, in ordinary (not page-locked) memory that lives as long as any of
-them. Example::
+``STAGE_BYTES`` on a side stream, in turn, while torch's CPU threads copy the other one out (faulting the pages in
+in parallel) into host memory advised to transparent huge pages: 16-18 GB/s. Small samples share a staging
+buffer's fill. Each sample gets host memory of its own, in ordinary (not page-locked) pages, as ``Tensor.cpu()``
+gives: keeping or saving one sample keeps or saves only its own bytes. Example::
 
     host = samples_to_host([frames_a, frames_b])    # CUDA tensors -> CPU tensors with equal contents
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import threading
@@ -27,7 +28,8 @@ logger = logging.getLogger(__name__)
 STAGE_BYTES = 16 << 20
 #: batches smaller than this go sample by sample through ``Tensor.cpu()`` (the staging's setup is not worth it)
 STAGED_FROM = 1 << 20
-ALIGN = 64  # each sample's offset in the host buffer: aligned for any dtype, and for vector loads
+#: samples from this size get a mapping of their own, advised to huge pages; smaller ones come from torch's heap
+MAPPED_FROM = 1 << 20
 
 _local = threading.local()
 
@@ -45,49 +47,64 @@ def samples_to_host(samples: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     except RuntimeError as e:  # page-locked memory refused: the plain copy still works
         logger.warning("page-locked staging buffers could not be made (%s); copying to the host as torch does", e)
         return [s.cpu() for s in samples]
-    offsets, total = plan_offsets(sizes)
-    host = _fresh_host_bytes(total)
-    out, pieces = [], []
-    for s, size, at in zip(samples, sizes, offsets):
-        out.append(host[at:at + size].view(s.dtype).view(s.shape) if size else torch.empty(s.shape, dtype=s.dtype))
+    out, pairs = [], []
+    for s, size in zip(samples, sizes):
+        host = _host_bytes(size)
+        out.append(host.view(s.dtype).view(s.shape) if size else torch.empty(s.shape, dtype=s.dtype))
         if size:
-            flat = s.contiguous().reshape(-1).view(torch.uint8)
-            pieces += [(flat[a:a + STAGE_BYTES], at + a) for a in range(0, size, STAGE_BYTES)]
-    _copy_pieces(pieces, host, stages)
+            pairs.append((s.contiguous().reshape(-1).view(torch.uint8), host))
+    copy_through_stages(plan_fills(pairs, STAGE_BYTES), stages)
     return out
 
 
-def plan_offsets(sizes: Sequence[int], align: int = ALIGN) -> tuple[list[int], int]:
-    """Each sample's byte offset in one host buffer (aligned to ``align``) and the buffer's size."""
-    offsets, at = [], 0
-    for size in sizes:
-        offsets.append(at)
-        at += -(-size // align) * align
-    return offsets, at
+def plan_fills(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], stage_bytes: int) -> list[list[tuple]]:
+    """``(source bytes, destination bytes)`` pairs cut into fills of one staging buffer: each fill a list of
+    ``(source segment, destination segment, offset in the buffer)``, at most ``stage_bytes`` in all; a large sample
+    spans several fills, small ones share one."""
+    fills: list[list[tuple]] = []
+    current: list[tuple] = []
+    used = 0
+    for src, dst in pairs:
+        at, n = 0, src.numel()
+        while at < n:
+            take = min(n - at, stage_bytes - used)
+            current.append((src[at:at + take], dst[at:at + take], used))
+            used += take
+            at += take
+            if used == stage_bytes:
+                fills.append(current)
+                current, used = [], 0
+    if current:
+        fills.append(current)
+    return fills
 
 
-def _copy_pieces(pieces: list, host: torch.Tensor, stages) -> None:
-    """Each ``(device bytes, host offset)`` piece by DMA into a staging buffer, then by the CPU into ``host``: the
-    next piece's DMA runs while the CPU copies this one."""
+def copy_through_stages(fills: list[list[tuple]], stages) -> None:
+    """Each fill's segments into a staging buffer (DMA on the stages' side stream, which first waits for the
+    caller's stream, where the samples were made), then out of it by the CPU: the next fill's DMA runs while the
+    CPU copies this one out. ``stages``: ``(stream or None, two buffers, two events)``; with no stream (tests on
+    the CPU) the copies are made on the caller's thread in the same order."""
     stream, buffers, events = stages
-    stream.wait_stream(torch.cuda.current_stream(stream.device))  # the samples were made on the caller's stream
+    if stream is not None:
+        stream.wait_stream(torch.cuda.current_stream(stream.device))
     pending = None
-    with torch.cuda.stream(stream):
-        for k, (src, at) in enumerate(pieces):
-            slot = k % 2  # its last contents (piece k - 2) were copied out on the previous turn
-            buffers[slot][:src.numel()].copy_(src, non_blocking=True)
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        for k, fill in enumerate(fills):
+            slot = k % 2  # its last fill (k - 2) was copied out on the previous turn
+            for src, _, at in fill:
+                buffers[slot][at:at + src.numel()].copy_(src, non_blocking=True)
             events[slot].record(stream)
             if pending is not None:
-                _drain(pending, host, buffers, events)
-            pending = (slot, at, src.numel())
+                _copy_out(*pending, buffers, events)
+            pending = (slot, fill)
         if pending is not None:
-            _drain(pending, host, buffers, events)
+            _copy_out(*pending, buffers, events)
 
 
-def _drain(pending: tuple[int, int, int], host: torch.Tensor, buffers, events) -> None:
-    slot, at, size = pending
+def _copy_out(slot: int, fill: list[tuple], buffers, events) -> None:
     events[slot].synchronize()
-    host[at:at + size].copy_(buffers[slot][:size])
+    for _, dst, at in fill:
+        dst.copy_(buffers[slot][at:at + dst.numel()])
 
 
 def _stages(device: torch.device):
@@ -101,6 +118,12 @@ def _stages(device: torch.device):
             buffers = [torch.empty(STAGE_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
             per_device[index] = (torch.cuda.Stream(index), buffers, [torch.cuda.Event() for _ in range(2)])
     return per_device[index]
+
+
+def _host_bytes(nbytes: int) -> torch.Tensor:
+    """Host memory for one sample: a mapping of its own for large ones (:func:`_fresh_host_bytes`), torch's heap
+    for small ones (a mapping per sample would cost a system call and a page each)."""
+    return _fresh_host_bytes(nbytes) if nbytes >= MAPPED_FROM else torch.empty(nbytes, dtype=torch.uint8)
 
 
 def _fresh_host_bytes(nbytes: int) -> torch.Tensor:
