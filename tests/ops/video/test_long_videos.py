@@ -164,3 +164,24 @@ def test_index_built_once_when_every_sample_asks_at_once(videos, monkeypatch, tm
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda _: index_mod.get_index(data), range(16)))
     assert len(builds) == 1 and all(g is got[0] for g in got)
+
+
+def test_containers_a_thread_kept_are_closed_when_it_ends(videos):
+    """A thread's cached containers are closed when the thread ends, not left to a garbage collection (a
+    container over bytes is in a reference cycle): one collected in a forked child (a DataLoader worker) would wait
+    there forever for FFmpeg decoder threads that fork did not copy."""
+    import threading
+
+    data = np.fromfile(videos["h264-mp4"], dtype=np.uint8)
+    kept = []
+
+    def read():
+        with index_mod.reusable_container(data, "test") as container:
+            container.seek(0)
+            kept.append(container)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join()
+    with pytest.raises(AssertionError, match="not open"):
+        kept[0].seek(0)  # closed, with no garbage collection

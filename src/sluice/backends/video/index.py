@@ -117,6 +117,22 @@ _threads = threading.local()
 CONTAINERS_PER_THREAD = 4
 
 
+class _ContainerCache(OrderedDict):
+    """One thread's open containers, closed when the thread ends (its local storage goes, and this with it).
+
+    A PyAV container over encoded bytes is in a reference cycle (through its Python file object), so dropping it
+    frees it only at a garbage collection, which may come in a child forked later (a DataLoader worker): there,
+    freeing a decoder whose FFmpeg threads fork did not copy waits for them forever. Closed here, in the process
+    and at the time the thread ends, it holds no such threads when it is collected."""
+
+    def __del__(self) -> None:
+        for container in self.values():
+            try:
+                container.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown, or already closed
+                pass
+
+
 @contextmanager
 def reusable_container(source: Source, tag: str = ""):
     """An open PyAV container for ``source``, kept open per thread between requests for the same file.
@@ -131,7 +147,7 @@ def reusable_container(source: Source, tag: str = ""):
     key = (cache_key(source) if is_file else buffer_key(source), tag)
     cache = getattr(_threads, "containers", None)
     if cache is None:
-        cache = _threads.containers = OrderedDict()
+        cache = _threads.containers = _ContainerCache()
     container = cache.pop(key, None) or open_container(source)
     try:
         yield container
