@@ -383,6 +383,38 @@ def test_cpu_jobs_in_processes(videos, fake_nvdec):
     assert backend._workers == [] and all(not _alive(p) for p in pids) and not _alive(server)
 
 
+def test_a_forked_copy_of_the_backend_leaves_the_parents_workers_alone(videos):
+    """A child forked while the backend lives (a DataLoader worker) runs the backend's finalizer when its garbage
+    collector drops its copy: that ends nothing of the parent's. Before, it waited 5 s for each of the parent's
+    worker processes, then killed it (CI: the child hung in its garbage collector)."""
+    path = videos["h264-mp4"]
+    reqs = _requests(path, 3, seed=2)
+    backend = HybridBackend(sessions=0, cpu_workers=2, cpu_processes=True, output_device="cpu")
+    try:
+        backend.start_workers()
+        for w in backend._workers:  # a forked worker's pid is known once its READY is read
+            deadline = time.monotonic() + 30
+            while not w.poll_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert [read_barcodes(c.frames) for c in _clips(backend, path, reqs)] == reqs
+        pids = [w.pid for w in backend._workers]
+        assert pids and all(p is not None and _alive(p) for p in pids)
+        start = time.monotonic()
+        child = os.fork()
+        if child == 0:  # the child: runs the finalizer as its garbage collector would, and nothing of pytest's
+            try:
+                backend._finalizer()
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        assert time.monotonic() - start < 4, "the child waited for the parent's workers"
+        assert all(_alive(p) for p in pids), "the child ended the parent's workers"
+        assert [read_barcodes(c.frames) for c in _clips(backend, path, reqs)] == reqs
+        assert [w.pid for w in backend._workers] == pids  # the same processes decoded: none was restarted
+    finally:
+        backend.close()
+
+
 def test_nvdec_decodes_while_worker_processes_start(videos, fake_nvdec, monkeypatch):
     """While its worker process is not ready, a CPU worker thread leaves the jobs to NVDEC rather than decode them
     in the thread (PyAV there holds the GIL the NVDEC threads need); without NVDEC it decodes in the thread."""

@@ -149,7 +149,7 @@ class HybridBackend:
         self._workers: list[WorkerProcess] = []  # every process started (closed with the backend)
         self._spare: list[WorkerProcess] = []  # started, not yet owned by a CPU worker thread
         self._fork_server: list[_pipes.ForkServer] = []  # the one that forks them, once started
-        self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._fork_server)
+        self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._fork_server, os.getpid())
         self.last_stats: dict[str, dict[str, float]] = {}
         self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
         self._nvdec_broken: str | None = None
@@ -500,15 +500,20 @@ class HybridBackend:
         self._finalizer()
         with self._lock:
             self._spare.clear()
-            self._finalizer = weakref.finalize(self, _close_workers, self._workers,
-                                               self._fork_server)  # for any later use
+            self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._fork_server,
+                                               os.getpid())  # for any later use
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
         self._memory_files.close()
 
 
-def _close_workers(workers: list[WorkerProcess], fork_server: list[_pipes.ForkServer]) -> None:
+def _close_workers(workers: list[WorkerProcess], fork_server: list[_pipes.ForkServer], owner_pid: int) -> None:
+    """End the worker processes and their fork server, in the process that started them only: a copy of the
+    backend in a forked child (a DataLoader worker whose garbage collector drops it) would otherwise kill the
+    parent's workers (after waiting 5 s for each) and could wait forever on a lock a parent's thread held."""
+    if os.getpid() != owner_pid:
+        return
     for worker in workers:
         worker.close()
     workers.clear()
