@@ -1,6 +1,7 @@
 """How a batch is cut into pool tasks (sluice.pipeline.pool.runs): contiguous, covering every sample once, as many
 as asked per thread, and by weight when weights are given."""
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -90,3 +91,34 @@ def test_share_range_does_not_wait_for_a_pool_that_is_busy():
         busy.submit(gate.wait)  # every pool thread is taken: the caller does all the work itself
         assert [i for c in share_range(busy, 9, lambda lo, hi: list(range(lo, hi))) for i in c] == list(range(9))
         gate.set()
+
+
+def test_map_all_returns_when_the_pool_is_shut_down_under_it():
+    """Pipeline.close() shuts the pool down with cancel_futures=True: tasks still queued are cancelled, and
+    concurrent.futures.wait() never returns for those. map_all raises CancelledError instead of waiting forever."""
+    import threading
+    from concurrent.futures import CancelledError
+
+    from sluice.pipeline.pool import map_all
+
+    gate = threading.Event()
+    pool = ThreadPoolExecutor(1)
+    pool.submit(gate.wait, 10)  # the only pool thread is busy: map_all's tasks stay queued
+    raised = []
+
+    def call():
+        try:
+            map_all(pool, lambda x: x, [1, 2])
+        except CancelledError as e:
+            raised.append(e)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    deadline = time.monotonic() + 5
+    while pool._work_queue.qsize() < 2 and time.monotonic() < deadline:  # both tasks queued
+        time.sleep(0.005)
+    pool.shutdown(wait=False, cancel_futures=True)
+    gate.set()
+    caller.join(5)
+    assert not caller.is_alive(), "map_all still waits for tasks the pool's shutdown cancelled"
+    assert len(raised) == 1

@@ -68,6 +68,44 @@ def test_dropped_pipeline_stops_its_threads_and_workers(start):
         f"threads outlived the pipeline: {[t.name for t in _sluice_threads(before)]}"
 
 
+def test_close_waits_for_the_running_operator_and_starts_no_other():
+    """close() while an operator of a prefetched iteration still runs (a program's last iteration on a slow
+    machine): close() returns once that operator has finished and the stage thread has ended, and no later operator
+    starts. Before, close() gave up after 5 s and the daemon thread ran the rest of the iteration with closed
+    operators and a shut pool, on into the interpreter's exit, which it can abort (SIGABRT)."""
+    running, release = threading.Event(), threading.Event()
+    calls = []
+
+    def first(iteration):
+        if iteration == 1:  # the prefetched iteration: still running when the pipeline is closed
+            running.set()
+            release.wait(10)
+        calls.append(("first", iteration))
+        return [np.full((2,), iteration, np.int32)]
+
+    def second(iteration):
+        calls.append(("second", iteration))
+        return [np.full((2,), iteration, np.int32)]
+
+    @sluice.pipeline_def(batch_size=1, num_threads=2, device_id=None, seed=0, prefetch_queue_depth=2)
+    def pipe():
+        return fn.external_source(source=first, batch=True), fn.external_source(source=second, batch=True)
+
+    p = pipe()
+    p.run()
+    assert running.wait(10)
+    stage = list(p.executor._threads)
+    closer = threading.Thread(target=p.close, daemon=True)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "close() returned while an operator was running"
+    release.set()
+    closer.join(10)
+    assert not closer.is_alive()
+    assert not any(t.is_alive() for t in stage), "the stage thread outlived close()"
+    assert calls == [("first", 0), ("second", 0), ("first", 1)], calls
+
+
 _SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np

@@ -51,6 +51,12 @@ _BATCH_SIZE = "batch_size"  # key of the iteration's batch size among a stage's 
 _DEFERRED = "deferred"  # key of the iteration's deferred checks (BatchContext.defer) among a stage's values
 _PREPARED = "prepared"  # (_PREPARED, node id): what a node's prepare step returned (Operator.prepare)
 _CLOSE = object()
+#: How long ``Executor.stop`` waits for each stage thread to finish the operator it is running (see ``stop``).
+STOP_WAIT_SECONDS = 60.0
+
+
+class _Stopped(Exception):
+    """Raised in a stage thread between two operators once the executor stops: the iteration is abandoned."""
 
 
 def topological_order(outputs: list[DataNode], extra: list[OpNode] = ()) -> list[OpNode]:
@@ -95,8 +101,12 @@ class _Stage:
         self.prepares: list[OpNode] = []
         self.steps: list[OpNode | GraphedRun] = list(nodes)
 
-    def run(self, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
+    def run(self, iteration: int, values: dict[tuple[int, int], Batch], stoppable: bool = False) -> None:
+        """Run the stage's steps; with ``stoppable`` (a stage thread) the iteration is abandoned between two
+        operators once the executor stops, so that ``stop`` waits for one operator, not for a whole iteration."""
         for step in self.steps:
+            if stoppable and self.ex._stopped:
+                raise _Stopped()
             if isinstance(step, GraphedRun):
                 step.run(iteration, values)
             else:
@@ -110,6 +120,8 @@ class _Stage:
             movable = node.id in ex.movable_prepares
             if movable and moved:
                 continue
+            if stoppable and self.ex._stopped:
+                raise _Stopped()
             start = time.perf_counter()
             ex.prepare_node(node, iteration, values)
             if movable:
@@ -125,6 +137,7 @@ class Executor:
         # Nothing here holds the pipeline: the stage threads hold the executor, and a pipeline they kept alive
         # could never be dropped without close() (Pipeline.__del__ stops the executor).
         self.enable_checkpointing = bool(pipeline.enable_checkpointing)
+        self._owner_pid = os.getpid()  # the process whose threads, pool and operators' resources these are
         self.outputs = outputs
         self.nodes = topological_order(outputs, list(extra_nodes))
         self.nodes = self._fuse(self.nodes, outputs)
@@ -328,12 +341,12 @@ class Executor:
             self._run_stage(stage, iteration, values)
         return self._collect(values), values.get(_DEFERRED, [])
 
-    def _run_stage(self, stage: _Stage, iteration: int, values: dict) -> None:
+    def _run_stage(self, stage: _Stage, iteration: int, values: dict, stoppable: bool = False) -> None:
         if stage.on_gpu and self.stream is not None and not getattr(self._thread_state, "bound", False):
             with torch.cuda.device(self.torch_device), torch.cuda.stream(self.stream):
-                stage.run(iteration, values)
+                stage.run(iteration, values, stoppable)
         else:
-            stage.run(iteration, values)
+            stage.run(iteration, values, stoppable)
 
     def _collect(self, values: dict) -> tuple[Batch, ...]:
         return tuple(values[(out.op.id, out.index)] for out in self.outputs)
@@ -394,7 +407,7 @@ class Executor:
                 iteration, values = item
             try:
                 started = time.perf_counter()
-                self._run_stage(stage, iteration, values)
+                self._run_stage(stage, iteration, values, stoppable=True)
                 self.balance.record_stage(k, time.perf_counter() - started)
                 if k == 0:
                     self.balance.decide()
@@ -406,6 +419,8 @@ class Executor:
                     result: Any = (self._collect(values), event, values.get(_DEFERRED, []))
                 else:
                     result = (iteration, values)
+            except _Stopped:
+                return  # stop() was called: nothing waits for this iteration
             except EndOfEpoch:
                 result = _END
             except BaseException as e:  # noqa: BLE001 - handed to the consumer
@@ -457,6 +472,11 @@ class Executor:
             self._cond.notify_all()
 
     def stop(self) -> None:
+        if os.getpid() != self._owner_pid:
+            # A copy made by fork (a DataLoader worker forked while the pipeline lived, whose garbage collector
+            # then drops it): fork copied none of its threads, and its worker processes, shared memory and files
+            # are the parent's, which this copy must not end; its locks may have been held by a parent's thread.
+            return
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
@@ -465,9 +485,22 @@ class Executor:
                 q.put_nowait(_CLOSE)
             except queue.Full:
                 pass
+        # Wait for each stage thread to end (it stops between two operators) BEFORE the pool shuts down and the
+        # operators close. This wait used to give up after 5 s, less than the iteration a program had prefetched
+        # when it ended can take on a slow machine: the daemon stage thread then ran on, with closed operators and
+        # a shut pool, into the interpreter's exit, where a thread coming back from C++ code that had released
+        # the GIL is torn down mid-call (SIGABRT, "terminate called without an active exception").
+        me = threading.current_thread()  # stop() may run in a stage thread (a collected pipeline): not itself
+        # nor in a thread of our own pool (a pipeline collected there), which the stage thread may be waiting for
+        waits = me not in getattr(self.pool, "_threads", ())
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
         for t in self._threads:
-            if t is not threading.current_thread():  # stop() may run in a stage thread (a collected pipeline)
-                t.join(timeout=5)
+            if t is not me and waits:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+        running = [t.name for t in self._threads if t is not me and t.is_alive()]
+        if running and waits:
+            log.warning("closing the pipeline while %s still runs an operator after %.0f s; it goes on alone",
+                        ", ".join(running), STOP_WAIT_SECONDS)
         self._threads = []
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)

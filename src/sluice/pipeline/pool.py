@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import wait
+from concurrent.futures import CancelledError
 from typing import Any
 
 import numpy as np
@@ -62,7 +62,13 @@ def map_all(pool, fn, items: list) -> list:
     if pool is None or len(items) < 2:
         return [fn(x) for x in items]
     futures = [pool.submit(fn, x) for x in items]
-    wait(futures)
+    for f in futures:
+        # not concurrent.futures.wait(): it never returns for a task that pool.shutdown(cancel_futures=True)
+        # took off the queue (cancelled, but its waiters never told); exception() returns or raises for those too
+        try:
+            f.exception()
+        except CancelledError:
+            pass
     return [f.result() for f in futures]
 
 
