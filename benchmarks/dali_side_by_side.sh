@@ -3,6 +3,10 @@
 # 2.4 and with sluice on the same files in one call on the GPU machine; only the import differs. Prints a ratio
 # table and appends one JSON row per run to benchmarks/results/dali_side_by_side.jsonl (and $OUT).
 #   bash benchmarks/dali_side_by_side.sh [WORKLOAD...]     (default: every image, audio and video workload)
+# Workloads over data of real shape: speech (speech_side_by_side.py, Jasper's preprocessing over 2048 utterances of
+# LibriSpeech's spread of lengths, 16 kHz WAV), speech_flac (the same files as FLAC), whisper (whisper_side_by_side.py,
+# 5-45 s clips), train_real (side_by_side.py's train program over make_imagenet_real.py's JPEGs of ImageNet's sizes
+# and kinds). `real` names these four.
 # Video workloads are named <program>_<seconds>s (video_frames_60s, video_reader_600s; `video` names all six): the
 # program of side_by_side.py on a barcoded 720p60 H.264 file of that length (made once by gen_video.py: gen.py's
 # frames, encoded in parallel segments), NCLIPS (64) clips of 16 frames, every frame checked by its barcode.
@@ -19,7 +23,8 @@ IMPLS=${IMPLS:-dali sluice}; DALI_PATH=${DALI_PATH:-/tmp/dali}; SITE=${SITE:-/tm
 REPEAT=${REPEAT:-1}; AV_PATH=${AV_PATH:-/tmp/avonly}
 videos="video_frames_60s video_frames_180s video_frames_600s video_reader_60s video_reader_180s video_reader_600s"
 works=""; for w in ${*:-train decode val train_cpu audio audio_mixed audio_flac video}; do
-  if [ "$w" = video ]; then works="$works $videos"; else works="$works $w"; fi
+  case $w in video) works="$works $videos";; real) works="$works speech speech_flac whisper train_real";;
+    *) works="$works $w";; esac
 done
 export NCLIPS=${NCLIPS:-64}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -32,14 +37,19 @@ for w in $works; do
   esac
 done
 case " $works " in *audio_flac*) [ -d "$DATA/flac" ] || PYTHONPATH=$SITE python3 "$gen" flac "$DATA/wav" "$DATA/flac";; esac
+case " $works " in *" speech "*) [ -d "$DATA/speech" ] || PYTHONPATH=$SITE python3 "$here/make_speech.py" "$DATA/speech" --files 2048;; esac
+case " $works " in *speech_flac*) [ -d "$DATA/speech_flac" ] || PYTHONPATH=$SITE python3 "$here/make_speech.py" "$DATA/speech_flac" --files 2048 --format flac;; esac
+case " $works " in *whisper*) [ -d "$DATA/whisper" ] || PYTHONPATH=$SITE python3 "$here/whisper_side_by_side.py" make "$DATA/whisper" 256;; esac
+case " $works " in *train_real*) [ -d "$DATA/images_real" ] || PYTHONPATH=$SITE python3 "$here/make_imagenet_real.py" "$DATA/images_real" --count 8192;; esac
 commit=${COMMIT:-$(cd "$top" && git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # COMMIT: the device copy may lack the history
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 log="$OUT/side_by_side.log"; : > "$log"
 for w in $works; do
   case $w in
-    audio|audio_mixed) d="$DATA/wav";; audio_flac) d="$DATA/flac";; *) d="$DATA/images";;
+    audio|audio_mixed) d="$DATA/wav";; audio_flac) d="$DATA/flac";; train_real) d="$DATA/images_real";;
+    speech|speech_flac|whisper) d="$DATA/$w";; *) d="$DATA/images";;
   esac
-  prog=$w
+  prog=$w; [ "$w" = train_real ] && prog=train
   case $w in video_*_*s) prog=${w%_*}; s=${w##*_}; d="$DATA/video${s%s}.mp4";; video_*) d="$DATA/video.mp4";; esac
   for r in $(seq "$REPEAT"); do
     for impl in $IMPLS; do
@@ -49,8 +59,13 @@ for w in $works; do
       case "$impl $w" in "dali video_"*) path=$DALI_PATH:$AV_PATH
         [ -d "$AV_PATH/av" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$AV_PATH" \
           "$top"/.whl/*/av-*.whl >/dev/null 2>&1;; esac
-      line=$(cd /tmp && PYTHONPATH=$path timeout 300 python3 "$here/peers/side_by_side.py" "$prog" "$impl" "$d" 2>"$OUT/err_${w}_${impl}.log" \
-             | grep '^RESULT' | tail -1 | sed "s/^RESULT *$prog /RESULT $w /")
+      case $w in
+        speech|speech_flac) cmd=("$here/speech_side_by_side.py" "$impl" "$d" --name "$w");;
+        whisper) cmd=("$here/whisper_side_by_side.py" "$impl" "$d");;
+        *) cmd=("$here/peers/side_by_side.py" "$prog" "$impl" "$d");;
+      esac
+      line=$(cd /tmp && PYTHONPATH=$path timeout 300 python3 "${cmd[@]}" 2>"$OUT/err_${w}_${impl}.log" \
+             | grep '^RESULT' | tail -1 | sed -E "s/^RESULT *($prog|whisper[0-9]*) /RESULT $w /")
       [ -n "$line" ] || line="RESULT $w $impl FAILED (see err_${w}_${impl}.log: $(tail -1 "$OUT/err_${w}_${impl}.log"))"
       echo "$line" | tee -a "$log"
     done

@@ -18,16 +18,18 @@ def ragged() -> list[torch.Tensor]:
             torch.randn(1, 2, generator=g)]
 
 
-def test_gather_to_gives_views_of_one_buffer_with_the_samples_values():
+def test_gather_to_packs_the_samples_back_to_back_and_a_packed_batch_views_them():
     samples = ragged()
-    moved, parts = gather_to(samples, torch.device("cpu"), pin=False)
-    assert moved.shape == (18,) and len(parts) == len(samples)
+    moved = gather_to(samples, torch.device("cpu"), pin=False)
+    assert moved.shape == (18,)
+    torch.testing.assert_close(moved, torch.cat([s.reshape(-1) for s in samples]), rtol=0, atol=0)
+    parts = Batch.from_packed(moved, np.array([s.shape for s in samples])).samples
     for part, sample in zip(parts, samples):
         assert part.shape == sample.shape
         torch.testing.assert_close(part, sample, rtol=0, atol=0)
         assert part.untyped_storage().data_ptr() == moved.untyped_storage().data_ptr()
     scalars = [torch.tensor(1.5), torch.tensor(-2.0)]            # 0-d samples keep their shape
-    _, parts = gather_to(scalars, torch.device("cpu"), pin=False)
+    parts = Batch.from_packed(gather_to(scalars, torch.device("cpu"), pin=False), np.zeros((2, 0), int)).samples
     assert [p.shape for p in parts] == [(), ()] and [p.item() for p in parts] == [1.5, -2.0]
 
 

@@ -18,6 +18,7 @@ void register_jpeg(py::module_& m);    // jpeg.cpp: libjpeg decoding of (windows
 void register_resize(py::module_& m);  // resize.cpp: separable antialiased resampling of uint8 images
 void register_audio(py::module_& m);   // audio.cpp: WAV parsing and PCM conversion, libsndfile decoding
 void register_flac(py::module_& m);    // flac.cpp: sluice's own FLAC decoder (used by audio.cpp)
+void register_signal(py::module_& m);  // signal.cpp: per-signal analysis of packed batches (nonsilent_region)
 
 // A writable or read-only byte buffer's address and size (anything with the buffer protocol).
 struct Bytes {

@@ -8,11 +8,12 @@ PYBIND11_MODULE(_core, m) {
     m.doc() = "sluice's compiled core (see sluice.native)";
     // Bumped with every change of the functions' signatures or results: sluice.native refuses a core built from
     // other sources (a stale in-place build) rather than call what is not there.
-    m.attr("VERSION") = 5;
+    m.attr("VERSION") = 6;
     sluice::register_io(m);
     sluice::register_image(m);
     sluice::register_jpeg(m);
     sluice::register_resize(m);
     sluice::register_audio(m);
     sluice::register_flac(m);
+    sluice::register_signal(m);
 }

@@ -492,9 +492,10 @@ def resample_length(in_length, in_rate: float, out_rate: float):
     as float32 and the arithmetic in float64, as DALI computes it (``resampled_length`` of
     ``dali/kernels/signal/resampling.h``, used by its ``audio_resample`` and its audio decoder). The output
     sample ``j`` lies at input time ``j * in_rate / out_rate``: the last one is the last that lies inside the
-    signal. (soxr gives ``round(...)``: one sample fewer for about half of the lengths.) ``in_length``: a number
-    (gives an int), or an array of lengths (gives an int64 array, each computed alike)."""
-    out = np.ceil(np.asarray(in_length, dtype=np.float64) * float(np.float32(out_rate)) / float(np.float32(in_rate)))
+    signal. (soxr gives ``round(...)``: one sample fewer for about half of the lengths.) ``in_length`` and the
+    rates: numbers (gives an int), or arrays, one value per signal (gives an int64 array, each computed alike)."""
+    out = np.ceil(np.asarray(in_length, dtype=np.float64) * np.asarray(out_rate, np.float32).astype(np.float64)
+                  / np.asarray(in_rate, np.float32).astype(np.float64))
     return int(out) if out.ndim == 0 else out.astype(np.int64)
 
 

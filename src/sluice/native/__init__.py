@@ -8,7 +8,7 @@ function here runs its pure-Python twin instead, which gives identical results (
 more slowly.
 
 Each module of this package wraps one part of the core: :mod:`.io`, :mod:`.image`, :mod:`.jpeg`, :mod:`.resize`,
-:mod:`.audio`. Example::
+:mod:`.audio`, :mod:`.signal`. Example::
 
     from sluice import native
     native.core()          # the compiled module, or None when the fallbacks run
@@ -26,7 +26,7 @@ __all__ = ["core", "available", "fallback"]
 logger = logging.getLogger(__name__)
 
 #: The core's interface this Python side was written for (module.cpp's VERSION).
-CORE_VERSION = 5
+CORE_VERSION = 6
 
 try:
     from sluice import _core as _compiled

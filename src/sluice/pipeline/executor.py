@@ -178,11 +178,9 @@ class Executor:
                           pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline))
             self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
         if self.uses_gpu and os.environ.get("SLUICE_PIN_CPU_OUTPUTS", "1") != "0":  # =0: ordinary memory
-            for node in self.nodes:
-                if node.device == "cpu" and any(n.device in ("gpu", "mixed") and self._needs(n, [node])
-                                                for n in self.nodes):
-                    self.operators[node.id].pin_outputs = True
-                    self.operators[node.id].copy_stream = self.stream
+            for node in self._feeding_the_device():
+                self.operators[node.id].pin_outputs = True
+                self.operators[node.id].copy_stream = self.stream
         # Split into a CPU stage and a device stage when no CPU operator depends on a GPU result.
         cpu_nodes, dev_nodes = [], []
         for node in self.nodes:
@@ -222,6 +220,22 @@ class Executor:
     def _needs(node: OpNode, others: list[OpNode]) -> bool:
         ids = {n.id for n in others}
         return any(x.op.id in ids for x in list(node.inputs) + list(node.arg_inputs.values()))
+
+    def _feeding_the_device(self) -> list[OpNode]:
+        """The CPU nodes whose outputs reach a GPU or mixed node, directly or through other CPU nodes: their outputs
+        go to page-locked memory (``Operator.pin_outputs``). Not only the last CPU node before ``.gpu()``: a
+        CPU kernel may hand on views of its input's buffer (``slice`` of audio cuts each signal where it lies), and
+        that buffer is what crosses to the GPU."""
+        feeding: list[OpNode] = []
+        targets = [n for n in self.nodes if n.device in ("gpu", "mixed")]
+        for node in reversed(self.nodes):       # consumers come after their inputs
+            if node.device == "cpu" and self._needs_any(targets + feeding, node):
+                feeding.append(node)
+        return feeding
+
+    @staticmethod
+    def _needs_any(consumers: list[OpNode], node: OpNode) -> bool:
+        return any(x.op.id == node.id for c in consumers for x in list(c.inputs) + list(c.arg_inputs.values()))
 
     @staticmethod
     def _fuse(nodes: list[OpNode], outputs: list[DataNode]) -> list[OpNode]:

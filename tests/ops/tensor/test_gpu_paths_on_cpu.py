@@ -3,6 +3,8 @@ colour kernel aside, tested in test_color_triton.py): run them here on CPU tenso
 per-sample arguments, and check they equal the per-sample CPU kernels. This covers the batched code paths
 (grouping by shape, per-sample parameter tensors, concatenated boxes) without a GPU."""
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -45,6 +47,12 @@ CASES = [
 ]
 
 
+def _is_batch_kernel(op_class) -> bool:
+    """Whether a kernel takes whole batches (``fn(ctx, *batches, args)``) rather than one sample."""
+    param = inspect.signature(op_class.kernel).parameters.get("args")
+    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
 OPENCV_ON_CPU = {"gaussian_blur", "hsv", "hue", "saturation", "color_twist", "color_space_conversion"}
 
 
@@ -63,8 +71,14 @@ def test_batch_kernel_equals_sample_kernel(op, inputs, layout, const, per_sample
     outs = schema.kernels["gpu"].kernel(ctx, *batches, args=args)
     outs = outs if isinstance(outs, tuple) else (outs,)
     for i in range(n):
-        sctx = SampleContext(op, i, "", layout, seed=5)
-        want = schema.kernels["cpu"].kernel(sctx, *(x[i] for x in inputs), **args.sample(i))
+        if _is_batch_kernel(schema.kernels["cpu"]):      # the CPU kernel on a batch of this one sample
+            one = BatchArgs(const_args, {k: [v[i]] for k, v in per_sample.items()}, 1)
+            ctx1 = BatchContext(op, 1, [""], [layout] * len(inputs), torch.device("cpu"), None, seed=5)
+            want = schema.kernels["cpu"].kernel(ctx1, *(Batch([x[i]], layout) for x in inputs), args=one)
+            want = tuple(w[0] for w in want) if isinstance(want, tuple) else want[0]
+        else:
+            sctx = SampleContext(op, i, "", layout, seed=5)
+            want = schema.kernels["cpu"].kernel(sctx, *(x[i] for x in inputs), **args.sample(i))
         want = want if isinstance(want, tuple) else (want,)
         assert len(want) == len(outs)
         for w, o in zip(want, outs):

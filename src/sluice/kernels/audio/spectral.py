@@ -131,8 +131,6 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     # First sample of every window; librosa centres a window_length window inside an nfft frame that is itself
     # centred on t * step, so the window starts nfft//2 - (nfft - window_length)//2 samples before t * step.
     offset = (nfft // 2 - (nfft - window_length) // 2) if center_windows else 0
-    starts = torch.arange(t_max, device=dev) * window_step - offset
-    idx = starts[:, None] + torch.arange(window_length, device=dev)[None, :]          # (T, W)
     uniform = bool((lengths_cpu == x.shape[1]).all())
     if uniform and (center_windows and reflect_padding and x.shape[1] > nfft // 2 or
                     not center_windows and nfft == window_length and x.shape[1] >= nfft):
@@ -143,22 +141,20 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
         return (out.sqrt() if power == 1 else out).transpose(1, 2), frames
     if x.shape[1] == 0:
         windows = x.new_zeros(batch, t_max, window_length)
-    elif uniform:
-        # Uniform batch (the common, dense case): one (T, W) index serves every row.
-        n = x.shape[1]
-        src = _reflect(idx, torch.full((), n, dtype=torch.int64, device=dev)) if reflect_padding else \
-            idx.clamp(0, n - 1)
-        windows = x[:, src]                                                              # (B, T, W)
-        if not reflect_padding:
-            windows = windows * ((idx >= 0) & (idx < n))
     else:
-        n = to_device(lengths_cpu, dev).view(batch, 1, 1)
-        idx = idx.unsqueeze(0).expand(batch, -1, -1)                                    # (B, T, W)
-        src = _reflect(idx, n) if reflect_padding else idx.clamp(0, x.shape[1] - 1)
-        src = torch.minimum(src, (n - 1).clamp(min=0))  # empty signals: any index, masked below
-        windows = torch.gather(x.unsqueeze(1).expand(-1, t_max, -1), 2, src)
-        if not reflect_padding:
-            windows = windows * ((idx >= 0) & (idx < n))
+        # Each row extended at both of its own ends (reflected, or zeros) by one gather of (B, N + pads), then
+        # framed as a strided view: no index per window element (2 W / step times the signal's size).
+        n = torch.full((1, 1), x.shape[1], device=dev) if uniform else to_device(lengths_cpu, dev).view(batch, 1)
+        width = (t_max - 1) * window_step + window_length
+        pos = torch.arange(width, device=dev)[None, :] - offset                               # (1, width)
+        if reflect_padding:
+            src = torch.minimum(_reflect(pos, n), (n - 1).clamp(min=0))                    # (B or 1, width)
+            extended = torch.gather(x, 1, src.expand(batch, -1))
+        else:
+            inside = (pos >= 0) & (pos < n)
+            extended = torch.where(inside, torch.gather(x, 1, pos.clamp(0, x.shape[1] - 1).expand(batch, -1)),
+                                   torch.zeros((), dtype=x.dtype, device=dev))
+        windows = extended.unfold(1, window_length, window_step)                           # (B, T, W), a view
     windows = windows * window
     # The FFT of a frame zero-padded on the right has the magnitudes of the centred frame (a shift changes phases).
     spec = torch.fft.rfft(windows, n=nfft, dim=-1)

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from sluice import types
-from sluice.backends.audio import FINITE_LIMIT, OUT_OF_BOUNDS_POLICIES, decode_error, plan_windows, resample_soxr
+from sluice.backends.audio import (FINITE_LIMIT, OUT_OF_BOUNDS_POLICIES, decode_error, plan_windows, resample_length,
+                                   resample_soxr)
 from sluice.errors import SampleError
 from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
@@ -226,27 +227,72 @@ def _output(n_out: np.ndarray, width: np.ndarray, dtype: torch.dtype, downmix: b
     return Batch.from_packed(flat, np.array(shapes, dtype=np.int64)), flat.numpy(), offsets
 
 
+def resample_files(audio: Batch, rates: np.ndarray, targets: np.ndarray, sources: list[str], *, dtype: str,
+                   downmix: bool, quality: float, pool=None, pin: bool = False,
+                   device_id: int | None = None) -> tuple[Batch, np.ndarray]:
+    """The CPU decoder's ``sample_rate`` for a decoded batch (float32, packed or dense, from :func:`decode_files`):
+    each sample whose rate differs from its target is resampled by libsoxr, and every sample is converted to
+    ``dtype`` as :func:`decode_sample` does, into one output buffer (page-locked with ``pin``), in chunks taken by
+    the pipeline's threads. Returns the batch and the output rates. A batch that needs neither (already at its
+    rates, float32 asked for) is returned as it is."""
+    n = len(audio)
+    resample = (targets > 0) & (targets != rates)
+    out_rates = np.where(resample, targets, rates)
+    if dtype == "float32" and not resample.any():
+        return audio, out_rates
+    flat, shapes, offsets = audio.packed_form()
+    frames = shapes[:, 0]
+    n_out = np.where(resample, resample_length(frames, rates, np.where(resample, targets, 1.0)), frames)
+    width = np.ones(n, np.int64) if downmix else shapes[:, 1]
+    out, host, out_offsets = _output(n_out, width, getattr(torch, dtype), downmix, pin, device_id)
+    values = flat.numpy()
+    raw, raw_item = host.reshape(-1).view(np.uint8), host.itemsize     # the output buffer's bytes
+    info = np.iinfo(dtype) if dtype != "float32" else None
+
+    def convert(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            x = values[offsets[i]: offsets[i] + int(np.prod(shapes[i]))].reshape(tuple(shapes[i]))
+            try:
+                y = resample_soxr(x, float(rates[i]), float(targets[i]), quality) if resample[i] else x
+            except Exception as exc:
+                raise SampleError(i, sources[i], exc) from exc
+            dst = raw[out_offsets[i]: out_offsets[i] + y.size * raw_item].view(host.dtype)
+            if info is None:
+                dst[:] = y.reshape(-1)
+            else:
+                np.clip(np.rint(y.reshape(-1).astype(np.float64) * info.max), info.min, info.max, out=dst,
+                        casting="unsafe")
+
+    share_range(pool, n, convert)
+    return out, out_rates
+
+
 @SCHEMA.operator_class("cpu")
 class AudioDecoder(Operator):
     """Decodes a batch with the compiled core in the pipeline's threads (see :func:`decode_files`), into
     page-locked memory when a GPU operator takes the output (``pin_outputs``, set by the executor); with
-    ``sample_rate`` each file is decoded and resampled on its own (:func:`decode_sample`)."""
+    ``sample_rate`` the samples whose rate differs are then resampled by libsoxr in the same threads
+    (:func:`resample_files`)."""
 
     def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
         n = len(data)
         sources = ctx.source_info or [""] * n
         if n == 0:
             return Batch([]), Batch([])
-        if (_floats(args["sample_rate"]) > 0).any():
-            per = args.samples()
-            results = _each(ctx.thread_pool, lambda i: decode_sample(data[i], sources[i], **per[i]), list(range(n)),
-                            sources)
-            return Batch([r[0] for r in results]), Batch([r[1] for r in results])
-        audio, rates = decode_files(data, sources, dtype=_DTYPES[args.const("dtype")], downmix=args.const("downmix"),
-                                    start_time=args["start_time"], duration=args["duration"],
-                                    out_of_bounds_policy=args.const("out_of_bounds_policy"),
+        dtype = _DTYPES[args.const("dtype")]
+        targets = _floats(args["sample_rate"])
+        resampling = bool((targets > 0).any())
+        # with sample_rate the files decode to float32 for soxr, and convert to dtype afterwards (decode_sample)
+        audio, rates = decode_files(data, sources, dtype="float32" if resampling else dtype,
+                                    downmix=args.const("downmix"), start_time=args["start_time"],
+                                    duration=args["duration"], out_of_bounds_policy=args.const("out_of_bounds_policy"),
                                     finite=args.const("finite"), pool=ctx.thread_pool,
-                                    pin=self.pin_outputs, device_id=self.spec.device_id)
+                                    pin=self.pin_outputs and (dtype == "float32" or not resampling),
+                                    device_id=self.spec.device_id)
+        if resampling:
+            audio, rates = resample_files(audio, rates.astype(np.float64), targets, sources, dtype=dtype,
+                                          downmix=args.const("downmix"), quality=args.const("quality"),
+                                          pool=ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id)
         return audio, Batch.from_dense(torch.from_numpy(rates.astype(np.float32)))
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
-from sluice.kernels.audio.batching import as_signal
-from sluice.kernels.audio.spectral import pad_batch
+from sluice.errors import SampleError
+from sluice.native import signal
+from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
-from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
+from sluice.pipeline.pool import share_range
+from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
 __all__ = ["SCHEMA", "nonsilent_region"]
 
@@ -23,7 +26,8 @@ SCHEMA = OpSchema(
     of the signal. Outputs: the first sample of the first non-silent window (int32) and the length (int32) up to
     the end of the last non-silent window; ``(0, 0)`` when everything is silent. Sums are accumulated in float64,
     so ``reset_interval`` (DALI's periodic re-summation against float32 drift) is accepted but not needed. On
-    the GPU the whole (padded) batch is processed at once, without copying anything back to the host.
+    the CPU the batch is analysed by sluice's compiled core in the pipeline's threads, where each signal lies in
+    the batch's buffer; on the GPU the whole (padded) batch at once, without copying anything back to the host.
     Example::
 
         begin, length = fn.nonsilent_region(audio, cutoff_db=-60)
@@ -79,15 +83,58 @@ def nonsilent_region(x: torch.Tensor, lengths: torch.Tensor, cutoff_db: float, r
 _ARGS = ("cutoff_db", "reference_power", "window_length")
 
 
-@SCHEMA.sample_kernel("cpu")
-def nonsilent_region_cpu(ctx: SampleContext, x: torch.Tensor, **args) -> tuple[torch.Tensor, torch.Tensor]:
-    signal = as_signal(x, "nonsilent_region")
-    begin, length = nonsilent_region(signal[None], torch.tensor([signal.shape[0]]), *(args[k] for k in _ARGS))
-    return begin[0], length[0]
+def _signal_lengths(x: Batch) -> np.ndarray:
+    """Each sample's length as a one-channel signal ((n,), (n, 1) or (1, n)); raises naming the first other one."""
+    shapes = x.shapes_array()
+    if shapes.shape[1] == 1:
+        return shapes[:, 0]
+    if shapes.shape[1] == 2:
+        bad = np.flatnonzero((shapes != 1).all(axis=1))
+        if not len(bad):
+            return shapes.prod(axis=1)
+        i = int(bad[0])
+    else:
+        i = 0
+    raise SampleError(i, x.source_info[i] if i < len(x.source_info) else "", ValueError(
+        f"nonsilent_region: expected a one-channel signal of shape (n,), (n, 1) or (1, n), got "
+        f"{tuple(shapes[i].tolist())}; downmix it first (decoders.audio(downmix=True))"))
+
+
+def _check(args: BatchArgs) -> tuple[float, float, int]:
+    cutoff_db, reference, window = (args.const(k) for k in _ARGS)
+    if not math.isfinite(cutoff_db):
+        raise ValueError(f"nonsilent_region: cutoff_db must be finite, got {cutoff_db}")
+    return cutoff_db, reference, window
+
+
+@SCHEMA.batch_kernel("cpu")
+def nonsilent_region_cpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
+    """The whole batch in the compiled core (:func:`sluice.native.signal.nonsilent_region`), the signals read where
+    they lie in the batch's buffer, in chunks taken by the pipeline's threads with the GIL released."""
+    cutoff_db, reference, window = _check(args)
+    n = len(x)
+    if n == 0:
+        return Batch([]), Batch([])
+    lengths = _signal_lengths(x)
+    flat, _, offsets = x.packed_form()
+    data = flat.numpy()
+    parts = share_range(ctx.thread_pool, n, lambda lo, hi: signal.nonsilent_region(
+        data, offsets[lo:hi], lengths[lo:hi], window=window, factor=10.0 ** (cutoff_db / 10.0),
+        reference=reference))
+    begin = np.concatenate([p[0] for p in parts])
+    length = np.concatenate([p[1] for p in parts])
+    return Batch.from_dense(torch.from_numpy(begin)), Batch.from_dense(torch.from_numpy(length))
 
 
 @SCHEMA.batch_kernel("gpu")
 def nonsilent_region_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
-    padded, lengths = pad_batch([as_signal(s, "nonsilent_region") for s in x])
-    begin, length = nonsilent_region(padded, lengths, *(args.const(k) for k in _ARGS))
+    """The whole batch at once over its padded form (:func:`nonsilent_region`): no host round trip."""
+    cutoff_db, reference, window = _check(args)
+    if not len(x):
+        return Batch([]), Batch([])
+    lengths = _signal_lengths(x)
+    padded, _ = x.padded(fill=None)
+    padded = padded.reshape(len(x), -1)
+    begin, length = nonsilent_region(padded, ragged.host_to_device(lengths, padded.device), cutoff_db, reference,
+                                     window)
     return Batch.from_dense(begin), Batch.from_dense(length)

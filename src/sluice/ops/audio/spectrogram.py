@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from sluice.kernels.audio.batching import as_signal
 from sluice.kernels.audio.spectral import given_window, pad_batch, stft_power
+from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
 
@@ -49,14 +51,15 @@ SCHEMA = OpSchema(
 
 
 def _run(signals: list[torch.Tensor] | torch.Tensor, nfft, window_length, window_step, window_fn, power, center_windows,
-         reflect_padding, layout) -> tuple[torch.Tensor, torch.Tensor]:
+         reflect_padding, layout, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     if window_length <= 0 or window_step <= 0:
         raise ValueError(f"spectrogram: window_length and window_step must be > 0, got {window_length} and "
                          f"{window_step}")
     nfft = nfft or window_length
-    if isinstance(signals, torch.Tensor):           # a dense (B, N) batch: no per-sample views, no stacking copy
+    if isinstance(signals, torch.Tensor):           # a padded (B, N) batch: no per-sample views, no stacking copy
         padded = signals if signals.is_floating_point() else signals.float()
-        lengths = torch.full((signals.shape[0],), signals.shape[1], dtype=torch.int64)
+        if lengths is None:
+            lengths = torch.full((signals.shape[0],), signals.shape[1], dtype=torch.int64)
     else:
         padded, lengths = pad_batch([s.float() if not s.is_floating_point() else s for s in signals])
     window = given_window(window_fn, padded.dtype, padded.device) if window_fn else None
@@ -76,16 +79,28 @@ def spectrogram_cpu(ctx: SampleContext, audio: torch.Tensor, **args) -> torch.Te
 
 @SCHEMA.batch_kernel("gpu")
 def spectrogram_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> Batch:
+    """The whole batch over its padded form: framed with one gather, one batched FFT; a padded output (the
+    frames past each signal's own are zero)."""
     own = {k: args.const(k) for k in _ARGS}
     layout = own["layout"]
-    dense = audio.dense
-    one_channel = dense is not None and (dense.dim() == 2 or dense.dim() == 3 and dense.shape[2] == 1)
-    signals = dense.reshape(dense.shape[0], -1) if one_channel else [as_signal(s, "spectrogram") for s in audio]
-    spec, frames = _run(signals, **own)
-    if len(audio) and bool((frames == frames.max()).all()):
-        return Batch.from_dense(spec.contiguous(), layout)
-    axis = 2 if layout == "ft" else 1
-    return Batch([spec[i].narrow(axis - 1, 0, int(f)) for i, f in enumerate(frames)], layout)
+    if not len(audio):
+        return Batch([], layout)
+    shapes = audio.shapes_array()
+    if shapes.shape[1] > 2 or (shapes.shape[1] == 2 and not ((shapes == 1).any(axis=1)).all()):
+        bad = int(np.flatnonzero((shapes != 1).all(axis=1))[0]) if shapes.shape[1] == 2 else 0
+        raise ValueError(f"spectrogram: expected a one-channel signal of shape (n,), (n, 1) or (1, n), got "
+                         f"{tuple(shapes[bad].tolist())} (sample {bad}); downmix it first")
+    padded, _ = audio.padded(fill=None)
+    signals = padded.reshape(len(audio), -1)
+    if not signals.is_floating_point():
+        signals = signals.float()
+    lengths = torch.from_numpy(ragged.sample_sizes(shapes))
+    spec, frames = _run(signals, lengths=lengths, **own)
+    nbins = spec.shape[1] if layout == "ft" else spec.shape[2]
+    counts = frames.numpy().astype(np.int64)
+    out_shapes = np.stack([np.full_like(counts, nbins), counts], 1) if layout == "ft" else \
+        np.stack([counts, np.full_like(counts, nbins)], 1)
+    return Batch.from_padded(spec if spec.is_contiguous() else spec.contiguous(), out_shapes, layout, fill=0.0)
 
 
 _ARGS = ("nfft", "window_length", "window_step", "window_fn", "power", "center_windows", "reflect_padding",

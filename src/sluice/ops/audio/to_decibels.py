@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from sluice.kernels.audio.batching import make_batch, pad_stack
 from sluice.kernels.audio.spectral import to_decibels
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
@@ -47,11 +46,12 @@ def to_decibels_cpu(ctx: SampleContext, x: torch.Tensor, *, multiplier, referenc
 
 @SCHEMA.batch_kernel("gpu")
 def to_decibels_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> Batch:
+    """The whole batch at once over its padded form, each sample's maximum taken with its padding at 0 (magnitudes
+    are >= 0, so a zero never wins)."""
     if not len(x):
         return Batch([], x.layout())
     multiplier, reference, cutoff = (args.const(k) for k in ("multiplier", "reference", "cutoff_db"))
-    # Padding with 0 keeps each sample's maximum (magnitudes are >= 0).
-    dense, shapes = pad_stack(x)
+    dense, shapes = x.padded(fill=None if reference else 0.0)
     dense = _float(dense)
     if reference:
         ref: torch.Tensor | float = reference
@@ -60,4 +60,4 @@ def to_decibels_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> Batch:
         ref = (flat.amax(dim=1) if flat.shape[1] else flat.new_ones(dense.shape[0]))
         ref = ref.view((-1,) + (1,) * (dense.dim() - 1))
     out = to_decibels(dense, multiplier=multiplier, reference=ref, cutoff_db=cutoff)
-    return make_batch(out, shapes, x.layout())
+    return Batch.from_padded(out, shapes, x.layout())

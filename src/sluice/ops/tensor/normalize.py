@@ -17,6 +17,7 @@ import torch
 
 from sluice import types
 from sluice.ops.tensor._util import convert_saturate, group_by_shape, resolve_axes
+from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -210,18 +211,57 @@ def _out_dtype(dtype) -> torch.dtype:
     return torch.float32 if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
 
 
+def normalize_padded(data: Batch, axes: Sequence[int], *, scale: float = 1.0, shift: float = 0.0,
+                     epsilon: float = 0.0, ddof: int = 0, out_dtype: torch.dtype = torch.float32) -> Batch:
+    """Per-sample statistics over ``axes`` computed on the batch's padded form at once: sums with the padding at 0
+    (masked where it would count), each sample's element count from its shape. The values of
+    :func:`normalize_samples` (up to the order of float additions)."""
+    x, shapes = data.padded(fill=0.0)
+    x = x.to(torch.float32)
+    dims = [a + 1 for a in axes]
+    counts = np.prod(shapes[:, list(axes)], axis=1) if axes else np.ones(len(shapes), np.int64)
+    count = ragged.host_to_device(counts.astype(np.float32), x.device).view((len(shapes),) + (1,) * shapes.shape[1])
+    if not dims:
+        mean, var = x, torch.zeros_like(x)
+    else:
+        mean = x.sum(dim=dims, keepdim=True) / count.clamp_min(1)
+        ragged_axes = any(len(set(shapes[:, a].tolist())) > 1 for a in range(shapes.shape[1]))
+        centred = x - mean
+        if ragged_axes:   # the padding is 0, so it is -mean once centred: leave it out of the squares
+            centred = torch.where(ragged.valid_mask(shapes, tuple(x.shape[1:]), x.device), centred,
+                                  torch.zeros((), dtype=x.dtype, device=x.device))
+        dof = count - ddof
+        var = torch.where(dof > 0, centred.square().sum(dim=dims, keepdim=True) / dof.clamp_min(1),
+                          torch.zeros((), dtype=x.dtype, device=x.device))
+    y = (x - mean) * (_inv_std(var, epsilon) * scale) + shift
+    return Batch.from_padded(convert_saturate(y, out_dtype), shapes, data.layout())
+
+
 def _normalize_batch(ctx, data: Batch, *, args) -> Batch:
     """Both devices: statistics may span the batch (``batch=True``), so the kernel runs once per batch; equally
-    shaped samples are reduced as one stacked tensor."""
+    shaped samples are reduced as one stacked tensor. Per-sample statistics over a ragged batch (a speech
+    program's spectrograms) are computed on its padded form at once (:func:`normalize_padded`)."""
     n = len(data)
     mean = None if args.is_const("mean") and args.const("mean") is None else args["mean"]
     stddev = None if args.is_const("stddev") and args.const("stddev") is None else args["stddev"]
+    if not n:
+        return Batch([], data.layout())
+    if mean is None and stddev is None and not args.const("batch") and data.dense is None:
+        ddof = args.const("ddof")
+        if ddof < 0:
+            raise ValueError(f"normalize: ddof must be >= 0, got {ddof}")
+        ndim = data.shapes_array().shape[1]
+        axes, names = args.const("axes"), args.const("axis_names")
+        red = resolve_axes(ndim, data.layout(), axes, names, op="normalize") if (axes or names) else \
+            list(range(ndim))
+        return normalize_padded(data, red, scale=args.const("scale"), shift=args.const("shift"),
+                                epsilon=args.const("epsilon"), ddof=ddof, out_dtype=_out_dtype(args.const("dtype")))
     out = normalize_samples(
         list(data.samples), layout=data.layout(), axes=args.const("axes"), axis_names=args.const("axis_names"),
         mean=mean, stddev=stddev, batch=args.const("batch"), scale=args.const("scale"),
         shift=args.const("shift"), epsilon=args.const("epsilon"), ddof=args.const("ddof"),
         out_dtype=_out_dtype(args.const("dtype")), dense=data.dense)
-    return Batch(out, data.layout()) if n else Batch([], data.layout())
+    return Batch(out, data.layout())
 
 
 SCHEMA.batch_kernel("cpu")(_normalize_batch)

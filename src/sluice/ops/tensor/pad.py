@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from sluice.ops.tensor._util import as_float_list, resolve_axes
+from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -125,16 +127,27 @@ SCHEMA = OpSchema(
 
 
 def _pad_batch(ctx, data: Batch, *, args) -> Batch:
-    samples = list(data.samples)
-    if not samples:
+    """The output extents are decided for the whole batch; with one fill value the batch's padded form, filled
+    with it and grown where ``shape`` or ``align`` ask for more, is the output (one launch sequence, any spread of
+    shapes); per-sample fill values copy each sample into its place."""
+    if not len(data):
         return Batch([], data.layout())
-    ndim = samples[0].dim()
-    if any(s.dim() != ndim for s in samples):
-        raise ValueError("pad: all samples must have the same number of dimensions")
+    shapes = data.shapes_array()
+    ndim = shapes.shape[1]
     axes = resolve_axes(ndim, data.layout(), args.const("axes"), args.const("axis_names"), op="pad")
-    shapes = pad_shapes([tuple(s.shape) for s in samples], axes, args["shape"], args["align"], per_sample=True)
-    fill = args.const("fill_value") if args.is_const("fill_value") else list(args["fill_value"])
-    return pad_samples(samples, shapes, fill, data.layout(), data.dense)
+    out_shapes = pad_shapes(shapes.tolist(), axes, args["shape"], args["align"], per_sample=True)
+    if not args.is_const("fill_value"):
+        return pad_samples(list(data.samples), out_shapes, list(args["fill_value"]), data.layout(), data.dense)
+    fill = float(args.const("fill_value"))
+    out_shapes = np.array(out_shapes, np.int64).reshape(len(data), ndim)
+    if (out_shapes == shapes).all():
+        return data
+    x, _ = data.padded(fill=fill)
+    extent = ragged.largest(out_shapes)
+    grow = [extent[k] - x.shape[k + 1] for k in range(ndim)]
+    if any(grow):
+        x = torch.nn.functional.pad(x, [p for g in reversed(grow) for p in (0, g)], value=fill)
+    return Batch.from_padded(x, out_shapes, data.layout(), fill=fill)
 
 
 # The whole batch decides the output extents, so both devices run per batch (the same torch code).

@@ -1,0 +1,110 @@
+"""Ragged batches: the packed and padded layouts of one buffer and the batched conversions between them
+(sluice.pipeline.ragged), compared with the samples taken one by one (torch's own slicing, the reference), on
+batches of mixed shapes of every rank, empty samples included; the same code runs on a GPU (cuda-marked)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sluice.pipeline import ragged
+from sluice.pipeline.batch import Batch
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def samples_of(shapes, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.rand(tuple(s), generator=g) * 100).to(dtype) for s in shapes]
+
+
+SHAPES = {
+    "1d": [(5,), (0,), (9,), (1,)],
+    "2d": [(3, 4), (1, 6), (0, 2), (5, 5)],
+    "3d": [(2, 3, 1), (4, 1, 3), (1, 1, 1)],
+    "0d": [(), (), ()],
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", sorted(SHAPES))
+def test_packed_to_padded_and_back_equal_the_samples(device, kind):
+    samples = [s.to(device) for s in samples_of(SHAPES[kind])]
+    shapes = np.array([s.shape for s in samples], np.int64).reshape(len(samples), -1)
+    flat = torch.cat([s.reshape(-1) for s in samples])
+    padded = ragged.packed_to_padded(flat, ragged.packed_offsets(shapes), shapes, fill=-1.0)
+    assert tuple(padded.shape) == (len(samples), *ragged.largest(shapes))
+    for row, s in zip(padded, samples):
+        corner = row[tuple(slice(0, d) for d in s.shape)]
+        torch.testing.assert_close(corner, s, rtol=0, atol=0)
+        assert int((row == -1).sum()) == row.numel() - s.numel()       # the rest is the fill
+    torch.testing.assert_close(ragged.padded_to_packed(padded, shapes), flat, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_at_offsets_reads_each_sample_where_it_lies(device):
+    buf = torch.arange(40, dtype=torch.int16, device=device)
+    shapes = np.array([[3], [0], [6], [2]])
+    offsets = np.array([30, 1, 10, 4])
+    batch = Batch.from_packed(buf, shapes, "t", offsets=offsets)
+    assert batch.packed is None and batch.shape() == [(3,), (0,), (6,), (2,)]
+    want = [buf[30:33], buf[1:1], buf[10:16], buf[4:6]]
+    for got, w in zip(batch.samples, want):
+        torch.testing.assert_close(got, w, rtol=0, atol=0)
+    padded, got_shapes = Batch.from_packed(buf, shapes, "t", offsets=offsets).padded(fill=7)
+    assert padded.dtype == torch.int16 and padded[1].tolist() == [7] * 6
+    assert padded[0].tolist() == [30, 31, 32, 7, 7, 7] and np.array_equal(got_shapes, shapes)
+    flat, _, packed_offsets = batch.packed_form()
+    assert np.array_equal(packed_offsets, offsets)
+
+
+def test_every_layout_gives_the_same_samples_and_padded_form():
+    samples = samples_of(SHAPES["2d"])
+    shapes = np.array([s.shape for s in samples])
+    flat = torch.cat([s.reshape(-1) for s in samples])
+    rows = ragged.packed_to_padded(flat, ragged.packed_offsets(shapes), shapes, fill=0.0)
+    forms = {"list": Batch(samples, "HW"), "packed": Batch.from_packed(flat, shapes, "HW"),
+             "padded": Batch.from_padded(rows, shapes, "HW", fill=0.0)}
+    for name, b in forms.items():
+        assert b.shape() == [tuple(s.shape) for s in samples], name
+        assert np.array_equal(b.shapes_array(), shapes), name
+        for got, want in zip(b.samples, samples):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        padded, _ = b.padded(fill=0.0)
+        torch.testing.assert_close(padded, rows, rtol=0, atol=0)
+        torch.testing.assert_close(b.packed_form()[0], flat, rtol=0, atol=0)
+        refilled, _ = b.padded(fill=5.0)
+        assert int((refilled == 5.0).sum()) == refilled.numel() - int(flat.numel()), name
+
+
+def test_padded_of_equal_shapes_is_a_dense_batch_and_shapes_are_checked():
+    t = torch.zeros(3, 4, 2)
+    assert Batch.from_padded(t, np.array([[4, 2]] * 3)).dense is t
+    with pytest.raises(ValueError, match="exceeds"):
+        Batch.from_padded(t, np.array([[5, 2], [1, 1], [1, 1]]))
+    with pytest.raises(ValueError, match="dims"):
+        Batch.from_padded(t, np.array([[4], [1], [1]]))
+
+
+def test_with_layout_and_as_tensor_keep_the_padded_samples():
+    samples = samples_of([(2, 3), (2, 3)]) + samples_of([(1, 3)])
+    b = Batch(samples, "tc")
+    rows, shapes = b.padded()
+    p = Batch.from_padded(rows, shapes, "tc").with_layout("xy")
+    assert p.layout() == "xy" and p.shape() == [(2, 3), (2, 3), (1, 3)]
+    with pytest.raises(ValueError, match="differ in shape"):
+        p.as_tensor()
+    same = Batch.from_packed(torch.cat([s.reshape(-1) for s in samples[:2]]), np.array([[2, 3], [2, 3]]))
+    torch.testing.assert_close(same.as_tensor(), torch.stack(samples[:2]), rtol=0, atol=0)
+
+
+@pytest.mark.cuda
+def test_offsets_batch_crosses_to_the_gpu_as_the_span_it_covers():
+    buf = torch.arange(100, dtype=torch.float32)
+    batch = Batch.from_packed(buf, np.array([[5], [3]]), offsets=np.array([50, 20]))
+    moved = batch.to("cuda", non_blocking=True)
+    assert moved.packed_form()[0].numel() == 35      # elements 20 .. 55
+    assert [s.cpu().tolist() for s in moved.samples] == [list(range(50, 55)), [20.0, 21.0, 22.0]]
+    padded, _ = moved.padded(fill=0.0)
+    assert padded.is_cuda and padded[1].tolist() == [20, 21, 22, 0, 0]
