@@ -24,7 +24,7 @@ import numpy as np
 RATE = 16000
 
 
-def build(base: str, files: list, batch: int, threads: int, cut: str | None = None):
+def build(base: str, files: list, batch: int, threads: int, cut: str | None = None, flags: bool = False):
     """The pipeline function, written against ``base`` (``nvidia.dali`` or ``sluice``)."""
     pipeline_def = importlib.import_module(base).pipeline_def
     fn = importlib.import_module(base + ".fn")
@@ -40,7 +40,8 @@ def build(base: str, files: list, batch: int, threads: int, cut: str | None = No
         begin, length = fn.nonsilent_region(audio, cutoff_db=-60)
         if cut == "nonsilent":
             return begin.gpu(), label
-        audio = fn.slice(audio, begin, length, axes=[0])
+        spelled = dict(normalized_anchor=False, normalized_shape=False) if flags else {}
+        audio = fn.slice(audio, begin, length, axes=[0], **spelled)
         if cut == "slice":
             return audio, label
         audio = audio.gpu()
@@ -65,6 +66,8 @@ def main():
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--cut", choices=("decode", "nonsilent", "slice", "gpu"), default=None)
+    ap.add_argument("--spell-flags", action="store_true", help="pass normalized_anchor=False, normalized_shape=False "
+                    "to slice (the same program: its inputs are integers, which DALI takes as absolute)")
     ap.add_argument("--name", default=None, help="the workload's name in the RESULT line (default speech, or "
                     "speech_flac for FLAC files)")
     a = ap.parse_args()
@@ -75,7 +78,7 @@ def main():
     name = a.name or ("speech_flac" if files and files[0].endswith(".flac") else "speech")
     base = "nvidia.dali" if a.impl == "dali" else "sluice"
     plugin = importlib.import_module("nvidia.dali.plugin.pytorch" if a.impl == "dali" else "sluice.torch")
-    pipe = build(base, files, a.batch, a.threads, a.cut)()
+    pipe = build(base, files, a.batch, a.threads, a.cut, a.spell_flags)()
     pipe.build()
     if a.cut:   # the outputs of earlier stages are ragged: the pipeline is run as it is, without the iterator
         batches = a.epochs * (len(files) // a.batch)
