@@ -16,46 +16,69 @@
 namespace sluice {
 namespace {
 
+// The window sums c[s + w] - c[s] of the running sums c[k] = sum_{i < k} x_i^2, walked forward with both running
+// sums kept up to date: each is added in index order, so they equal the stored running sums of the twin to the bit,
+// with no buffer to fill (a buffer of a signal's length, made per call, cost a page fault per 4 KiB of it).
 template <typename T>
-void nonsilent_one(const T* x, int64_t n, int64_t window_length, double factor, double reference,
-                   std::vector<double>& sums, int32_t* begin, int32_t* length) {
+struct WindowSums {
+    const T* x;
+    int64_t w;
+    double lo = 0.0, hi = 0.0;   // c[s] and c[s + w]
+    int64_t s = 0;
+    WindowSums(const T* x_, int64_t w_) : x(x_), w(w_) {
+        for (int64_t i = 0; i < w; ++i) {
+            const double v = static_cast<double>(x[i]);
+            hi += v * v;
+        }
+    }
+    double diff() const { return hi - lo; }
+    void next() {
+        const double a = static_cast<double>(x[s]), b = static_cast<double>(x[s + w]);
+        lo += a * a;
+        hi += b * b;
+        ++s;
+    }
+};
+
+template <typename T>
+void nonsilent_one(const T* x, int64_t n, int64_t window_length, double factor, double reference, int32_t* begin,
+                   int32_t* length) {
     *begin = 0;
     *length = 0;
     if (n <= 0) return;
     const int64_t w = std::max<int64_t>(1, std::min(n, window_length));
-    sums.resize(static_cast<size_t>(n) + 1);
-    double* c = sums.data();
-    c[0] = 0.0;
-    double acc = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double v = static_cast<double>(x[i]);
-        acc += v * v;
-        c[i + 1] = acc;
-    }
     const int64_t last_start = n - w;
     const double wd = static_cast<double>(w);
     double ref = reference;
     if (!(reference > 0)) {
-        ref = -1.0;
-        for (int64_t s = 0; s <= last_start; ++s) {
-            const double p = (c[s + w] - c[s]) / wd;
-            if (!(p <= ref)) {       // a larger power, or NaN: a NaN reference (as NumPy's max gives) finds nothing
-                ref = p;
-                if (p != p) break;
+        // The largest power: division by w > 0 is monotonic, so it is the largest sum divided by w. A NaN sum
+        // makes the reference NaN (NumPy's max), and nothing is loud then.
+        double top = -1.0;
+        WindowSums<T> sums(x, w);
+        for (;;) {
+            const double d = sums.diff();
+            if (!(d <= top)) {
+                top = d;
+                if (d != d) break;
             }
+            if (sums.s == last_start) break;
+            sums.next();
         }
+        ref = top / wd;
     }
     if (!(ref > 0)) return;
     const double threshold = ref * factor;
-    int64_t first = -1;
-    for (int64_t s = 0; s <= last_start; ++s) {
-        if ((c[s + w] - c[s]) / wd >= threshold) { first = s; break; }
+    int64_t first = -1, last = -1;
+    WindowSums<T> sums(x, w);
+    for (;;) {
+        if (sums.diff() / wd >= threshold) {
+            if (first < 0) first = sums.s;
+            last = sums.s;
+        }
+        if (sums.s == last_start) break;
+        sums.next();
     }
     if (first < 0) return;
-    int64_t last = first;
-    for (int64_t s = last_start; s > first; --s) {
-        if ((c[s + w] - c[s]) / wd >= threshold) { last = s; break; }
-    }
     *begin = static_cast<int32_t>(first);
     *length = static_cast<int32_t>(last + w - first);
 }
@@ -70,9 +93,8 @@ void nonsilent_batch(const py::array& data, const int64_t* offsets, const int64_
             throw std::out_of_range("nonsilent_region: sample " + std::to_string(i) + " lies outside the buffer");
     }
     py::gil_scoped_release release;
-    std::vector<double> sums;
     for (size_t i = 0; i < count; ++i)
-        nonsilent_one(base + offsets[i], lengths[i], window, factor, reference, sums, begin + i, length + i);
+        nonsilent_one(base + offsets[i], lengths[i], window, factor, reference, begin + i, length + i);
 }
 
 py::tuple nonsilent_region(py::array data, py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets,

@@ -27,6 +27,10 @@ __all__ = [
 ]
 
 
+#: Ragged batches are framed to a multiple of this many windows (see stft_power).
+FRAME_BUCKET = 64
+
+
 def hann_window(length: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
     """DALI's Hann window of ``length`` samples, ``w[n] = 0.5 - 0.5 cos(2 pi (n + 0.5) / length)``, computed in
     float64 (``HannWindow`` of DALI's ``dali/kernels/signal/window/window_functions.h``): sampled at the centres
@@ -139,13 +143,16 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
                           center=center_windows, pad_mode="reflect", return_complex=True)     # (B, F, T)
         out = spec.real.square() + spec.imag.square()
         return (out.sqrt() if power == 1 else out).transpose(1, 2), frames
+    # Ragged batches are framed to a multiple of FRAME_BUCKET windows: the FFT's plan (made per input shape, and
+    # cached) and the buffers then repeat from batch to batch instead of being new for every longest signal.
+    t_fft = t_max if uniform else -(-t_max // FRAME_BUCKET) * FRAME_BUCKET
     if x.shape[1] == 0:
-        windows = x.new_zeros(batch, t_max, window_length)
+        windows = x.new_zeros(batch, t_fft, window_length)
     else:
         # Each row extended at both of its own ends (reflected, or zeros) by one gather of (B, N + pads), then
         # framed as a strided view: no index per window element (2 W / step times the signal's size).
         n = torch.full((1, 1), x.shape[1], device=dev) if uniform else to_device(lengths_cpu, dev).view(batch, 1)
-        width = (t_max - 1) * window_step + window_length
+        width = (t_fft - 1) * window_step + window_length
         pos = torch.arange(width, device=dev)[None, :] - offset                               # (1, width)
         if reflect_padding:
             src = torch.minimum(_reflect(pos, n), (n - 1).clamp(min=0))                    # (B or 1, width)
@@ -157,7 +164,7 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
         windows = extended.unfold(1, window_length, window_step)                           # (B, T, W), a view
     windows = windows * window
     # The FFT of a frame zero-padded on the right has the magnitudes of the centred frame (a shift changes phases).
-    spec = torch.fft.rfft(windows, n=nfft, dim=-1)
+    spec = torch.fft.rfft(windows, n=nfft, dim=-1)[:, :t_max]
     out = spec.real.square() + spec.imag.square()
     if power == 1:
         out = out.sqrt()

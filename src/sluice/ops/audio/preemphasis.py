@@ -45,9 +45,11 @@ def preemphasis(x: torch.Tensor, coeff: torch.Tensor | float, border: str,
     xf = x if x.dtype == torch.float64 else x.float()
     if xf.shape[1] == 0:
         return xf.clone()
-    c = torch.as_tensor(coeff, dtype=xf.dtype, device=xf.device)
-    if c.dim():
-        c = c.view((-1,) + (1,) * (xf.dim() - 1))
+    if isinstance(coeff, torch.Tensor):      # one per row (a number stays a number: no copy to the device)
+        c = coeff.to(dtype=xf.dtype, device=xf.device)
+        c = c.view((-1,) + (1,) * (xf.dim() - 1)) if c.dim() else c
+    else:
+        c = float(coeff)
     if border == "zero":
         first = torch.zeros_like(xf[:, :1])
     elif border == "reflect" and xf.shape[1] > 1:
