@@ -8,6 +8,7 @@
 #include "core.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -16,69 +17,50 @@
 namespace sluice {
 namespace {
 
-// The window sums c[s + w] - c[s] of the running sums c[k] = sum_{i < k} x_i^2, walked forward with both running
-// sums kept up to date: each is added in index order, so they equal the stored running sums of the twin to the bit,
-// with no buffer to fill (a buffer of a signal's length, made per call, cost a page fault per 4 KiB of it).
-template <typename T>
-struct WindowSums {
-    const T* x;
-    int64_t w;
-    double lo = 0.0, hi = 0.0;   // c[s] and c[s + w]
-    int64_t s = 0;
-    WindowSums(const T* x_, int64_t w_) : x(x_), w(w_) {
-        for (int64_t i = 0; i < w; ++i) {
-            const double v = static_cast<double>(x[i]);
-            hi += v * v;
-        }
-    }
-    double diff() const { return hi - lo; }
-    void next() {
-        const double a = static_cast<double>(x[s]), b = static_cast<double>(x[s + w]);
-        lo += a * a;
-        hi += b * b;
-        ++s;
-    }
-};
+double d_nan() { return std::numeric_limits<double>::quiet_NaN(); }
 
+// One pass makes the running sums c[k] = sum_{i < k} x_i^2 (added in index order, so the twin's NumPy cumsum and
+// torch's CPU cumsum give the same bits) in a buffer each thread keeps and grows (a buffer made per call cost a page
+// fault per 4 KiB of it); the largest window sum is then found with no division (dividing by w > 0 is monotonic: the
+// largest power is the largest sum over w), and the first and last loud windows by scans from each end, which stop
+// at the speech.
 template <typename T>
 void nonsilent_one(const T* x, int64_t n, int64_t window_length, double factor, double reference, int32_t* begin,
                    int32_t* length) {
     *begin = 0;
     *length = 0;
     if (n <= 0) return;
+    thread_local std::vector<double> sums;
+    if (sums.size() < static_cast<size_t>(n) + 1) sums.resize(static_cast<size_t>(n) + 1);
+    double* c = sums.data();
+    double acc = 0.0;
+    c[0] = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double v = static_cast<double>(x[i]);
+        acc += v * v;
+        c[i + 1] = acc;
+    }
     const int64_t w = std::max<int64_t>(1, std::min(n, window_length));
     const int64_t last_start = n - w;
     const double wd = static_cast<double>(w);
     double ref = reference;
     if (!(reference > 0)) {
-        // The largest power: division by w > 0 is monotonic, so it is the largest sum divided by w. A NaN sum
-        // makes the reference NaN (NumPy's max), and nothing is loud then.
         double top = -1.0;
-        WindowSums<T> sums(x, w);
-        for (;;) {
-            const double d = sums.diff();
-            if (!(d <= top)) {
-                top = d;
-                if (d != d) break;
-            }
-            if (sums.s == last_start) break;
-            sums.next();
+        bool nan = false;
+        for (int64_t s = 0; s <= last_start; ++s) {
+            const double d = c[s + w] - c[s];
+            nan |= d != d;
+            top = d > top ? d : top;
         }
-        ref = top / wd;
+        ref = nan ? d_nan() : top / wd;   // NumPy's max of a NaN is NaN, and nothing is loud then
     }
     if (!(ref > 0)) return;
     const double threshold = ref * factor;
-    int64_t first = -1, last = -1;
-    WindowSums<T> sums(x, w);
-    for (;;) {
-        if (sums.diff() / wd >= threshold) {
-            if (first < 0) first = sums.s;
-            last = sums.s;
-        }
-        if (sums.s == last_start) break;
-        sums.next();
-    }
-    if (first < 0) return;
+    int64_t first = 0;
+    while (first <= last_start && !((c[first + w] - c[first]) / wd >= threshold)) ++first;
+    if (first > last_start) return;
+    int64_t last = last_start;
+    while (last > first && !((c[last + w] - c[last]) / wd >= threshold)) --last;
     *begin = static_cast<int32_t>(first);
     *length = static_cast<int32_t>(last + w - first);
 }

@@ -31,12 +31,7 @@ CHAIN = [
 
 def run_chain(batch: Batch, device: str) -> Batch:
     for op, const, _ in CHAIN:
-        schema = get_schema(op)
-        args = {name: a.default for name, a in schema.args.items()}
-        args.update(const)
-        n = len(batch)
-        ctx = BatchContext(op, n, [""] * n, [batch.layout()], torch.device(device), None)
-        batch = schema.kernels["gpu"].kernel(ctx, batch, args=BatchArgs(args, {}, n))
+        batch = run_chain_one(batch, op, const, device)
     return batch
 
 
@@ -66,11 +61,11 @@ def test_each_kernel_hands_a_padded_batch_on():
         assert batch.storage == "padded", op
 
 
-def run_chain_one(batch, op, const):
+def run_chain_one(batch, op, const, device="cpu"):
     schema = get_schema(op)
     args = {name: a.default for name, a in schema.args.items()}
     args.update(const)
-    ctx = BatchContext(op, len(batch), [""] * len(batch), [batch.layout()], torch.device("cpu"), None)
+    ctx = BatchContext(op, len(batch), [""] * len(batch), [batch.layout()], torch.device(device), None)
     return schema.kernels["gpu"].kernel(ctx, batch, args=BatchArgs(args, {}, len(batch)))
 
 
