@@ -1,13 +1,13 @@
 // signal.cpp: per-sample signal analysis over a whole packed batch, the GIL released (sluice.native.signal).
 //
 // nonsilent_region: for each 1-D signal (a run of a packed buffer), the short-term power of every window of
-// `window` samples (the mean of x^2, from running sums of x^2 in double, in index order: NumPy's cumsum and
-// torch's CPU cumsum add in the same order, so the twin and the operator's torch function give the same bits),
+// `window` samples (the mean of x^2, from running sums of x^2 in double: see running_sums),
 // the reference (the largest power, or the one given), and the first and last windows at or above
 // reference * factor (factor = 10^(cutoff_db / 10)).
 #include "core.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <cstring>
 #include <stdexcept>
@@ -19,8 +19,57 @@ namespace {
 
 double d_nan() { return std::numeric_limits<double>::quiet_NaN(); }
 
-// One pass makes the running sums c[k] = sum_{i < k} x_i^2 (added in index order, so the twin's NumPy cumsum and
-// torch's CPU cumsum give the same bits) in a buffer each thread keeps and grows (a buffer made per call cost a page
+// c[k], k = 0..n: the running sums of x^2 as sluice defines them (sluice.native.signal): four sums, one per residue
+// of the index mod 4, each added in index order, then combined as (A0 + A1) + (A2 + A3). Four chains of additions
+// instead of one: the adds of one chain no longer wait for each other (2.5 -> ~1 ns a sample).
+template <typename T>
+void running_sums(const T* x, int64_t n, double* c) {
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    c[0] = 0.0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const double v0 = static_cast<double>(x[i]), v1 = static_cast<double>(x[i + 1]);
+        const double v2 = static_cast<double>(x[i + 2]), v3 = static_cast<double>(x[i + 3]);
+        a0 += v0 * v0;
+        c[i + 1] = (a0 + a1) + (a2 + a3);
+        a1 += v1 * v1;
+        c[i + 2] = (a0 + a1) + (a2 + a3);
+        a2 += v2 * v2;
+        c[i + 3] = (a0 + a1) + (a2 + a3);
+        a3 += v3 * v3;
+        c[i + 4] = (a0 + a1) + (a2 + a3);
+    }
+    double* a[4] = {&a0, &a1, &a2, &a3};
+    for (; i < n; ++i) {
+        const double v = static_cast<double>(x[i]);
+        *a[i & 3] += v * v;
+        c[i + 1] = (a0 + a1) + (a2 + a3);
+    }
+}
+
+// The largest window sum c[s + w] - c[s], s = 0..last, or NaN when one is NaN (NumPy's max; nothing is loud then).
+// The sums only grow, so while the last is finite every difference is a number: four maxima side by side then.
+double largest_sum(const double* c, int64_t w, int64_t last) {
+    double t0 = -1.0, t1 = -1.0, t2 = -1.0, t3 = -1.0;
+    int64_t s = 0;
+    if (std::isfinite(c[last + w])) {
+        for (; s + 4 <= last + 1; s += 4) {
+            t0 = std::max(t0, c[s + w] - c[s]);
+            t1 = std::max(t1, c[s + 1 + w] - c[s + 1]);
+            t2 = std::max(t2, c[s + 2 + w] - c[s + 2]);
+            t3 = std::max(t3, c[s + 3 + w] - c[s + 3]);
+        }
+    }
+    for (; s <= last; ++s) {
+        const double d = c[s + w] - c[s];
+        if (d != d) return d_nan();
+        t0 = std::max(t0, d);
+    }
+    return std::max(std::max(t0, t1), std::max(t2, t3));
+}
+
+// One pass makes the running sums c[k] (running_sums: the twin and the torch function compute the same bits) in a
+// buffer each thread keeps and grows (a buffer made per call cost a page
 // fault per 4 KiB of it); the largest window sum is then found with no division (dividing by w > 0 is monotonic: the
 // largest power is the largest sum over w), and the first and last loud windows by scans from each end, which stop
 // at the speech.
@@ -33,27 +82,12 @@ void nonsilent_one(const T* x, int64_t n, int64_t window_length, double factor, 
     thread_local std::vector<double> sums;
     if (sums.size() < static_cast<size_t>(n) + 1) sums.resize(static_cast<size_t>(n) + 1);
     double* c = sums.data();
-    double acc = 0.0;
-    c[0] = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double v = static_cast<double>(x[i]);
-        acc += v * v;
-        c[i + 1] = acc;
-    }
+    running_sums(x, n, c);
     const int64_t w = std::max<int64_t>(1, std::min(n, window_length));
     const int64_t last_start = n - w;
     const double wd = static_cast<double>(w);
     double ref = reference;
-    if (!(reference > 0)) {
-        double top = -1.0;
-        bool nan = false;
-        for (int64_t s = 0; s <= last_start; ++s) {
-            const double d = c[s + w] - c[s];
-            nan |= d != d;
-            top = d > top ? d : top;
-        }
-        ref = nan ? d_nan() : top / wd;   // NumPy's max of a NaN is NaN, and nothing is loud then
-    }
+    if (!(reference > 0)) ref = largest_sum(c, w, last_start) / wd;
     if (!(ref > 0)) return;
     const double threshold = ref * factor;
     int64_t first = 0;

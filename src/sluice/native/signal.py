@@ -1,8 +1,8 @@
 """Per-signal analysis of a packed batch, with the GIL released (see :mod:`sluice.native`).
 
 :func:`nonsilent_region` finds the non-silent part of each 1-D signal of a packed buffer: the short-term power of
-every window of ``window`` samples is the mean of ``x**2`` (running sums of ``x**2`` in float64, added in index
-order, so that the compiled core, this module's NumPy twin and the operator's torch function give the same bits);
+every window of ``window`` samples is the mean of ``x**2`` (:func:`running_sums` of ``x**2`` in float64, the same
+bits in the compiled core, this module's NumPy twin and the operator's torch function on the CPU);
 a window is loud when its power is at least ``reference * factor`` (``factor = 10 ** (cutoff_db / 10)``;
 ``reference`` 0 takes the signal's largest power). The result is the first sample of the first loud window and the
 length up to the end of the last, ``(0, 0)`` when nothing is loud.
@@ -18,7 +18,25 @@ import numpy as np
 
 from sluice.native import core
 
-__all__ = ["nonsilent_region"]
+__all__ = ["nonsilent_region", "running_sums"]
+
+
+def running_sums(squares: np.ndarray) -> np.ndarray:
+    """``c[k]``, ``k = 0..n``: the running sums of ``squares`` (float64) as sluice defines them: four sums, one per
+    residue of the index mod 4, each added in index order, combined as ``(A0 + A1) + (A2 + A3)`` (four chains of
+    additions let the compiled core add four at a time; its values are these to the bit)."""
+    n = squares.size
+    m = -(-n // 4)
+    cols = np.zeros((m, 4))
+    cols.reshape(-1)[:n] = squares
+    ends = np.zeros((m + 1, 4))
+    np.cumsum(cols, axis=0, out=ends[1:])          # ends[q, r]: the sum of residue r over the blocks before q
+    c = np.empty(4 * m + 1)
+    c[0::4] = (ends[:, 0] + ends[:, 1]) + (ends[:, 2] + ends[:, 3])
+    for j in (1, 2, 3):                            # c[4q + j]: residues below j include block q
+        a = [ends[1:, r] if r < j else ends[:-1, r] for r in range(4)]
+        c[j::4] = (a[0] + a[1]) + (a[2] + a[3])
+    return c[: n + 1]
 
 
 def nonsilent_region(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, *, window: int, factor: float,
@@ -46,7 +64,7 @@ def _nonsilent_region_py(data, offsets, lengths, window, factor, reference):
             continue
         w = max(1, min(count, window))
         x = data[o: o + count].astype(np.float64)
-        sums = np.concatenate([[0.0], np.cumsum(x * x)])
+        sums = running_sums(x * x)
         power = (sums[w:] - sums[: count - w + 1]) / float(w)
         ref = reference if reference > 0 else power.max()
         if not ref > 0:

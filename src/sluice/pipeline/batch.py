@@ -239,6 +239,11 @@ class Batch:
             return "padded"
         return "packed" if self._packed is not None else "samples"
 
+    @property
+    def padding_fill(self) -> float | None:
+        """The value the padding of a padded batch holds, when known (None: unknown, or no padding)."""
+        return self._fill if self._padded is not None else None
+
     def shapes_array(self) -> np.ndarray:
         """Every sample's shape as an ``(n, ndim)`` int64 array, without touching the data (samples of different
         ranks, only possible in a batch built from a list, raise)."""

@@ -181,21 +181,30 @@ class Executor:
             for node in self._feeding_the_device():
                 self.operators[node.id].pin_outputs = True
                 self.operators[node.id].copy_stream = self.stream
-        # Split into a CPU stage and a device stage when no CPU operator depends on a GPU result.
+        # Split into a source stage (readers), a CPU stage and a device stage when no CPU operator depends on a GPU
+        # result. The readers of iteration k+1 then read while the CPU operators of iteration k decode, as DALI's
+        # readers prefetch in a thread of their own; each stage has its thread, all share the pool.
         cpu_nodes, dev_nodes = [], []
         for node in self.nodes:
             (dev_nodes if node.device in ("gpu", "mixed") or dev_nodes and self._needs(node, dev_nodes)
              else cpu_nodes).append(node)
-        self.stages = [s for s in (_Stage(self, cpu_nodes, False), _Stage(self, dev_nodes, True)) if s.nodes]
+        sources = [n for n in cpu_nodes if _is_source(n)]
+        if sources and len(sources) < len(cpu_nodes):
+            cpu_stages = [_Stage(self, sources, False), _Stage(self, [n for n in cpu_nodes if not _is_source(n)], False)]
+        else:
+            cpu_stages = [_Stage(self, cpu_nodes, False)]
+        self.stages = [s for s in (*cpu_stages, _Stage(self, dev_nodes, True)) if s.nodes]
         for stage in self.stages:
             if stage.on_gpu and self.stream is not None:
                 stage.steps = graph_runs(stage.nodes, self.nodes, outputs, self.run_node)
-        if len(self.stages) == 2:
-            # Mixed operators' host work on CPU inputs runs in the CPU stage, overlapping the device stage.
-            self.stages[0].prepares = [n for n in dev_nodes if self.operators[n.id].prepare is not None
-                                       and not self._needs(n, dev_nodes)]
+        #: the CPU stage that runs the device stage's prepare steps, and the device stage (the balance's two sides)
+        self.prepare_stage = self.stages[-2] if len(self.stages) >= 2 and self.stages[-1].on_gpu else None
+        if self.prepare_stage is not None:
+            # Mixed operators' host work on CPU inputs runs in the last CPU stage, overlapping the device stage.
+            self.prepare_stage.prepares = [n for n in dev_nodes if self.operators[n.id].prepare is not None
+                                           and not self._needs(n, dev_nodes)]
         #: ids of the prepare steps that may run in either stage (Operator.prepare_movable); the balance picks one
-        self.movable_prepares = {n.id for n in (self.stages[0].prepares if len(self.stages) == 2 else [])
+        self.movable_prepares = {n.id for n in (self.prepare_stage.prepares if self.prepare_stage else [])
                                  if self.operators[n.id].prepare_movable}
         self.balance = PrepareBalance(bool(self.movable_prepares))
         if log.isEnabledFor(logging.INFO):
@@ -373,8 +382,8 @@ class Executor:
         n = len(self.stages)
         self._queues = [queue.Queue(maxsize=1) for _ in range(max(0, n - 1))]
         for k, stage in enumerate(self.stages):
-            t = threading.Thread(target=self._stage_loop, args=(k, stage), daemon=True,
-                                 name=f"sluice-stage-{'gpu' if stage.on_gpu else 'cpu'}")
+            kind = "gpu" if stage.on_gpu else "read" if k + 1 < n and not self.stages[k + 1].on_gpu else "cpu"
+            t = threading.Thread(target=self._stage_loop, args=(k, stage), daemon=True, name=f"sluice-stage-{kind}")
             t.start()
             self._threads.append(t)
 
@@ -422,8 +431,9 @@ class Executor:
             try:
                 started = time.perf_counter()
                 self._run_stage(stage, iteration, values, stoppable=True)
-                self.balance.record_stage(k, time.perf_counter() - started)
-                if k == 0:
+                if stage is self.prepare_stage or (stage.on_gpu and self.prepare_stage is not None):
+                    self.balance.record_stage(1 if stage.on_gpu else 0, time.perf_counter() - started)
+                if stage is self.prepare_stage:
                     self.balance.decide()
                 if last:
                     event = None

@@ -93,3 +93,15 @@ def test_operator_on_a_ragged_packed_batch_in_threads():
 def test_operator_names_the_sample_that_is_not_a_signal():
     with pytest.raises(Exception, match=r"sample 1.*one-channel signal.*\(4, 2\)"):
         run_op("nonsilent_region", [np.zeros((5, 1), np.float32), np.zeros((4, 2), np.float32)])
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 8, 1001])
+def test_running_sums_twin_and_torch_give_the_same_bits_near_a_sequential_sum(n):
+    from sluice.native.signal import running_sums as twin
+    from sluice.ops.audio.nonsilent_region import running_sums as in_torch
+
+    sq = np.random.default_rng(n).random(n) ** 2
+    c = twin(sq)
+    assert c.shape == (n + 1,) and c[0] == 0.0
+    np.testing.assert_array_equal(c, in_torch(torch.from_numpy(sq)[None])[0].numpy())
+    np.testing.assert_allclose(c, np.concatenate([[0.0], np.cumsum(sq)]), rtol=1e-12)

@@ -69,7 +69,7 @@ def as_signal(sample: torch.Tensor, op: str) -> torch.Tensor:
 def contract_batch(batch: Batch, axis_of: Callable[[int], int],
                    matrix_for: Callable[[int, torch.Tensor], torch.Tensor], op: str) -> Batch:
     """Multiply one axis of every sample by a matrix (mel filters, DCT) as one product over the batch's padded
-    form, its padding at 0 (which stays 0). ``axis_of(ndim)`` gives the contracted axis of a sample;
+    form (its padding stays padding: zeros stay zeros). ``axis_of(ndim)`` gives the contracted axis of a sample;
     ``matrix_for(extent, x)`` the ``(out, extent)`` matrix (on ``x``'s device and dtype). Samples must share the
     extent of that axis."""
     from sluice.kernels.audio.spectral import apply_matrix
@@ -81,10 +81,11 @@ def contract_batch(batch: Batch, axis_of: Callable[[int], int],
     extents = sorted(set(shapes[:, axis].tolist()))
     if len(extents) != 1:
         raise ValueError(f"{op}: all samples of a batch must have the same extent along axis {axis}, got {extents}")
-    dense, _ = batch.padded(fill=0.0)   # free after a spectrogram (its padding is 0), and 0 maps to 0
+    zeros = batch.padding_fill == 0.0
+    dense, _ = batch.padded(fill=None)
     x = dense if dense.dtype == torch.float64 else dense.float()
     m = matrix_for(extents[0], x)
     out = apply_matrix(x, m, axis + 1)
     out_shapes = shapes.copy()
     out_shapes[:, axis] = m.shape[0]
-    return Batch.from_padded(out, out_shapes, batch.layout(), fill=0.0)
+    return Batch.from_padded(out, out_shapes, batch.layout(), fill=0.0 if zeros else None)   # 0 maps to 0

@@ -97,7 +97,7 @@ def _reflect(idx: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
 
 def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, window_length: int, window_step: int,
                window: torch.Tensor | None = None, power: int = 2, center_windows: bool = True,
-               reflect_padding: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+               reflect_padding: bool = True, zero_padding: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Power (``power=2``) or magnitude (``power=1``) spectrogram of a padded batch of 1-D signals.
 
     Windows are centred on multiples of ``window_step`` when ``center_windows`` (the signal is extended by
@@ -107,7 +107,8 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
 
     Returns:
         ``(spectra, frames)``: spectra ``(B, T, nfft // 2 + 1)`` time-major, where ``T`` is the largest window
-        count, and ``frames`` the per-signal window counts (rows past a signal's count are zero).
+        count, and ``frames`` the per-signal window counts (rows past a signal's count are zero, or, without
+        ``zero_padding``, whatever the framing gave: a padded batch's padding).
     """
     if signals.dim() != 2:
         raise ValueError(f"expected a (batch, samples) tensor, got shape {tuple(signals.shape)}")
@@ -152,7 +153,7 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
         # Each row extended at both of its own ends (reflected, or zeros) by one gather of (B, N + pads), then
         # framed as a strided view: no index per window element (2 W / step times the signal's size).
         n = torch.full((1, 1), x.shape[1], device=dev) if uniform else to_device(lengths_cpu, dev).view(batch, 1)
-        width = (t_fft - 1) * window_step + window_length
+        width = (t_fft - 1) * window_step + nfft
         pos = torch.arange(width, device=dev)[None, :] - offset                               # (1, width)
         if reflect_padding:
             src = torch.minimum(_reflect(pos, n), (n - 1).clamp(min=0))                    # (B or 1, width)
@@ -161,14 +162,20 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
             inside = (pos >= 0) & (pos < n)
             extended = torch.where(inside, torch.gather(x, 1, pos.clamp(0, x.shape[1] - 1).expand(batch, -1)),
                                    torch.zeros((), dtype=x.dtype, device=dev))
-        windows = extended.unfold(1, window_length, window_step)                           # (B, T, W), a view
+        # frames of nfft samples, a view: the window padded with zeros on the right zeroes the rest, so the FFT
+        # needs no padded copy of its input
+        windows = extended.unfold(1, nfft, window_step)                                    # (B, T, nfft)
+    if windows.shape[-1] != nfft:
+        windows = torch.nn.functional.pad(windows, (0, nfft - windows.shape[-1]))
+    if window_length < nfft:
+        window = torch.nn.functional.pad(window, (0, nfft - window_length))
     windows = windows * window
     # The FFT of a frame zero-padded on the right has the magnitudes of the centred frame (a shift changes phases).
-    spec = torch.fft.rfft(windows, n=nfft, dim=-1)[:, :t_max]
+    spec = torch.fft.rfft(windows, dim=-1)[:, :t_max]
     out = spec.real.square() + spec.imag.square()
     if power == 1:
         out = out.sqrt()
-    if uniform:
+    if uniform or not zero_padding:
         return out, frames
     valid = torch.arange(t_max, device=dev)[None, :] < to_device(frames, dev)[:, None]
     return out * valid.unsqueeze(-1), frames

@@ -61,7 +61,7 @@ def nonsilent_region(x: torch.Tensor, lengths: torch.Tensor, cutoff_db: float, r
         zeros = torch.zeros(batch, dtype=torch.int32, device=dev)
         return zeros, zeros.clone()
     w = torch.clamp(torch.minimum(lengths, torch.full_like(lengths, window_length)), min=1)     # (B,)
-    csum = torch.nn.functional.pad(torch.cumsum(x.to(torch.float64).square(), 1), (1, 0))      # (B, N + 1)
+    csum = running_sums(x.to(torch.float64).square())                                          # (B, N + 1)
     starts = torch.arange(n_max, device=dev)[None, :]                                          # (1, N)
     valid = starts <= (lengths - w)[:, None]
     ends = torch.clamp(starts + w[:, None], max=n_max)
@@ -81,6 +81,23 @@ def nonsilent_region(x: torch.Tensor, lengths: torch.Tensor, cutoff_db: float, r
 
 
 _ARGS = ("cutoff_db", "reference_power", "window_length")
+
+
+def running_sums(squares: torch.Tensor) -> torch.Tensor:
+    """``(B, N + 1)`` running sums of each row of ``squares`` as :func:`sluice.native.signal.running_sums` defines
+    them (four residues mod 4, each summed in index order, combined as ``(A0 + A1) + (A2 + A3)``): on the CPU the
+    same bits as the compiled core; on the GPU torch's scans add in another order."""
+    rows, n = squares.shape
+    m = -(-n // 4)
+    cols = torch.nn.functional.pad(squares, (0, 4 * m - n)).view(rows, m, 4)
+    ends = torch.nn.functional.pad(torch.cumsum(cols, dim=1), (0, 0, 1, 0))      # (B, m + 1, 4)
+    parts = []
+    for j in range(4):
+        a = [ends[:, 1:, r] if r < j else ends[:, :-1, r] for r in range(4)]
+        parts.append((a[0] + a[1]) + (a[2] + a[3]))
+    c = torch.stack(parts, dim=2).reshape(rows, 4 * m)
+    last = (ends[:, -1, 0] + ends[:, -1, 1]) + (ends[:, -1, 2] + ends[:, -1, 3])
+    return torch.cat([c, last[:, None]], dim=1)[:, : n + 1]
 
 
 def _signal_lengths(x: Batch) -> np.ndarray:

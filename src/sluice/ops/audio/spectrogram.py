@@ -51,7 +51,8 @@ SCHEMA = OpSchema(
 
 
 def _run(signals: list[torch.Tensor] | torch.Tensor, nfft, window_length, window_step, window_fn, power, center_windows,
-         reflect_padding, layout, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+         reflect_padding, layout, lengths: torch.Tensor | None = None,
+         zero_padding: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     if window_length <= 0 or window_step <= 0:
         raise ValueError(f"spectrogram: window_length and window_step must be > 0, got {window_length} and "
                          f"{window_step}")
@@ -65,7 +66,7 @@ def _run(signals: list[torch.Tensor] | torch.Tensor, nfft, window_length, window
     window = given_window(window_fn, padded.dtype, padded.device) if window_fn else None
     spec, frames = stft_power(padded, lengths, nfft=nfft, window_length=window_length, window_step=window_step,
                               window=window, power=power, center_windows=center_windows,
-                              reflect_padding=reflect_padding)
+                              reflect_padding=reflect_padding, zero_padding=zero_padding)
     if layout == "ft":
         spec = spec.transpose(1, 2)
     return spec, frames
@@ -79,8 +80,7 @@ def spectrogram_cpu(ctx: SampleContext, audio: torch.Tensor, **args) -> torch.Te
 
 @SCHEMA.batch_kernel("gpu")
 def spectrogram_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> Batch:
-    """The whole batch over its padded form: framed with one gather, one batched FFT; a padded output (the
-    frames past each signal's own are zero)."""
+    """The whole batch over its padded form: framed with one gather, one batched FFT; a padded output."""
     own = {k: args.const(k) for k in _ARGS}
     layout = own["layout"]
     if not len(audio):
@@ -95,12 +95,13 @@ def spectrogram_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> Batc
     if not signals.is_floating_point():
         signals = signals.float()
     lengths = torch.from_numpy(ragged.sample_sizes(shapes))
-    spec, frames = _run(signals, lengths=lengths, **own)
+    spec, frames = _run(signals, lengths=lengths, zero_padding=False, **own)
     nbins = spec.shape[1] if layout == "ft" else spec.shape[2]
     counts = frames.numpy().astype(np.int64)
     out_shapes = np.stack([np.full_like(counts, nbins), counts], 1) if layout == "ft" else \
         np.stack([counts, np.full_like(counts, nbins)], 1)
-    return Batch.from_padded(spec if spec.is_contiguous() else spec.contiguous(), out_shapes, layout, fill=0.0)
+    # "ft" is a transposed view of the time-major spectra: the mel product reads them time-major again
+    return Batch.from_padded(spec, out_shapes, layout)
 
 
 _ARGS = ("nfft", "window_length", "window_step", "window_fn", "power", "center_windows", "reflect_padding",
