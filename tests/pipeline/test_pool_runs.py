@@ -1,5 +1,6 @@
 """How a batch is cut into pool tasks (sluice.pipeline.pool.runs): contiguous, covering every sample once, as many
-as asked per thread, and by weight when weights are given."""
+as asked per thread, and by weight when weights are given; share_items hands each item out once to threads that
+call the core once each."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -7,7 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from sluice.pipeline.pool import MAX_TASKS, runs
+from sluice import native
+from sluice.native.signal import nonsilent_region
+from sluice.pipeline.pool import MAX_TASKS, runs, share_items
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +125,31 @@ def test_map_all_returns_when_the_pool_is_shut_down_under_it():
     caller.join(5)
     assert not caller.is_alive(), "map_all still waits for tasks the pool's shutdown cancelled"
     assert len(raised) == 1
+
+
+def test_share_items_hands_every_item_out_once_over_threads_in_one_call_each():
+    if not native.available():
+        pytest.skip("the compiled core is not built")
+    data = np.random.default_rng(0).normal(0, 1, 100_000).astype(np.float32)
+    offsets = np.arange(0, 100_000, 1000)
+    lengths = np.full(100, 1000)
+    want = nonsilent_region(data, offsets, lengths, window=64, factor=0.5)
+    begin, length = np.full(100, -1, np.int32), np.full(100, -1, np.int32)
+    calls = []
+    with ThreadPoolExecutor(4) as pool:
+        share_items(pool, 100, lambda lo, hi, queue: calls.append(nonsilent_region(
+            data, offsets, lengths, window=64, factor=0.5, begin=begin, length=length, queue=queue)))
+    assert 1 <= len(calls) <= 4          # one call per thread that found items left, not one per chunk
+    np.testing.assert_array_equal(begin, want[0])
+    np.testing.assert_array_equal(length, want[1])
+
+
+def test_share_items_raises_the_first_failure_without_waiting_for_items_never_taken():
+    if not native.available():
+        pytest.skip("the compiled core is not built")
+
+    def work(lo, hi, queue):
+        raise ValueError("bad argument")
+
+    with ThreadPoolExecutor(3) as pool, pytest.raises(ValueError, match="bad argument"):
+        share_items(pool, 10, work)

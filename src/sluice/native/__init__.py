@@ -26,7 +26,7 @@ __all__ = ["core", "available", "fallback"]
 logger = logging.getLogger(__name__)
 
 #: The core's interface this Python side was written for (module.cpp's VERSION).
-CORE_VERSION = 6
+CORE_VERSION = 7
 
 try:
     from sluice import _core as _compiled

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_TASKS", "runs", "map_all", "share_work", "run_shared", "share_range"]
+__all__ = ["MAX_TASKS", "runs", "map_all", "share_work", "run_shared", "share_range", "share_items"]
 
 #: The samples of a batch go to at most this many pool tasks: a task per file cost more in the pool's hand-offs
 #: than reading it (6.6k vs 15.1k files/s of 69 KB measured here).
@@ -153,3 +153,38 @@ def share_range(pool, n: int, work: Callable[[int, int], Any]) -> list:
     if shared.errors:
         raise shared.errors[min(shared.errors)]
     return [shared.results[lo] for lo in sorted(shared.results)]
+
+
+def share_items(pool, n: int, work: Callable[[int, int, Any], Any]) -> list:
+    """A batch kernel of the compiled core over the items ``[0, n)``: ``work(0, n, queue)`` called once by the
+    calling thread and once by each of up to ``n - 1`` pool threads, all with one ``ItemQueue`` of the core, from
+    which each call takes items until none is left, in one call into the core with the GIL released. (A call per
+    chunk, as :func:`share_range` makes, took the GIL back per chunk: with 16 threads busy, waiting for it cost
+    the speech program's pool threads more than their work.) Returns the calls' results. Without the core (its
+    pure-Python twins), ``work(lo, hi, None)`` over chunks, as :func:`share_range` does. The first failure is
+    raised once the others have stopped; it cancels the queue, so that nothing waits for items never taken."""
+    from sluice import native   # the core or its twins (native knows no pipeline)
+
+    c = native.core()
+    if n <= 0:
+        return []
+    if c is None:
+        return share_range(pool, n, lambda lo, hi: work(lo, hi, None))
+    queue = c.ItemQueue(n)
+    results: list = []
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        if not queue.left():
+            return      # a pool task that started after every item was taken (maybe after the caller returned)
+        try:
+            results.append(work(0, n, queue))
+        except BaseException as e:  # noqa: BLE001 - raised by the caller once the queue stops
+            errors.append(e)
+            queue.cancel()
+
+    share_work(pool if _threads(pool) > 1 else None, call, n)
+    queue.wait()
+    if errors:
+        raise errors[0]
+    return results

@@ -18,7 +18,7 @@ from sluice.kernels.audio.pcm import PAD_BYTE, SAMPLE_BYTES, pcm_to_audio
 from sluice.kernels.audio.resample import resample_batch
 from sluice.native.audio import OK, WAV_FORMATS, host_tensor, open_files
 from sluice.ops.readers.file import batch_region, contiguous_bytes, is_page_locked_buffer
-from sluice.pipeline.pool import map_all, share_range
+from sluice.pipeline.pool import map_all, share_items, share_range
 from sluice.pipeline.batch import Batch, host_empty
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -201,10 +201,10 @@ def decode_files(data: Batch, sources: list[str], *, dtype: str, downmix: bool, 
         _raise_first({**files.failures, **errors}, sources)
         width = np.ones(n, np.int64) if downmix else files.channels
         audio, out, offsets = _output(n_out, width, getattr(torch, dtype), downmix, pin, device_id)
-        # each thread takes the next few files when it is free (a fixed share per thread left the batch waiting
-        # for a thread that started late)
-        failed = share_range(pool, n, lambda lo, hi: files.decode(
-            lo, hi, out, offsets, start, n_read, n_out, dtype, downmix, finite))
+        # each thread takes the next file when it is free (a fixed share per thread left the batch waiting for a
+        # thread that started late), all of them in one call into the core (share_items)
+        failed = share_items(pool, n, lambda lo, hi, queue: files.decode(
+            lo, hi, out, offsets, start, n_read, n_out, dtype, downmix, finite, queue))
         _raise_first({i: e for part in failed for i, e in part.items()}, sources)
         return audio, files.rate
 
