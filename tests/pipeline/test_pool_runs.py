@@ -1,6 +1,6 @@
 """How a batch is cut into pool tasks (sluice.pipeline.pool.runs): contiguous, covering every sample once, as many
 as asked per thread, and by weight when weights are given; share_items hands each item out once to threads that
-call the core once each."""
+run the core's batch kernels on its worker threads in one call."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +10,7 @@ import pytest
 
 from sluice import native
 from sluice.native.signal import nonsilent_region
-from sluice.pipeline.pool import MAX_TASKS, runs, share_items
+from sluice.pipeline.pool import MAX_TASKS, RuntimePool, runs, share_items
 
 
 @pytest.fixture(scope="module")
@@ -127,29 +127,46 @@ def test_map_all_returns_when_the_pool_is_shut_down_under_it():
     assert len(raised) == 1
 
 
-def test_share_items_hands_every_item_out_once_over_threads_in_one_call_each():
+
+def test_share_items_runs_the_batch_on_the_core_threads_in_one_call():
     if not native.available():
         pytest.skip("the compiled core is not built")
     data = np.random.default_rng(0).normal(0, 1, 100_000).astype(np.float32)
     offsets = np.arange(0, 100_000, 1000)
     lengths = np.full(100, 1000)
     want = nonsilent_region(data, offsets, lengths, window=64, factor=0.5)
-    begin, length = np.full(100, -1, np.int32), np.full(100, -1, np.int32)
-    calls = []
-    with ThreadPoolExecutor(4) as pool:
-        share_items(pool, 100, lambda lo, hi, queue: calls.append(nonsilent_region(
-            data, offsets, lengths, window=64, factor=0.5, begin=begin, length=length, queue=queue)))
-    assert 1 <= len(calls) <= 4          # one call per thread that found items left, not one per chunk
-    np.testing.assert_array_equal(begin, want[0])
-    np.testing.assert_array_equal(length, want[1])
+    pool = RuntimePool(4)
+    try:
+        calls = share_items(pool, 100, lambda lo, hi, core: (lo, hi, core is pool.core, nonsilent_region(
+            data, offsets[lo:hi], lengths[lo:hi], window=64, factor=0.5, pool=core)))
+    finally:
+        pool.shutdown()
+    assert len(calls) == 1 and calls[0][:3] == (0, 100, True)
+    np.testing.assert_array_equal(calls[0][3][0], want[0])
+    np.testing.assert_array_equal(calls[0][3][1], want[1])
+    with native.fallback():                      # the twins: chunks in the pool's Python threads
+        plain = ThreadPoolExecutor(3)
+        try:
+            parts = share_items(plain, 100, lambda lo, hi, core: (core, nonsilent_region(
+                data, offsets[lo:hi], lengths[lo:hi], window=64, factor=0.5, pool=core)))
+        finally:
+            plain.shutdown()
+    assert all(core is None for core, _ in parts)
+    np.testing.assert_array_equal(np.concatenate([p[1][0] for p in parts]), want[0])
 
 
-def test_share_items_raises_the_first_failure_without_waiting_for_items_never_taken():
+def test_core_pool_runs_jobs_of_two_callers_at_once_and_closes():
     if not native.available():
         pytest.skip("the compiled core is not built")
-
-    def work(lo, hi, queue):
-        raise ValueError("bad argument")
-
-    with ThreadPoolExecutor(3) as pool, pytest.raises(ValueError, match="bad argument"):
-        share_items(pool, 10, work)
+    c = native.core()
+    pool = c.WorkerPool(3)
+    data = np.random.default_rng(1).normal(0, 1, 200_000).astype(np.float32)
+    offsets, lengths = np.arange(0, 200_000, 500), np.full(400, 500)
+    want = c.nonsilent_region(data, offsets, lengths, 32, 0.5, 0.0, None)
+    with ThreadPoolExecutor(2) as callers:
+        got = list(callers.map(lambda _: c.nonsilent_region(data, offsets, lengths, 32, 0.5, 0.0, pool), range(4)))
+    for g in got:
+        np.testing.assert_array_equal(g[0], want[0])
+    pool.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        c.nonsilent_region(data, offsets, lengths, 32, 0.5, 0.0, pool)

@@ -817,12 +817,11 @@ public:
     // Decodes files [lo, hi) (opened by open(True)) into `out` at byte offsets `out_offsets`: the window of each
     // (start, n_read, n_out per file), as `dtype` (0 int16, 1 int32, 2 float32), downmixed or interleaved, values
     // of float files checked with `finite`. Returns the failures among them, as open does.
-    // With `queue` (an ItemQueue of all the files, lo = 0, hi = n), the files come from it instead: each thread that
-    // calls this with the queue takes the next until none is left, and the failures returned are those it decoded.
+    // With `pool` (the pipeline's WorkerPool) the files are decoded on its threads and this one.
     py::dict decode(size_t lo, size_t hi, py::buffer out_buf, py::array_t<int64_t, py::array::c_style> out_offsets,
                     py::array_t<int64_t, py::array::c_style> start, py::array_t<int64_t, py::array::c_style> n_read,
                     py::array_t<int64_t, py::array::c_style> n_out, int dtype, bool downmix, bool finite,
-                    py::object queue_obj) {
+                    py::object pool) {
         const size_t n = files_.size();
         if (lo > hi || hi > n) throw std::invalid_argument("AudioFiles.decode: [lo, hi) is not a range of files");
         if (dtype < kInt16 || dtype > kFloat32) throw std::invalid_argument("AudioFiles.decode: unknown dtype");
@@ -842,17 +841,14 @@ public:
                 nr[i] > no[i] || s[i] + nr[i] > f.header.frames || end > out.size)
                 throw std::invalid_argument("AudioFiles.decode: a window lies outside its file or its output");
         }
-        ItemQueue* queue = queue_obj.is_none() ? nullptr : &queue_obj.cast<ItemQueue&>();
-        if (queue != nullptr && (lo != 0 || hi != n || queue->size() != n))
-            throw std::invalid_argument("AudioFiles.decode: a queue hands out all the files (lo = 0, hi = n)");
-        std::vector<size_t> decoded;
+        WorkerPool* workers = pool_of(pool);
         {
             py::gil_scoped_release release;
-            std::vector<uint8_t> scratch;
             const bool stream = out.size >= kStreamFrom;
-            auto one = [&](size_t i) {
-                File& f = files_[i];
-                if (f.failed() || f.failure.problem == kNotParsed) return;
+            auto one = [&](size_t k) {
+                thread_local std::vector<uint8_t> scratch;
+                File& f = files_[todo[k]];
+                const size_t i = todo[k];
                 const Window w{s[i], nr[i], no[i]};
                 uint8_t* dst = out.data + oo[i];
                 if (dtype == kInt16)
@@ -861,18 +857,14 @@ public:
                     decode_file(f, w, downmix, finite, reinterpret_cast<int32_t*>(dst), scratch, stream);
                 else
                     decode_file(f, w, downmix, finite, reinterpret_cast<float*>(dst), scratch, stream);
-                decoded.push_back(i);
             };
-            if (queue == nullptr) {
-                for (size_t i : todo) one(i);
+            if (workers != nullptr) {
+                workers->run(todo.size(), one);
             } else {
-                for (size_t i = queue->take(); i < n; i = queue->take()) {
-                    one(i);
-                    queue->done();
-                }
+                for (size_t k = 0; k < todo.size(); ++k) one(k);
             }
         }
-        return failures_of(files_, decoded);
+        return failures_of(files_, todo);
     }
 
     void close() {
@@ -970,7 +962,7 @@ void register_audio(py::module_& m) {
         .def("payloads", &AudioFiles::payloads)
         .def("decode", &AudioFiles::decode, py::arg("lo"), py::arg("hi"), py::arg("out"), py::arg("out_offsets"),
              py::arg("start"), py::arg("n_read"), py::arg("n_out"), py::arg("dtype"), py::arg("downmix"),
-             py::arg("finite"), py::arg("queue") = py::none())
+             py::arg("finite"), py::arg("pool") = py::none())
         .def("close", &AudioFiles::close);
 }
 

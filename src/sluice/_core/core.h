@@ -8,7 +8,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -33,42 +36,41 @@ inline Bytes bytes_of(const py::buffer& b, bool writable) {
     return Bytes{static_cast<uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize)};
 }
 
-// The items [0, n) of a batch kernel, taken one at a time by whichever pool thread asks next. Each pool thread
-// makes ONE call into the core for the whole batch and loops there, the GIL released, taking items until none is
-// left (a call per chunk took the GIL back per chunk: with 16 threads, waiting for it cost more than the work).
-// take() returns n once none is left; done() counts an item finished; wait() blocks until all are.
-class ItemQueue {
+// The compiled core's worker threads, one set per pipeline (its runtime makes it with num_threads and closes it
+// with the pipeline): a batch kernel called from Python runs its items on them and on the calling thread with the
+// GIL released, and returns once all are done, so that the GIL is taken once per kernel call, not once per pool
+// thread and chunk (with 16 threads, waiting to take it back cost the pool threads more than the work). The workers
+// never touch Python. Several callers (the pipeline's stage threads) may run jobs at once: the workers take items
+// from any job that has some left, oldest first. In a process forked from the one that made the pool (whose
+// workers fork did not copy) the caller runs every item itself.
+class WorkerPool {
 public:
-    explicit ItemQueue(size_t n) : n_(n) {}
-    size_t size() const { return n_; }
-    size_t left() const { return n_ - std::min(next_.load(), n_); }
-    size_t take() { return std::min(next_.fetch_add(1), n_); }
-    void done() {
-        std::lock_guard<std::mutex> lock(m_);
-        if (++finished_ == n_) all_done_.notify_all();
-    }
-    // Ends the queue early (a caller that failed): nothing more is handed out and wait() returns.
-    void cancel() {
-        next_.store(n_);
-        std::lock_guard<std::mutex> lock(m_);
-        cancelled_ = true;
-        all_done_.notify_all();
-    }
-    void wait() {
-        py::gil_scoped_release release;
-        std::unique_lock<std::mutex> lock(m_);
-        all_done_.wait(lock, [this] { return finished_ >= n_ || cancelled_; });
-    }
+    using Item = std::function<void(size_t)>;
+    explicit WorkerPool(size_t threads);
+    ~WorkerPool();
+    WorkerPool(const WorkerPool&) = delete;
+    WorkerPool& operator=(const WorkerPool&) = delete;
+    size_t threads() const { return workers_.size() + 1; }
+    // Runs item(i) for i in [0, n) on the workers and the calling thread (call it with the GIL released);
+    // rethrows the first exception an item threw, once every item has finished.
+    void run(size_t n, const Item& item);
+    void close();
 
 private:
-    size_t n_;
-    std::atomic<size_t> next_{0};
-    size_t finished_ = 0;
-    bool cancelled_ = false;
+    struct Job;
+    void loop();
+    bool work_on(Job& job);
+    std::vector<std::thread> workers_;
     std::mutex m_;
-    std::condition_variable all_done_;
+    std::condition_variable wake_;
+    std::vector<Job*> jobs_;
+    bool stop_ = false;
+    long owner_pid_;
 };
 
-void register_queue(py::module_& m);    // module.cpp: ItemQueue for Python
+// A core function's optional `pool` argument: the WorkerPool, or nullptr for None.
+WorkerPool* pool_of(const py::object& pool);
+
+void register_pool(py::module_& m);     // pool.cpp: WorkerPool for Python
 
 }  // namespace sluice

@@ -108,16 +108,17 @@ public:
     size_t work() {
         py::gil_scoped_release release;
         size_t mine = 0;
-        for (size_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) {
-            read_item(i, g_[i], st_[i]);
-            ++mine;
-            std::lock_guard<std::mutex> lock(m_);
-            if (++finished_ == n_) {
-                all_read();
-                done_.notify_all();
-            }
-        }
+        while (work_one()) ++mine;
         return mine;
+    }
+
+    // Reads every item on the pool's threads and this one (the pipeline's WorkerPool), the GIL released.
+    void run(py::object pool) {
+        WorkerPool* workers = pool_of(pool);
+        py::gil_scoped_release release;
+        auto one = [this](size_t) { work_one(); };
+        if (workers != nullptr) workers->run(n_, one);
+        else for (size_t i = 0; i < n_; ++i) work_one();
     }
 
     // Blocks until every item has been read (call work() first, or make sure other threads do).
@@ -148,6 +149,19 @@ protected:
     virtual void read_item(size_t i, int64_t& got, int32_t& status) = 0;
     // Called once, by the thread that read the last item, when no thread reads any more.
     virtual void all_read() {}
+
+    // Reads the next unread item, if any is left; returns whether it read one.
+    bool work_one() {
+        const size_t i = next_.fetch_add(1);
+        if (i >= n_) return false;
+        read_item(i, g_[i], st_[i]);
+        std::lock_guard<std::mutex> lock(m_);
+        if (++finished_ == n_) {
+            all_read();
+            done_.notify_all();
+        }
+        return true;
+    }
 
     size_t n_;
     uint8_t* data_ = nullptr;
@@ -364,6 +378,8 @@ void register_io(py::module_& m) {
         .def(py::init<const py::sequence&, py::array_t<int64_t, py::array::c_style>,
                       py::array_t<int64_t, py::array::c_style>, py::buffer>(),
              py::arg("paths"), py::arg("offsets"), py::arg("sizes"), py::arg("out"))
+        .def("run", &FileBatchRead::run, py::arg("pool") = py::none(),
+             "Read every file on the pool's threads and this one, the GIL released.")
         .def("work", &FileBatchRead::work, "Read files until none is left; how many this call read.")
         .def("wait", &FileBatchRead::wait, "Block until every file has been read.")
         .def("results", &FileBatchRead::results, "(bytes read, status) per file.");
@@ -377,6 +393,8 @@ void register_io(py::module_& m) {
                       py::array_t<int64_t, py::array::c_style>, py::buffer>(),
              py::arg("files"), py::arg("file_index"), py::arg("starts"), py::arg("sizes"), py::arg("offsets"),
              py::arg("out"))
+        .def("run", &RangeBatchRead::run, py::arg("pool") = py::none(),
+             "Read every range on the pool's threads and this one, the GIL released.")
         .def("work", &RangeBatchRead::work, "Read ranges until none is left; how many this call read.")
         .def("wait", &RangeBatchRead::wait, "Block until every range has been read.")
         .def("results", &RangeBatchRead::results, "(bytes read, status) per range.");

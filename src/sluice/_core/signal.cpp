@@ -100,30 +100,31 @@ void nonsilent_one(const T* x, int64_t n, int64_t window_length, double factor, 
 }
 
 template <typename T>
-void nonsilent_items(const py::array& data, const int64_t* offsets, const int64_t* lengths, ItemQueue& queue,
-                     int64_t window, double factor, double reference, int32_t* begin, int32_t* length) {
+void nonsilent_all(const py::array& data, const int64_t* offsets, const int64_t* lengths, size_t n, WorkerPool* pool,
+                   int64_t window, double factor, double reference, int32_t* begin, int32_t* length) {
     const T* base = static_cast<const T*>(data.data());
-    const size_t n = queue.size();
     py::gil_scoped_release release;
-    for (size_t i = queue.take(); i < n; i = queue.take()) {
+    auto one = [&](size_t i) {
         nonsilent_one(base + offsets[i], lengths[i], window, factor, reference, begin + i, length + i);
-        queue.done();
+    };
+    if (pool != nullptr) {
+        pool->run(n, one);
+    } else {
+        for (size_t i = 0; i < n; ++i) one(i);
     }
 }
 
 using Int64s = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
-using Int32s = py::array_t<int32_t, py::array::c_style>;
 
-// Signal i = data[offsets[i] : offsets[i] + lengths[i]]; its begin and length go to begin[i], length[i]. The items
-// come from `queue`: each calling thread takes the next until none is left.
-void nonsilent_region(py::array data, Int64s offsets, Int64s lengths, int64_t window, double factor,
-                      double reference, Int32s begin, Int32s length, ItemQueue& queue) {
+// Signal i = data[offsets[i] : offsets[i] + lengths[i]]: (begin, length) int32 arrays, the signals analysed on the
+// pool's threads (None: the calling thread alone).
+py::tuple nonsilent_region(py::array data, Int64s offsets, Int64s lengths, int64_t window, double factor,
+                           double reference, py::object pool) {
     if (data.ndim() != 1 || !(data.flags() & py::array::c_style))
         throw std::invalid_argument("nonsilent_region: the buffer must be a contiguous 1-D array");
-    const size_t n = queue.size();
-    if (static_cast<size_t>(offsets.size()) != n || static_cast<size_t>(lengths.size()) != n ||
-        static_cast<size_t>(begin.size()) != n || static_cast<size_t>(length.size()) != n)
-        throw std::invalid_argument("nonsilent_region: offsets, lengths, begin and length need one value per item");
+    const size_t n = static_cast<size_t>(offsets.size());
+    if (static_cast<size_t>(lengths.size()) != n)
+        throw std::invalid_argument("nonsilent_region: offsets and lengths differ in size");
     if (window < 1) throw std::invalid_argument("nonsilent_region: window_length must be >= 1");
     const int64_t* off = offsets.data();
     const int64_t* len = lengths.data();
@@ -132,32 +133,34 @@ void nonsilent_region(py::array data, Int64s offsets, Int64s lengths, int64_t wi
         if (off[i] < 0 || len[i] < 0 || off[i] + len[i] > total)
             throw std::out_of_range("nonsilent_region: sample " + std::to_string(i) + " lies outside the buffer");
     }
+    py::array_t<int32_t> begin(static_cast<py::ssize_t>(n)), length(static_cast<py::ssize_t>(n));
     int32_t* b = begin.mutable_data();
     int32_t* l = length.mutable_data();
+    WorkerPool* workers = pool_of(pool);
     const char kind = data.dtype().kind();
     const size_t size = static_cast<size_t>(data.itemsize());
-#define SLUICE_ITEMS(T) nonsilent_items<T>(data, off, len, queue, window, factor, reference, b, l)
-    if (kind == 'f' && size == 4) SLUICE_ITEMS(float);
-    else if (kind == 'f' && size == 8) SLUICE_ITEMS(double);
-    else if (kind == 'i' && size == 1) SLUICE_ITEMS(int8_t);
-    else if (kind == 'i' && size == 2) SLUICE_ITEMS(int16_t);
-    else if (kind == 'i' && size == 4) SLUICE_ITEMS(int32_t);
-    else if (kind == 'i' && size == 8) SLUICE_ITEMS(int64_t);
-    else if (kind == 'u' && size == 1) SLUICE_ITEMS(uint8_t);
-    else if (kind == 'u' && size == 2) SLUICE_ITEMS(uint16_t);
-    else if (kind == 'u' && size == 4) SLUICE_ITEMS(uint32_t);
+#define SLUICE_ALL(T) nonsilent_all<T>(data, off, len, n, workers, window, factor, reference, b, l)
+    if (kind == 'f' && size == 4) SLUICE_ALL(float);
+    else if (kind == 'f' && size == 8) SLUICE_ALL(double);
+    else if (kind == 'i' && size == 1) SLUICE_ALL(int8_t);
+    else if (kind == 'i' && size == 2) SLUICE_ALL(int16_t);
+    else if (kind == 'i' && size == 4) SLUICE_ALL(int32_t);
+    else if (kind == 'i' && size == 8) SLUICE_ALL(int64_t);
+    else if (kind == 'u' && size == 1) SLUICE_ALL(uint8_t);
+    else if (kind == 'u' && size == 2) SLUICE_ALL(uint16_t);
+    else if (kind == 'u' && size == 4) SLUICE_ALL(uint32_t);
     else throw std::invalid_argument("nonsilent_region: unsupported sample type");
-#undef SLUICE_ITEMS
+#undef SLUICE_ALL
+    return py::make_tuple(begin, length);
 }
 
 }  // namespace
 
 void register_signal(py::module_& m) {
     m.def("nonsilent_region", &nonsilent_region, py::arg("data"), py::arg("offsets"), py::arg("lengths"),
-          py::arg("window"), py::arg("factor"), py::arg("reference"), py::arg("begin"), py::arg("length"),
-          py::arg("queue"),
-          "begin[i], length[i] (int32) of the non-silent part of each signal data[offsets[i]: offsets[i] + "
-          "lengths[i]], for the items this call takes from `queue` (see sluice.native.signal.nonsilent_region).");
+          py::arg("window"), py::arg("factor"), py::arg("reference"), py::arg("pool") = py::none(),
+          "(begin, length) int32 arrays of the non-silent part of each signal data[offsets[i]: offsets[i] + "
+          "lengths[i]], on the pool's threads (see sluice.native.signal.nonsilent_region).");
 }
 
 }  // namespace sluice

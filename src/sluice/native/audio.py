@@ -89,14 +89,13 @@ class AudioFiles(abc.ABC):
     @abc.abstractmethod
     def decode(self, lo: int, hi: int, out: np.ndarray, out_offsets: np.ndarray, start: np.ndarray,
                n_read: np.ndarray, n_out: np.ndarray, dtype: str, downmix: bool,
-               finite: bool = True, queue=None) -> dict[int, AudioDecodeError]:
+               finite: bool = True, pool=None) -> dict[int, AudioDecodeError]:
         """Decode files ``lo..hi-1`` (those with status OK) into ``out`` (a C-contiguous array): file ``i``'s
         ``n_read[i]`` frames from ``start[i]``, then silence up to ``n_out[i]`` frames, as ``dtype`` ("int16",
         "int32", "float32"), shaped ``(n_out, channels)`` or ``(n_out,)`` with ``downmix``, at byte offset
         ``out_offsets[i]``. The other arguments are arrays over all files. Calls on disjoint ranges may run in
-        parallel threads; with ``queue`` (the core's ``ItemQueue``, ``lo`` 0 and ``hi`` all: see
-        :func:`sluice.pipeline.pool.share_items`) the calls of several threads take the files from it. Returns the
-        failures among the files this call decoded."""
+        parallel threads; the core decodes the files on ``pool``'s threads (the pipeline's ``WorkerPool``: see
+        :func:`sluice.pipeline.pool.share_items`) and the calling one. Returns the failures among these files."""
 
     @abc.abstractmethod
     def payloads(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -126,9 +125,9 @@ class _CoreFiles(AudioFiles):
     def _named(self, failed: dict) -> dict[int, AudioDecodeError]:
         return {i: decode_error(self._sources[i], problem, a, b, text) for i, (problem, a, b, text) in failed.items()}
 
-    def decode(self, lo, hi, out, out_offsets, start, n_read, n_out, dtype, downmix, finite=True, queue=None):
+    def decode(self, lo, hi, out, out_offsets, start, n_read, n_out, dtype, downmix, finite=True, pool=None):
         return self._named(self._files.decode(lo, hi, out, out_offsets, start, n_read, n_out, _DTYPE_CODES[dtype],
-                                              bool(downmix), bool(finite), queue))
+                                              bool(downmix), bool(finite), pool))
 
     def payloads(self):
         return self._files.payloads()
@@ -162,7 +161,7 @@ class _TwinFiles(AudioFiles):
             self.rate[i], self.channels[i], self.frames[i] = head.samplerate, head.channels, head.frames
         self._buffers = buffers
 
-    def decode(self, lo, hi, out, out_offsets, start, n_read, n_out, dtype, downmix, finite=True, queue=None):
+    def decode(self, lo, hi, out, out_offsets, start, n_read, n_out, dtype, downmix, finite=True, pool=None):
         failures = {}
         for i in range(lo, hi):
             if self.status[i] != OK:

@@ -40,30 +40,24 @@ def running_sums(squares: np.ndarray) -> np.ndarray:
 
 
 def nonsilent_region(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, *, window: int, factor: float,
-                     reference: float = 0.0, begin: np.ndarray | None = None, length: np.ndarray | None = None,
-                     queue=None) -> tuple[np.ndarray, np.ndarray]:
-    """``(begin, length)`` (int32 arrays, written into the ones given) of signal ``i`` = ``data[offsets[i]:
-    offsets[i] + lengths[i]]``. ``data``: a contiguous 1-D array of any real sample type. The compiled core takes
-    the signals from ``queue`` (its ``ItemQueue``, shared by the threads that call this at once: see
-    :func:`sluice.pipeline.pool.share_items`), the GIL released; without one, all of them."""
+                     reference: float = 0.0, pool=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(begin, length)`` (int32 arrays) of signal ``i`` = ``data[offsets[i]: offsets[i] + lengths[i]]``. ``data``:
+    a contiguous 1-D array of any real sample type. The compiled core analyses the signals on ``pool``'s threads
+    (the pipeline's ``WorkerPool``; None: the calling thread) and this one, the GIL released."""
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-    n = len(offsets)
-    begin = np.zeros(n, np.int32) if begin is None else begin
-    length = np.zeros(n, np.int32) if length is None else length
     if window < 1:
         raise ValueError(f"nonsilent_region: window_length must be >= 1, got {window}")
     c = core()
     if c is not None:
-        c.nonsilent_region(np.ascontiguousarray(data).reshape(-1), offsets, lengths, int(window), float(factor),
-                           float(reference), begin, length, queue if queue is not None else c.ItemQueue(n))
-    else:
-        _nonsilent_region_py(data.reshape(-1), offsets, lengths, int(window), float(factor), float(reference),
-                             begin, length)
-    return begin, length
+        return c.nonsilent_region(np.ascontiguousarray(data).reshape(-1), offsets, lengths, int(window),
+                                  float(factor), float(reference), pool)
+    return _nonsilent_region_py(data.reshape(-1), offsets, lengths, int(window), float(factor), float(reference))
 
 
-def _nonsilent_region_py(data, offsets, lengths, window, factor, reference, begin, length):
+def _nonsilent_region_py(data, offsets, lengths, window, factor, reference):
+    n = len(offsets)
+    begin, length = np.zeros(n, np.int32), np.zeros(n, np.int32)
     if ((offsets < 0) | (lengths < 0) | (offsets + lengths > data.size)).any():
         raise IndexError("nonsilent_region: a sample lies outside the buffer")
     for i, (o, count) in enumerate(zip(offsets.tolist(), lengths.tolist())):
@@ -79,3 +73,4 @@ def _nonsilent_region_py(data, offsets, lengths, window, factor, reference, begi
         loud = np.flatnonzero(power >= ref * factor)
         if len(loud):
             begin[i], length[i] = loud[0], loud[-1] + w - loud[0]
+    return begin, length

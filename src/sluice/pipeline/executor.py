@@ -18,7 +18,6 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError, Sam
 from sluice.pipeline.balance import PrepareBalance
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.cuda_graphs import GraphedRun, graph_runs
+from sluice.pipeline.pool import RuntimePool
 from sluice.pipeline.graph import DataNode, OpNode
 from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
 
@@ -161,8 +161,7 @@ class Executor:
             self.torch_device = torch.device("cpu")
             self.stream = None
         self._thread_state = threading.local()  # .bound: this stage thread's current device and stream are ours
-        self.pool = ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="sluice-cpu") \
-            if pipeline.num_threads > 1 else None
+        self.pool = RuntimePool(pipeline.num_threads) if pipeline.num_threads > 1 else None
         self.operators: dict[int, Operator] = {}
         self.seeds: dict[int, int] = {}
         random_index = 0

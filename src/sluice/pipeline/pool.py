@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_TASKS", "runs", "map_all", "share_work", "run_shared", "share_range", "share_items"]
+__all__ = ["MAX_TASKS", "runs", "map_all", "share_work", "run_shared", "share_range", "share_items", "RuntimePool"]
 
 #: The samples of a batch go to at most this many pool tasks: a task per file cost more in the pool's hand-offs
 #: than reading it (6.6k vs 15.1k files/s of 69 KB measured here).
@@ -88,9 +88,14 @@ def share_work(pool, work, n: int) -> None:
 
 
 def run_shared(pool, job, n: int):
-    """A batch job of the compiled core (``FileBatchRead``, ``RangeBatchRead``: ``n`` items, ``work()``, ``wait()``,
-    ``results()``) worked by the calling thread and the pool's (:func:`share_work`); its results once every item is
-    read."""
+    """A batch job of the compiled core (``FileBatchRead``, ``RangeBatchRead``: ``n`` items, ``run(core)``, ``work()``,
+    ``wait()``, ``results()``): run on the core's worker threads in one call when the pool has them
+    (:class:`RuntimePool`), else worked by the calling thread and the pool's (:func:`share_work`); its results once
+    every item is read."""
+    core = getattr(pool, "core", None)
+    if core is not None:
+        job.run(core)
+        return job.results()
     share_work(pool, job.work, n)
     job.wait()
     return job.results()
@@ -155,36 +160,36 @@ def share_range(pool, n: int, work: Callable[[int, int], Any]) -> list:
     return [shared.results[lo] for lo in sorted(shared.results)]
 
 
-def share_items(pool, n: int, work: Callable[[int, int, Any], Any]) -> list:
-    """A batch kernel of the compiled core over the items ``[0, n)``: ``work(0, n, queue)`` called once by the
-    calling thread and once by each of up to ``n - 1`` pool threads, all with one ``ItemQueue`` of the core, from
-    which each call takes items until none is left, in one call into the core with the GIL released. (A call per
-    chunk, as :func:`share_range` makes, took the GIL back per chunk: with 16 threads busy, waiting for it cost
-    the speech program's pool threads more than their work.) Returns the calls' results. Without the core (its
-    pure-Python twins), ``work(lo, hi, None)`` over chunks, as :func:`share_range` does. The first failure is
-    raised once the others have stopped; it cancels the queue, so that nothing waits for items never taken."""
-    from sluice import native   # the core or its twins (native knows no pipeline)
 
-    c = native.core()
+def share_items(pool, n: int, work: Callable[[int, int, Any], Any]) -> list:
+    """A batch kernel of the compiled core over the items ``[0, n)``: with the pipeline's :class:`RuntimePool`,
+    ``work(0, n, core)`` once, where ``core`` is its ``WorkerPool``: the kernel runs the items on the core's worker
+    threads and the calling thread in one call, the GIL released once. (A call per pool thread and chunk, as
+    :func:`share_range` makes, took the GIL back per chunk: with 16 threads busy, the speech program's pool threads
+    waited for it longer than they worked.) Otherwise ``work(lo, hi, None)`` over chunks in the pool's threads, as
+    :func:`share_range` does (the core's pure-Python twins, or no pool). Returns the calls' results."""
+    core = getattr(pool, "core", None)
     if n <= 0:
         return []
-    if c is None:
-        return share_range(pool, n, lambda lo, hi: work(lo, hi, None))
-    queue = c.ItemQueue(n)
-    results: list = []
-    errors: list[BaseException] = []
+    if core is not None:
+        return [work(0, n, core)]
+    return share_range(pool, n, lambda lo, hi: work(lo, hi, None))
 
-    def call() -> None:
-        if not queue.left():
-            return      # a pool task that started after every item was taken (maybe after the caller returned)
-        try:
-            results.append(work(0, n, queue))
-        except BaseException as e:  # noqa: BLE001 - raised by the caller once the queue stops
-            errors.append(e)
-            queue.cancel()
 
-    share_work(pool if _threads(pool) > 1 else None, call, n)
-    queue.wait()
-    if errors:
-        raise errors[0]
-    return results
+class RuntimePool(ThreadPoolExecutor):
+    """The pipeline's CPU pool (its executor makes one with ``num_threads`` and shuts it with the pipeline): Python
+    threads for host work written in Python, and, where the compiled core is built, ``core``: the core's
+    ``WorkerPool`` of as many native threads, on which its batch kernels run their items with the GIL released
+    (:func:`share_items`, :func:`run_shared`). The native threads never run Python."""
+
+    def __init__(self, threads: int):
+        super().__init__(threads, thread_name_prefix="sluice-cpu")
+        from sluice import native   # the core or its twins (native knows no pipeline)
+
+        c = native.core()
+        self.core = c.WorkerPool(threads) if c is not None and hasattr(c, "WorkerPool") else None
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+        if self.core is not None:
+            self.core.close()

@@ -202,9 +202,9 @@ def decode_files(data: Batch, sources: list[str], *, dtype: str, downmix: bool, 
         width = np.ones(n, np.int64) if downmix else files.channels
         audio, out, offsets = _output(n_out, width, getattr(torch, dtype), downmix, pin, device_id)
         # each thread takes the next file when it is free (a fixed share per thread left the batch waiting for a
-        # thread that started late), all of them in one call into the core (share_items)
-        failed = share_items(pool, n, lambda lo, hi, queue: files.decode(
-            lo, hi, out, offsets, start, n_read, n_out, dtype, downmix, finite, queue))
+        # thread that started late): the core's threads in one call (share_items), else pool threads by chunks
+        failed = share_items(pool, n, lambda lo, hi, core: files.decode(
+            lo, hi, out, offsets, start, n_read, n_out, dtype, downmix, finite, core))
         _raise_first({i: e for part in failed for i, e in part.items()}, sources)
         return audio, files.rate
 

@@ -127,7 +127,7 @@ def _check(args: BatchArgs) -> tuple[float, float, int]:
 @SCHEMA.batch_kernel("cpu")
 def nonsilent_region_cpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
     """The whole batch in the compiled core (:func:`sluice.native.signal.nonsilent_region`), the signals read where
-    they lie in the batch's buffer, taken one by one by the pipeline's threads in one call each, the GIL released
+    they lie in the batch's buffer, on the pipeline's core threads in one call, the GIL released
     (:func:`~sluice.pipeline.pool.share_items`)."""
     cutoff_db, reference, window = _check(args)
     n = len(x)
@@ -136,10 +136,11 @@ def nonsilent_region_cpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> tup
     lengths = _signal_lengths(x)
     flat, _, offsets = x.packed_form()
     data = flat.numpy()
-    begin, length = np.zeros(n, np.int32), np.zeros(n, np.int32)
-    share_items(ctx.thread_pool, n, lambda lo, hi, queue: signal.nonsilent_region(
+    parts = share_items(ctx.thread_pool, n, lambda lo, hi, pool: signal.nonsilent_region(
         data, offsets[lo:hi], lengths[lo:hi], window=window, factor=10.0 ** (cutoff_db / 10.0), reference=reference,
-        begin=begin[lo:hi], length=length[lo:hi], queue=queue))
+        pool=pool))
+    begin = np.concatenate([p[0] for p in parts])
+    length = np.concatenate([p[1] for p in parts])
     return Batch.from_dense(torch.from_numpy(begin)), Batch.from_dense(torch.from_numpy(length))
 
 
