@@ -9,7 +9,6 @@ import glob
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -35,14 +34,14 @@ def main():
     from sluice.native.signal import nonsilent_region
     from sluice.ops.audio.decoder import decode_files
     from sluice.pipeline.batch import Batch
-    from sluice.pipeline.pool import share_range
+    from sluice.pipeline.pool import RuntimePool, share_items
 
     files = sorted(glob.glob(os.path.join(a.root, "**", "*.wav"), recursive=True))[: a.batch]
     datas = [np.fromfile(f, np.uint8) for f in files]
     encoded = Batch.from_packed(torch.from_numpy(np.concatenate(datas)), np.array([[len(d)] for d in datas]))
     n = len(files)
     for threads in (1, 4, 8, 16):
-        pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        pool = RuntimePool(threads) if threads > 1 else None
         for pin in (False, True):
             ms = timeit(lambda: decode_files(encoded, files, dtype="float32", downmix=True, start_time=[0] * n,
                                              duration=[0] * n, pool=pool, pin=pin, device_id=0))
@@ -51,8 +50,8 @@ def main():
                                 duration=[0] * n, pool=pool, pin=True, device_id=0)
         flat, shapes, offsets = audio.packed_form()
         data, lengths = flat.numpy(), shapes[:, 0]
-        ms = timeit(lambda: share_range(pool, n, lambda lo, hi: nonsilent_region(
-            data, offsets[lo:hi], lengths[lo:hi], window=2048, factor=1e-6)))
+        ms = timeit(lambda: share_items(pool, n, lambda lo, hi, core: nonsilent_region(
+            data, offsets[lo:hi], lengths[lo:hi], window=2048, factor=1e-6, pool=core)))
         print(f"nonsilent threads {threads:2d}            {ms:7.2f} ms   ({data.size / 1e6:.1f} M samples)")
         if pool:
             pool.shutdown()

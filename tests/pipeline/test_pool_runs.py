@@ -170,3 +170,26 @@ def test_core_pool_runs_jobs_of_two_callers_at_once_and_closes():
     pool.close()
     with pytest.raises(RuntimeError, match="closed"):
         c.nonsilent_region(data, offsets, lengths, 32, 0.5, 0.0, pool)
+
+
+def test_core_pool_survives_many_short_jobs_from_two_callers():
+    """A worker that picks a job as its last items are taken must not touch it once the caller returned (the job
+    lives on the caller's stack): many tiny jobs from two threads at once, as the pipeline's stages make them."""
+    if not native.available():
+        pytest.skip("the compiled core is not built")
+    c = native.core()
+    pool = c.WorkerPool(8)
+    data = np.random.default_rng(2).normal(0, 1, 4_000).astype(np.float32)
+    offsets, lengths = np.arange(0, 4_000, 500), np.full(8, 500)
+    want = c.nonsilent_region(data, offsets, lengths, 16, 0.5, 0.0, None)
+
+    def many(_):
+        for _ in range(1500):
+            got = c.nonsilent_region(data, offsets, lengths, 16, 0.5, 0.0, pool)
+            np.testing.assert_array_equal(got[1], want[1])
+
+    try:
+        with ThreadPoolExecutor(2) as callers:
+            list(callers.map(many, range(2)))
+    finally:
+        pool.close()

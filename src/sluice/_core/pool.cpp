@@ -14,6 +14,7 @@ struct WorkerPool::Job {
     const Item* item;
     std::atomic<size_t> next{0};
     size_t finished = 0;          // guarded by the pool's mutex
+    size_t active = 0;            // workers inside work_on(job); guarded by the pool's mutex
     std::exception_ptr error;     // guarded by the pool's mutex
     std::condition_variable done;
 };
@@ -73,8 +74,11 @@ void WorkerPool::loop() {
                 return false;
             });
             if (job == nullptr) return;   // stopped
+            ++job->active;                // run() waits for this worker before the job (on its stack) goes
         }
         work_on(*job);
+        std::lock_guard<std::mutex> lock(m_);
+        if (--job->active == 0) job->done.notify_all();
     }
 }
 
@@ -96,6 +100,8 @@ void WorkerPool::run(size_t n, const Item& item) {
     if (!alone) {
         for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
             if (*it == &job) { jobs_.erase(it); break; }
+        // a worker that picked the job as its last items went may still be inside work_on: the job lives until then
+        job.done.wait(lock, [&] { return job.active == 0; });
     }
     if (job.error) std::rethrow_exception(job.error);
 }

@@ -1,0 +1,236 @@
+"""Element-wise arithmetic on DataNodes (``a + b``, ``-a``, ``a < 3``...), ``fn.cast`` and per-sample subscripts.
+
+Types follow DALI's promotion table: equal types stay; a float and a non-float give the float; two floats,
+two signed or two unsigned integers give the wider; a signed intX with an unsigned uintY gives int(2Y) when
+X <= Y, else intX. Python ``int`` constants count as int32 and ``float`` constants as float32, as in DALI;
+``types.Constant(value, dtype)`` gives a constant another type. ``/`` is true division (float32 for integers),
+``//`` is floor division, comparisons give BOOL.
+
+On a uniform batch one vectorised operation covers the whole batch (one kernel launch on the GPU); ragged
+batches are processed sample by sample.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from sluice import types
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
+
+_BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "fdiv": torch.true_divide,
+    "div": lambda a, b: torch.div(a, b, rounding_mode="floor"), "pow": torch.pow, "mod": torch.remainder,
+    "bitand": torch.bitwise_and, "bitor": torch.bitwise_or, "bitxor": torch.bitwise_xor,
+    "eq": torch.eq, "neq": torch.ne, "lt": torch.lt, "leq": torch.le, "gt": torch.gt, "geq": torch.ge,
+    "min": torch.minimum, "max": torch.maximum, "atan2": torch.atan2, "fpow": torch.pow,
+}
+_UNARY = {"minus": torch.neg, "abs": torch.abs, "fabs": torch.abs, "floor": torch.floor, "ceil": torch.ceil,
+          "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "cbrt": lambda x: torch.sign(x) * torch.abs(x).pow(1 / 3),
+          "exp": torch.exp, "log": torch.log, "log2": torch.log2, "log10": torch.log10, "sin": torch.sin,
+          "cos": torch.cos, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos, "atan": torch.atan,
+          "sinh": torch.sinh, "cosh": torch.cosh, "tanh": torch.tanh, "asinh": torch.asinh, "acosh": torch.acosh,
+          "atanh": torch.atanh}
+_TERNARY = {"clamp": lambda x, lo, hi: torch.minimum(torch.maximum(x, lo), hi)}
+# Functions whose result is a float whatever the input (integers are computed in float32, as in DALI).
+_FLOAT_FUNCTIONS = {"fabs", "sqrt", "rsqrt", "cbrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin",
+                    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "atan2", "fpow"}
+_COMPARISONS = {"eq", "neq", "lt", "leq", "gt", "geq"}
+_BITWISE = {"bitand", "bitor", "bitxor"}
+
+ARITHMETIC = OpSchema(
+    "_arithmetic",
+    doc="Element-wise arithmetic; made by the operators of DataNode (+, -, *, /, //, **, %, &, |, ^, comparisons).",
+    inputs=(1, 3),
+    devices=("cpu", "gpu"),
+    args=[
+        Arg("op", str, "add", "The operation.", choices=tuple(_BINARY) + tuple(_UNARY) + tuple(_TERNARY)),
+        Arg("constants", object, (), "Constant operands (NumPy arrays)."),
+        Arg("positions", str, "n", "Order of operands: 'n' a node input, 'c' a constant."),
+    ],
+)
+
+_INT_BY_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def promote(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    """DALI's type promotion for two operands."""
+    if a == b:
+        return a
+    fa, fb = a.is_floating_point, b.is_floating_point
+    if fa and fb:
+        return a if a.itemsize >= b.itemsize else b
+    if fa or fb:
+        return a if fa else b
+    if a == torch.bool or b == torch.bool:
+        return b if a == torch.bool else a
+    if a.is_signed == b.is_signed:
+        return a if a.itemsize >= b.itemsize else b
+    signed, unsigned = (a, b) if a.is_signed else (b, a)
+    if signed.itemsize > unsigned.itemsize:
+        return signed
+    return _INT_BY_SIZE[min(8, 2 * unsigned.itemsize)]
+
+
+def result_type(op: str, dtypes: list[torch.dtype]) -> tuple[torch.dtype, torch.dtype]:
+    """(type the operands are computed in, type of the result)."""
+    compute = dtypes[0]
+    for d in dtypes[1:]:
+        compute = promote(compute, d)
+    if (op == "fdiv" or op in _FLOAT_FUNCTIONS) and not compute.is_floating_point:
+        compute = torch.float32
+    if op in _BITWISE and compute.is_floating_point:
+        raise TypeError(f"bitwise '{op}' needs integer or boolean operands, got {compute}")
+    if op == "minus" and compute == torch.bool:
+        raise TypeError("unary minus is not defined for BOOL")
+    out = torch.bool if op in _COMPARISONS else compute
+    return compute, out
+
+
+def _apply(op: str, operands: list[torch.Tensor]) -> torch.Tensor:
+    if op in _UNARY:
+        return _UNARY[op](operands[0])
+    if op in _TERNARY:
+        return _TERNARY[op](*operands)
+    return _BINARY[op](operands[0], operands[1])
+
+
+def _operands(positions: str, nodes: list[Any], constants: list[Any]) -> list[Any]:
+    it_n, it_c = iter(nodes), iter(constants)
+    return [next(it_n) if p == "n" else next(it_c) for p in positions]
+
+
+@ARITHMETIC.operator_class("cpu")
+@ARITHMETIC.operator_class("gpu")
+class Arithmetic(Operator):
+    """Keeps its constants as tensors on the right device and type, so an iteration costs one operation."""
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        self.op = spec.args["op"]
+        self.positions = spec.args["positions"]
+        self.arrays = [np.asarray(c) for c in spec.args["constants"]]
+        self._consts: dict[tuple, list[torch.Tensor]] = {}
+
+    def constants(self, device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
+        key = (device, dtype)
+        if key not in self._consts:
+            self._consts[key] = [torch.as_tensor(a).to(device=device, dtype=dtype) for a in self.arrays]
+        return self._consts[key]
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
+        n = len(inputs[0])
+        if any(len(b) != n for b in inputs):
+            raise ValueError(f"operands have different batch sizes: {[len(b) for b in inputs]}")
+        if n == 0:
+            return Batch([])
+        dtypes = [b.dtype for b in inputs] + [torch.from_numpy(a.reshape(-1)[:0]).dtype for a in self.arrays]
+        compute, out_type = result_type(self.op, dtypes)
+        consts = self.constants(inputs[0].torch_device, compute)
+        if all(b.is_dense_tensor() for b in inputs):
+            # One operation for the whole batch: align every operand's sample dims to the right.
+            dense = [_as(b.as_tensor(), compute) for b in inputs]
+            ndim = max([d.dim() - 1 for d in dense] + [c.dim() for c in consts])
+            dense = [d if d.dim() == ndim + 1 else d.reshape(d.shape[:1] + (1,) * (ndim - d.dim() + 1) + d.shape[1:])
+                     for d in dense]
+            result = _apply(self.op, _operands(self.positions, dense, consts))
+            return Batch.from_dense(_as(result, out_type), inputs[0].layout())
+        samples = []
+        for i in range(n):
+            operands = _operands(self.positions, [_as(b[i], compute) for b in inputs], consts)
+            samples.append(_as(_apply(self.op, operands), out_type))
+        return Batch(samples, inputs[0].layout())
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x if x.dtype == dtype else x.to(dtype)
+
+
+# ------------------------------------------------------------------------------------------------------------
+CAST = OpSchema(
+    "cast",
+    doc="""Converts the data to another type. Floats become integers by rounding to nearest and clamping to the
+    target's range (saturation), as DALI does.
+
+    Example::
+
+        labels = fn.cast(labels, dtype=types.INT64)
+    """,
+    devices=("cpu", "gpu"),
+    args=[Arg("dtype", types.DALIDataType, types.FLOAT, "The output type.")],
+)
+
+
+def convert_saturate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Convert with rounding and saturation (floats to integers) or clamping (wide to narrow integers)."""
+    if x.dtype == dtype:
+        return x
+    if dtype == torch.bool:
+        return x != 0
+    if dtype.is_floating_point:
+        return x.to(dtype)
+    info = torch.iinfo(dtype)
+    if x.dtype.is_floating_point:
+        y = torch.round(x.to(torch.float64) if info.bits > 16 else x)
+        return torch.nan_to_num(y, nan=0.0).clamp(info.min, info.max).to(dtype)
+    if x.dtype == torch.bool:
+        return x.to(dtype)
+    src = torch.iinfo(x.dtype)
+    if src.min >= info.min and src.max <= info.max:
+        return x.to(dtype)
+    return x.to(torch.int64).clamp(max(info.min, -(2**63)), min(info.max, 2**63 - 1)).to(dtype)
+
+
+@CAST.batch_kernel("cpu")
+@CAST.batch_kernel("gpu")
+def cast(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
+    dtype = types.to_torch_dtype(args.const("dtype"))
+    if data.dense is not None:
+        return Batch.from_dense(convert_saturate(data.dense, dtype), data.layout())
+    return Batch([convert_saturate(s, dtype) for s in data], data.layout())
+
+
+# ------------------------------------------------------------------------------------------------------------
+SUBSCRIPT = OpSchema(
+    "_subscript",
+    doc="Per-sample subscript; made by DataNode[...].",
+    devices=("cpu", "gpu"),
+    args=[Arg("spec", object, (), "The subscript: ('index', i), ('slice', start, stop), ('ellipsis',).")],
+    output_layout=lambda args, layouts: _subscript_layout(args["spec"], layouts[0] if layouts else ""),
+)
+
+
+def _subscript_index(spec: list[tuple]) -> tuple:
+    out: list[Any] = []
+    for item in spec:
+        if item[0] == "index":
+            out.append(item[1])
+        elif item[0] == "slice":
+            out.append(slice(item[1], item[2]))
+        else:
+            out.append(Ellipsis)
+    return tuple(out)
+
+
+def _subscript_layout(spec: list[tuple], layout: str) -> str:
+    if not layout or any(item[0] == "ellipsis" for item in spec):
+        return ""
+    dropped = {i for i, item in enumerate(spec) if item[0] == "index"}
+    return "".join(c for i, c in enumerate(layout) if i not in dropped)
+
+
+@SUBSCRIPT.sample_kernel("cpu")
+@SUBSCRIPT.sample_kernel("gpu")
+def subscript(ctx: Any, data: torch.Tensor, *, spec: list[tuple], **_: Any) -> torch.Tensor:
+    index = _subscript_index(spec)
+    n_index = sum(1 for item in spec if item[0] != "ellipsis")
+    if n_index > data.dim():
+        raise IndexError(f"subscript with {n_index} indices on a sample of {data.dim()} dimensions "
+                         f"(shape {tuple(data.shape)})")
+    for item, dim in zip(spec, data.shape):
+        if item[0] == "index" and not -dim <= item[1] < dim:
+            raise IndexError(f"index {item[1]} is out of range for a dimension of size {dim}")
+    return data[index]

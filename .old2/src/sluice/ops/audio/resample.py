@@ -1,0 +1,138 @@
+"""``fn.audio_resample``: sample-rate conversion; libsoxr on the CPU, a batched windowed-sinc kernel on the GPU."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from sluice import types
+from sluice.backends.audio import resample_soxr
+from sluice.kernels.audio.batching import pad_stack
+from sluice.kernels.audio.resample import resample_batch
+from sluice.ops.tensor._util import convert_saturate
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
+
+__all__ = ["SCHEMA", "convert_audio_dtype"]
+
+SCHEMA = OpSchema(
+    "audio_resample",
+    doc="""Resamples audio: 1-D signals or ``(time, channels)`` arrays.
+
+    The ratio is ``out_rate / in_rate``, or ``scale``, or ``out_length / input length``. The output has
+    ``ceil(length * ratio)`` samples, as in DALI (the rates taken as float32). The CPU uses libsoxr (``quality`` picks its recipe: <15 QQ, <35 LQ,
+    <50 MQ, <75 HQ, else VHQ); the GPU resamples the whole batch with a Hann-windowed sinc filter of 3..64 lobes
+    (``quality`` 0..100, 16 at 50, as DALI), grouped by rate pair: one matrix product per group when the reduced
+    ratio has few phases (44.1 kHz -> 16 kHz is 160/441), per-output taps otherwise. Within the tested band the
+    two agree to 1e-3 of full scale (tests/ops/audio/test_resample_soxr_compat.py).
+
+    ``dtype`` converts the type, scaling to the target's range (floats are taken to lie in [-1, 1]). Example::
+
+        audio = fn.audio_resample(audio.gpu(), in_rate=rate, out_rate=16000)
+    """,
+    inputs=1,
+    outputs=1,
+    devices=("cpu", "gpu"),
+    requires={"cpu": ("soxr",)},
+    graph_safe=True,
+    args=[
+        Arg("in_rate", float, None, "Input sampling rate (Hz); give it with out_rate.", per_sample=True),
+        Arg("out_rate", float, None, "Output sampling rate (Hz); give it with in_rate.", per_sample=True),
+        Arg("scale", float, None, "Output length / input length; instead of the rates.", per_sample=True),
+        Arg("out_length", int, None, "Requested output length in samples; instead of the rates or scale.",
+            per_sample=True, min=0),
+        Arg("quality", float, 50.0, "Resampling quality, 0 (fastest) to 100 (best)."),
+        Arg("dtype", types.DALIDataType, None, "Output type; None keeps the input type."),
+    ],
+)
+
+
+def _rates(n: int, in_rate, out_rate, scale, out_length) -> tuple[float, float]:
+    """The (input, output) rate pair one sample is resampled with."""
+    given = [name for name, v in (("in_rate/out_rate", in_rate if in_rate is not None or out_rate is not None
+                                   else None), ("scale", scale), ("out_length", out_length)) if v is not None]
+    if len(given) != 1:
+        raise ValueError("audio_resample: give exactly one of in_rate and out_rate (together), scale, or "
+                         f"out_length; got {given or 'none'}")
+    if out_length is not None:
+        if out_length < 0:
+            raise ValueError(f"audio_resample: out_length must be >= 0, got {out_length}")
+        return (float(max(n, 1)), float(out_length)) if n else (1.0, 1.0)
+    if scale is not None:
+        if not scale > 0:
+            raise ValueError(f"audio_resample: scale must be > 0, got {scale}")
+        return 1.0, float(scale)
+    if in_rate is None or out_rate is None:
+        raise ValueError("audio_resample: in_rate and out_rate must be given together")
+    if not (in_rate > 0 and out_rate > 0 and math.isfinite(in_rate) and math.isfinite(out_rate)):
+        raise ValueError(f"audio_resample: rates must be > 0, got in_rate={in_rate}, out_rate={out_rate}")
+    return float(in_rate), float(out_rate)
+
+
+def convert_audio_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Convert audio between types, scaling to the target's range (floats in [-1, 1], integers full range).
+    Integers of up to 16 bits convert through float32 (exact), wider ones through float64."""
+    if x.dtype == dtype:
+        return x
+    if x.is_floating_point():
+        src = x
+    else:
+        wide = torch.iinfo(x.dtype).bits > 16 or dtype == torch.float64
+        src = x.to(torch.float64 if wide else torch.float32) / float(torch.iinfo(x.dtype).max)
+    if dtype.is_floating_point:
+        return src.to(dtype)
+    return convert_saturate(src * float(torch.iinfo(dtype).max), dtype)
+
+
+def _out_dtype(x: torch.Tensor, dtype) -> torch.dtype:
+    return x.dtype if dtype is None else types.to_torch_dtype(dtype)
+
+
+@SCHEMA.sample_kernel("cpu")
+def audio_resample_cpu(ctx: SampleContext, audio: torch.Tensor, *, in_rate, out_rate, scale, out_length, quality,
+                       dtype, **_) -> torch.Tensor:
+    if audio.dim() not in (1, 2):
+        raise ValueError(f"audio_resample expects (time,) or (time, channels) audio, got {tuple(audio.shape)}")
+    a, b = _rates(audio.shape[0], in_rate, out_rate, scale, out_length)
+    x = audio if audio.is_floating_point() else convert_audio_dtype(audio, torch.float32)
+    y = torch.from_numpy(np.ascontiguousarray(resample_soxr(x.numpy(), a, b, quality)))
+    return convert_audio_dtype(y, _out_dtype(audio, dtype))
+
+
+@SCHEMA.batch_kernel("gpu")
+def audio_resample_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> Batch:
+    quality = args.const("quality")
+    dtype = args.const("dtype")
+    names = ("in_rate", "out_rate", "scale", "out_length")
+    dense = audio.dense
+    if dense is not None and dense.dim() in (2, 3) and len(audio) and all(args.is_const(k) for k in names):
+        # The usual batch: one padded tensor, one rate pair. One call, no per-sample views or Python.
+        a, b = _rates(dense.shape[1], *(args.const(k) for k in names))
+        x = dense if dense.is_floating_point() else convert_audio_dtype(dense, torch.float32)
+        y, _ = resample_batch(x, torch.full((dense.shape[0],), dense.shape[1], dtype=torch.int64), a, b, quality)
+        return Batch.from_dense(convert_audio_dtype(y, _out_dtype(dense, dtype)), audio.layout())
+    outs: list[torch.Tensor | None] = [None] * len(audio)
+    groups: dict[tuple[float, float, int], list[int]] = defaultdict(list)
+    per = [args[k] for k in ("in_rate", "out_rate", "scale", "out_length")]
+    for i, x in enumerate(audio):
+        if x.dim() not in (1, 2):
+            raise ValueError(f"audio_resample expects (time,) or (time, channels) audio, got {tuple(x.shape)} "
+                             f"(sample {i})")
+        a, b = _rates(x.shape[0], *(p[i] for p in per))
+        groups[(a, b, x.dim())].append(i)
+    for (a, b, _), idx in groups.items():
+        samples = [audio[i] for i in idx]
+        dense, shapes = pad_stack(audio if len(groups) == 1 else samples)
+        if not dense.is_floating_point():
+            dense = convert_audio_dtype(dense, torch.float32)
+        lengths = torch.tensor([s[0] for s in shapes], dtype=torch.int64)
+        y, out_lengths = resample_batch(dense, lengths, a, b, quality)
+        if len(groups) == 1 and all(n == y.shape[1] for n in out_lengths) and \
+                len({s.dtype for s in samples}) == 1:
+            return Batch.from_dense(convert_audio_dtype(y, _out_dtype(samples[0], dtype)), audio.layout())
+        for k, i in enumerate(idx):
+            outs[i] = convert_audio_dtype(y[k, : out_lengths[k]], _out_dtype(audio[i], dtype))
+    return Batch(outs, audio.layout())

@@ -1,0 +1,477 @@
+"""Image decoders: ``fn.decoders.image``, ``image_random_crop``, ``image_crop``, ``image_slice`` and
+``fn.peek_image_shape``.
+
+Formats: JPEG (baseline, progressive; 4:4:4, 4:2:2, 4:2:0, gray, CMYK/YCCK), PNG (8/16 bit, palette, alpha),
+BMP, TIFF, PNM (pbm/pgm/ppm), WebP, JPEG 2000 and GIF (first frame). ``device="cpu"`` decodes with libjpeg-turbo
+(simplejpeg), OpenCV and Pillow in the pipeline's threads; ``device="mixed"`` takes CPU bytes and returns CUDA
+images, sharing JPEGs between the GPU's hardware JPEG engines, CUDA nvJPEG and the CPU threads, JPEG 2000 on
+nvJPEG2000, the rest on the CPU threads (see :mod:`sluice.backends.image.gpu`). In a pipeline the mixed
+decoders' host work (header probes, crop windows) runs in the CPU stage, which also starts the batch's decoding,
+so that it overlaps the device stage's work on the batch before (``prepare``). The crop variants decode only the
+kept region where the codec allows it (nvImageCodec region decoding on the GPU); on the CPU the window is cut
+right after decoding, before any conversion. EXIF orientation is applied when ``adjust_orientation`` is set, and
+crop windows refer to the upright image. Bad input (empty, truncated, corrupt, unknown format, above the pixel
+limit set with ``sluice.backends.image.set_max_image_pixels``) raises an error naming the file, the decoder and
+the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sluice import types
+from sluice.backends.image import ImageDecodeError, ImageInfo, decode, probe
+from sluice.errors import SampleError
+from sluice.ops.decoders.crop_window import random_crop_window
+from sluice.ops.readers.file import batch_region, contiguous_bytes
+from sluice.ops.tensor.slice import SCHEMA as SLICE
+from sluice.ops.tensor.slice import slice_bounds
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec, SampleContext
+
+__all__ = ["IMAGE", "IMAGE_RANDOM_CROP", "IMAGE_CROP", "IMAGE_SLICE", "PEEK_IMAGE_SHAPE", "convert_image_dtype"]
+
+logger = logging.getLogger(__name__)
+
+Roi = tuple[int, int, int, int]
+
+_DECODER_ARGS = [
+    Arg("output_type", types.DALIImageType, types.RGB,
+        "Colour space of the output: types.RGB, BGR, GRAY (1 channel), YCbCr or ANY_DATA (the channels as "
+        "stored, alpha kept)."),
+    Arg("dtype", types.DALIDataType, types.UINT8,
+        "Output type: UINT8, UINT16 or FLOAT (values scaled to [0, 1]).",
+        choices=(types.UINT8, types.UINT16, types.FLOAT)),
+    Arg("adjust_orientation", bool, True, "Apply the EXIF orientation (rotate/mirror to upright)."),
+    Arg("hw_decoder_load", float, 0.9,
+        "mixed: share of the GPU-decodable JPEGs given to the hardware JPEG engines (nvImageCodec); the rest "
+        "goes to CUDA nvJPEG on the SMs. Without an nvImageCodec decoder on the SMs (its CUDA 13 builds) "
+        "torchvision's batched nvJPEG, which drives the same engines, takes every JPEG and this has no effect. "
+        "SLUICE_IMAGE_CPU_LOAD gives a share to the CPU threads, SLUICE_IMAGE_ADAPTIVE=1 tunes both shares on "
+        "the measured batch speed."),
+    Arg("use_fast_idct", bool, False, "Use libjpeg-turbo's fast integer IDCT (less exact)."),
+    Arg("jpeg_fancy_upsampling", bool, False,
+        "mixed: upsample chroma like libjpeg-turbo ('fancy' upsampling) so GPU and CPU outputs agree closer."),
+    Arg("preallocate_width_hint", int, 0, "Accepted for DALI compatibility (buffers are sized per batch)."),
+    Arg("preallocate_height_hint", int, 0, "Accepted for DALI compatibility (buffers are sized per batch)."),
+    Arg("affine", bool, True, "Accepted for DALI compatibility; no effect."),
+    Arg("device_memory_padding", int, 16 * 1024 * 1024, "Accepted for DALI compatibility; no effect."),
+    Arg("host_memory_padding", int, 8 * 1024 * 1024, "Accepted for DALI compatibility; no effect."),
+    Arg("device_memory_padding_jpeg2k", int, 0, "Accepted for DALI compatibility; no effect."),
+    Arg("host_memory_padding_jpeg2k", int, 0, "Accepted for DALI compatibility; no effect."),
+    Arg("hybrid_huffman_threshold", int, 1000000, "Accepted for DALI compatibility; no effect."),
+]
+
+_CROP_POS_ARGS = [
+    Arg("crop_pos_x", float, 0.5, "Horizontal position of the window, 0 (left) to 1 (right).", per_sample=True),
+    Arg("crop_pos_y", float, 0.5, "Vertical position of the window, 0 (top) to 1 (bottom).", per_sample=True),
+]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Pure helpers
+# ------------------------------------------------------------------------------------------------------------
+def convert_image_dtype(image: torch.Tensor, dtype: types.DALIDataType) -> torch.Tensor:
+    """Convert a decoded uint8/uint16 image to ``dtype`` (UINT8, UINT16 or FLOAT in [0, 1]) on its own device.
+
+    Example::
+
+        convert_image_dtype(torch.full((2, 2, 3), 255, dtype=torch.uint8), types.FLOAT)   # all 1.0
+    """
+    src16 = image.dtype == torch.uint16
+    if dtype is types.FLOAT:
+        return image.to(torch.float32) / (65535.0 if src16 else 255.0)
+    if dtype is types.UINT8:
+        if not src16:
+            return image
+        return ((image.to(torch.int32) + 128) // 257).to(torch.uint8)
+    if dtype is types.UINT16:
+        return image if src16 else (image.to(torch.int32) * 257).to(torch.uint16)
+    raise ValueError(f"Invalid dtype ({dtype!r}). Supported values are types.UINT8, types.UINT16, types.FLOAT.")
+
+
+def _window_crop(sample_args: dict, h: int, w: int) -> Roi:
+    """The fixed-size window of image_crop: size from ``crop`` or ``crop_h``/``crop_w``, placed at
+    ``crop_pos_*`` and clamped to the image (an image smaller than the crop is kept whole on that side)."""
+    crop = sample_args.get("crop")
+    ch = float(sample_args.get("crop_h") or 0.0)
+    cw = float(sample_args.get("crop_w") or 0.0)
+    if crop:
+        crop = [float(c) for c in np.asarray(crop).reshape(-1)]
+        if len(crop) == 1:
+            crop = crop * 2
+        if len(crop) != 2:
+            raise ValueError(f"Invalid crop ({crop}). Give (height, width) or one value for both.")
+        ch, cw = ch or crop[0], cw or crop[1]
+    if ch <= 0 or cw <= 0:
+        raise ValueError("image_crop needs a window size: give crop=(height, width) or crop_h and crop_w > 0")
+    ch_i, cw_i = min(int(round(ch)), h), min(int(round(cw)), w)
+    px, py = float(sample_args["crop_pos_x"]), float(sample_args["crop_pos_y"])
+    if not (0 <= px <= 1 and 0 <= py <= 1):
+        raise ValueError(f"Invalid crop_pos_x/crop_pos_y ({px}, {py}). They must lie in [0, 1].")
+    y = int(round(py * (h - ch_i)))
+    x = int(round(px * (w - cw_i)))
+    return y, x, ch_i, cw_i
+
+
+def _window_slice(sample_args: dict, h: int, w: int, anchor=None, shape=None) -> Roi:
+    """The window of image_slice: from the anchor and shape inputs (normalised or in pixels), or from the
+    ``start``/``rel_start`` and ``end``/``rel_end``/``shape``/``rel_shape`` arguments, with values in the order of
+    ``axis_names`` (or ``axes`` when given). Coordinates round as in ``fn.slice`` (DALI's rules)."""
+    if (anchor is None) != (shape is None):
+        raise ValueError("image_slice: give both the anchor and the shape inputs, or neither (then the window "
+                         "comes from start/rel_start and end/rel_end/shape/rel_shape)")
+    if sample_args.get("axes") is not None:
+        if not sample_args["axes"] or any(a not in (0, 1) for a in sample_args["axes"]):
+            raise ValueError(f"Invalid axes ({sample_args['axes']}). Use 0 (height) and/or 1 (width).")
+        axes = [int(a) for a in sample_args["axes"]]
+    else:
+        axis_names = sample_args["axis_names"]
+        if not axis_names or len(set(axis_names)) != len(axis_names) or set(axis_names) - {"H", "W"}:
+            raise ValueError(f"Invalid axis_names ({axis_names!r}). Use 'WH', 'HW', 'H' or 'W'.")
+        axes = ["HW".index(c) for c in axis_names]
+    try:
+        (y, x), (y1, x1) = slice_bounds(
+            (h, w), axes, anchor=anchor, sl_shape=shape, normalized_anchor=sample_args["normalized_anchor"],
+            normalized_shape=sample_args["normalized_shape"], start=sample_args.get("start"),
+            rel_start=sample_args.get("rel_start"), end=sample_args.get("end"), rel_end=sample_args.get("rel_end"),
+            shape_arg=sample_args.get("shape"), rel_shape=sample_args.get("rel_shape"))
+    except ValueError as exc:
+        raise ValueError(f"image_{exc}") from None  # slice_bounds' messages start with "slice: "
+    hh, ww = y1 - y, x1 - x
+    if hh <= 0 or ww <= 0:
+        raise ValueError(f"image_slice: empty window (height {hh}, width {ww})")
+    if y < 0 or x < 0 or y + hh > h or x + ww > w:
+        if sample_args["out_of_bounds_policy"] == "error":
+            raise ValueError(f"image_slice: window (y={y}, x={x}, h={hh}, w={ww}) lies outside the {h} x {w} image; "
+                             "pass out_of_bounds_policy='trim_to_shape' to cut it to the image")
+        y0, x0 = max(y, 0), max(x, 0)
+        hh, ww = min(y + hh, h) - y0, min(x + ww, w) - x0
+        y, x = y0, x0
+        if hh <= 0 or ww <= 0:
+            raise ValueError("image_slice: the window does not overlap the image")
+    return y, x, hh, ww
+
+
+def _window_random(sample_args: dict, h: int, w: int, rng: np.random.Generator) -> Roi:
+    return random_crop_window(rng, h, w, sample_args["random_area"], sample_args["random_aspect_ratio"],
+                              sample_args["num_attempts"])
+
+
+# A window function: (sample_args, upright_h, upright_w, rng_or_None, extra_sample_inputs) -> roi or None.
+WindowFn = Callable[[dict, int, int, "np.random.Generator | None", tuple], "Roi | None"]
+
+_WINDOWS: dict[str, WindowFn] = {
+    "decoders.image": lambda a, h, w, rng, extra: None,
+    "decoders.image_crop": lambda a, h, w, rng, extra: _window_crop(a, h, w),
+    "decoders.image_slice": lambda a, h, w, rng, extra: _window_slice(a, h, w, *extra),
+    "decoders.image_random_crop": lambda a, h, w, rng, extra: _window_random(a, h, w, rng),
+}
+
+
+def _sample_bytes(sample: torch.Tensor) -> np.ndarray:
+    if sample.device.type != "cpu":
+        raise ValueError("decoders take encoded bytes on the CPU (1-D uint8 samples, e.g. from fn.readers.file); "
+                         "this input is on the GPU")
+    if sample.dtype != torch.uint8:
+        raise ValueError(f"decoders take encoded bytes as uint8 samples; got {sample.dtype}")
+    # Each torch call may release the GIL, and getting it back in a busy pipeline is what costs: one call here.
+    return sample.numpy() if sample.dim() == 1 else sample.reshape(-1).numpy()
+
+
+def _output_type_name(args: dict) -> str:
+    return args["output_type"].name
+
+
+@dataclass
+class _WholeBatch:
+    """A batch of plain JPEGs whose decoding :meth:`GpuImageDecoder.start_jpegs` started (the mixed decoders' fast
+    lane): the started decode, the crop windows (``(n, 4)``: y, x, h, w) and the output's channel count."""
+
+    started: object
+    windows: np.ndarray
+    channels: int
+
+
+def _plain_jpegs(info: np.ndarray, region: torch.Tensor, offsets: np.ndarray, sources: list[str],
+                 check_scans: bool) -> bool:
+    """Whether every sample of a batch is a JPEG the batched GPU path takes whole (see ``gpu_eligible``): read here,
+    baseline, 1 or 3 components, complete, within the pixel limit, upright (an Exif block is looked into, per
+    sample), and, with ``check_scans``, with entropy-coded data that passed the scan check."""
+    from sluice.backends.image.common import get_max_image_pixels
+    from sluice.native import image as nimg
+
+    h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
+    ok = ((info[:, nimg.STATUS] == 0) & (info[:, nimg.PROGRESSIVE] == 0) & (info[:, nimg.ENDS_WITH_EOI] == 1)
+          & np.isin(info[:, nimg.COMPONENTS], (1, 3)) & (h > 0) & (w > 0) & (h * w <= get_max_image_pixels()))
+    if check_scans:
+        ok &= info[:, nimg.SCAN_OK] == 1
+    if not ok.all():
+        return False
+    # An Exif block may turn the image: the probe reads its orientation (those samples only)
+    ends = np.append(offsets[1:], region.numel())
+    return all(probe(region[offsets[i]:ends[i]].numpy(), source=sources[i]).orientation == 1
+               for i in np.flatnonzero(info[:, nimg.HAS_EXIF]).tolist())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Kernels shared by the four decoders
+# ------------------------------------------------------------------------------------------------------------
+def _make_cpu_kernel(op: str) -> Callable:
+    window = _WINDOWS[op]
+
+    def kernel(ctx: SampleContext, data: torch.Tensor, *extra: torch.Tensor, **args) -> torch.Tensor:
+        buf = _sample_bytes(data)
+        info = probe(buf, source=ctx.source_info)
+        h, w, _ = info.shape(args["adjust_orientation"])
+        rng = ctx.rng if op == "decoders.image_random_crop" else None
+        roi = window(args, h, w, rng, tuple(e.numpy() for e in extra))
+        arr = decode(buf, output_type=_output_type_name(args), adjust_orientation=args["adjust_orientation"],
+                     use_fast_idct=args["use_fast_idct"], roi=roi, info=info, source=ctx.source_info)
+        return convert_image_dtype(torch.from_numpy(arr), args["dtype"])
+
+    kernel.__name__ = op.split(".")[-1] + "_cpu"
+    return kernel
+
+
+def _make_mixed_operator(op: str) -> type[Operator]:
+    window = _WINDOWS[op]
+
+    class MixedImageDecoder(Operator):
+        """Bytes on the CPU in, CUDA HWC images out, on the pipeline's stream (see sluice.backends.image.gpu)."""
+
+        def __init__(self, spec: OpSpec):
+            super().__init__(spec)
+            self._decoder = None
+
+        def _get_decoder(self, ctx: BatchContext):
+            if self._decoder is None:
+                from sluice.backends.image.gpu import GpuImageDecoder
+
+                a = self.spec.args
+                device = ctx.device if ctx.device.index is not None or ctx.device.type != "cuda" else \
+                    torch.device("cuda", 0)
+                self._decoder = GpuImageDecoder(
+                    device, hw_decoder_load=a.get("hw_decoder_load", 0.9),
+                    jpeg_fancy_upsampling=a.get("jpeg_fancy_upsampling", False),
+                    use_fast_idct=a.get("use_fast_idct", False), num_cpu_threads=max(1, self.spec.num_threads))
+                logger.info("%s (mixed) decodes with %s", op, self._decoder.backend_name)
+            return self._decoder
+
+        def _host_work(self, ctx: BatchContext, data: Batch, *extra: Batch,
+                       args: BatchArgs) -> tuple[list, list[ImageInfo], list[Roi | None], torch.Tensor | None]:
+            """The batch's host work before decoding: its bytes, header probes, (crop variants) windows, and
+            readers.file's batch buffer when the samples lie back to back in it (the scan check copies it as it
+            lies)."""
+            n = len(data)
+            sources = self._sources(ctx, n)
+            bufs = [_sample_bytes(s) for s in data.samples]
+            adjust = args.const("adjust_orientation")
+            # Header probes are a few microseconds each: cheaper in this thread than as thread-pool tasks.
+            infos: list[ImageInfo] = []
+            rois: list[Roi | None] = [None] * n
+            for i in range(n):
+                try:
+                    infos.append(probe(bufs[i], source=sources[i]))
+                    if op != "decoders.image":
+                        h, w, _ = infos[i].shape(adjust)
+                        rng = ctx.sample_rng(i, reuse=True) if op == "decoders.image_random_crop" else None
+                        rois[i] = window(args.sample(i), h, w, rng, tuple(b[i].numpy() for b in extra))
+                except Exception as exc:  # noqa: BLE001 - re-raised naming the sample, as sample kernels do
+                    raise SampleError(i, sources[i], exc) from exc
+            return bufs, infos, rois, contiguous_bytes(data.samples)
+
+        def _decode_kwargs(self, ctx: BatchContext, args: BatchArgs, host) -> dict:
+            bufs, infos, rois, region = host
+            decoder = self._get_decoder(ctx)
+            return {"output_type": args.const("output_type").name, "sources": self._sources(ctx, len(bufs)),
+                    "adjust_orientation": args.const("adjust_orientation"), "rois": rois, "infos": infos,
+                    "thread_pool": ctx.thread_pool, "region": region if decoder.validate_scans else None}
+
+        @staticmethod
+        def _sources(ctx: BatchContext, n: int) -> list[str]:
+            return list(ctx.source_info) if ctx.source_info else [""] * n
+
+        def _start_whole(self, ctx: BatchContext, data: Batch, extra: tuple, args: BatchArgs) -> _WholeBatch | None:
+            """The fast lane, for batches of plain JPEGs lying back to back in readers.file's buffer: their headers
+            read and scans checked in the compiled core (pool threads, no GIL), the windows drawn for the whole
+            batch at once, and the decoding of the whole batch started in one call. None when the batch does not
+            qualify (then the general path below decodes it, sample by sample where it must)."""
+            from sluice.native import image as nimg
+
+            otype = args.const("output_type").name
+            if (extra or op not in ("decoders.image", "decoders.image_random_crop") or otype not in ("RGB", "GRAY")
+                    or ctx.device.type != "cuda"):
+                return None
+            decoder = self._get_decoder(ctx)
+            found = batch_region(data) if decoder.takes_whole_jpeg_batches else None
+            if found is None:
+                return None
+            region, offsets, sizes = found
+            info = nimg.jpeg_info(region.numpy(), offsets, sizes, decoder.validate_scans, ctx.thread_pool)
+            if not _plain_jpegs(info, region, offsets, self._sources(ctx, len(data)), decoder.validate_scans):
+                return None
+            h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
+            if op == "decoders.image_random_crop":
+                windows = nimg.random_crop_windows(ctx.seed, ctx.iteration, h, w, args.const("random_area"),
+                                                   args.const("random_aspect_ratio"), args.const("num_attempts"))
+            else:
+                windows = np.stack([np.zeros_like(h), np.zeros_like(w), h, w], axis=1)
+            gray = otype == "GRAY"
+            started = decoder.start_jpegs(region, offsets, sizes, windows, gray, ctx.thread_pool, self.spec.num_threads)
+            return _WholeBatch(started, windows, 1 if gray else 3)
+
+        def prepare(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs):
+            """Run by the executor in the CPU stage: the host work, then (on a GPU) the decoding itself is started
+            in the background, so that it overlaps the device stage's work on the previous batch."""
+            whole = self._start_whole(ctx, data, extra, args)
+            if whole is not None:
+                return whole
+            host = self._host_work(ctx, data, *extra, args=args)
+            if not len(data) or ctx.device.type != "cuda":
+                return host, None
+            return host, self._get_decoder(ctx).start(host[0], **self._decode_kwargs(ctx, args, host))
+
+        def run(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs) -> Batch:
+            n = len(data)
+            if n == 0:
+                return Batch([], layout="HWC")
+            sources = self._sources(ctx, n)
+            dtype = args.const("dtype")
+            decoder = self._get_decoder(ctx)
+            whole = ctx.prepared if ctx.prepared is not None else self._start_whole(ctx, data, extra, args)
+            if isinstance(whole, _WholeBatch):
+                try:
+                    flat = decoder.finish_jpegs(whole.started, torch.cuda.current_stream(ctx.device))
+                except Exception as exc:  # noqa: BLE001 - decoded the general way, which names a bad file
+                    logger.warning("%s: the batched JPEG decode failed (%s: %s); decoding the batch sample by "
+                                   "sample", op, type(exc).__name__, exc)
+                else:
+                    shapes = np.column_stack([whole.windows[:, 2:], np.full(n, whole.channels)])
+                    images = Batch.from_packed(flat, shapes, "HWC", sources)
+                    if dtype is not types.UINT8:
+                        images = Batch([convert_image_dtype(t, dtype) for t in images], "HWC", sources)
+                    return images
+                ctx.prepared = None
+            host, started = ctx.prepared or (self._host_work(ctx, data, *extra, args=args), None)
+
+            def named(fn):  # a decoder error names the file: raise it naming the sample too
+                try:
+                    return fn()
+                except ImageDecodeError as exc:
+                    index = next((i for i, s in enumerate(sources) if s and s == exc.source), None)
+                    if index is None:
+                        raise
+                    raise SampleError(index, exc.source, exc) from exc
+
+            if started is not None:
+                images, checks = named(lambda: decoder.finish(started, torch.cuda.current_stream(ctx.device)))
+                for check in checks:
+                    ctx.defer(lambda check=check: named(check))
+            else:
+                images = named(lambda: decoder.decode(
+                    host[0], defer=lambda check: ctx.defer(lambda: named(check)),
+                    **self._decode_kwargs(ctx, args, host)))
+            return Batch([convert_image_dtype(t, dtype) for t in images], layout="HWC", source_info=sources)
+
+        def close(self) -> None:
+            if self._decoder is not None:
+                self._decoder.close()
+
+    MixedImageDecoder.__name__ = "".join(p.title() for p in op.split(".")[-1].split("_")) + "_mixed"
+    return MixedImageDecoder
+
+
+# libjpeg-turbo (simplejpeg) for JPEG, OpenCV and Pillow for the other formats; the mixed decoders use them for
+# what nvJPEG cannot take, and torchvision's nvJPEG.
+_CPU_CODECS = ("simplejpeg", "cv2", "PIL")
+
+
+def _decoder_schema(name: str, summary: str, example: str, extra_args: list[Arg], *, inputs=1,
+                    random: bool = False, input_names=None) -> OpSchema:
+    schema = OpSchema(
+        name,
+        doc=f"""{summary}
+
+        Supported formats: JPEG, PNG, BMP, TIFF, PNM, WebP, JPEG 2000, GIF (first frame). The output is HWC.
+        ``device="mixed"`` returns CUDA images; ``device="cpu"`` decodes in the pipeline's threads. Example::
+
+            {example}
+        """,
+        inputs=inputs, outputs=1, devices=("cpu", "mixed"), random=random, output_layout="HWC",
+        input_names=input_names, args=_DECODER_ARGS + extra_args,
+        requires={"cpu": _CPU_CODECS, "mixed": _CPU_CODECS + ("torchvision",)})
+    from sluice.ops.decoders._image_cpu import cpu_operator  # imported here: it uses this module's helpers
+    schema.operator_class("cpu")(cpu_operator(name))
+    schema.operator_class("mixed")(_make_mixed_operator(name))
+    return schema
+
+
+IMAGE = _decoder_schema(
+    "decoders.image", "Decodes images.",
+    'images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB)', [])
+
+IMAGE_CROP = _decoder_schema(
+    "decoders.image_crop", "Decodes images and keeps a fixed-size window (decoding only that region on the GPU).",
+    'images = fn.decoders.image_crop(jpegs, device="mixed", crop=(224, 224), crop_pos_x=0.5, crop_pos_y=0.5)',
+    [Arg("crop", "float_list", None, "Window size (height, width) in pixels.", per_sample=True, min=0),
+     Arg("crop_w", float, 0.0, "Window width in pixels (overrides crop).", per_sample=True, min=0),
+     Arg("crop_h", float, 0.0, "Window height in pixels (overrides crop).", per_sample=True, min=0),
+     *_CROP_POS_ARGS])
+
+IMAGE_RANDOM_CROP = _decoder_schema(
+    "decoders.image_random_crop",
+    "Decodes images and keeps a random window of random area and aspect ratio (DALI's RandomCropGenerator).",
+    'images = fn.decoders.image_random_crop(jpegs, device="mixed", random_area=[0.08, 1.0])',
+    [Arg("random_area", "float_list", [0.08, 1.0], "Range of the window's area, as a fraction of the image."),
+     Arg("random_aspect_ratio", "float_list", [3 / 4, 4 / 3], "Range of the window's width / height."),
+     Arg("num_attempts", int, 10, "Draws before falling back to the whole image with the aspect ratio clamped.",
+         min=1)],
+    random=True)
+
+IMAGE_SLICE = _decoder_schema(
+    "decoders.image_slice",
+    "Decodes images and keeps a window: given by anchor and shape inputs, or by start/end/shape arguments.",
+    'images = fn.decoders.image_slice(jpegs, anchor, shape, device="mixed")      # e.g. from fn.random_bbox_crop\n'
+    '            images = fn.decoders.image_slice(jpegs, rel_start=[0.1, 0.2], rel_shape=[0.5, 0.5])\n'
+    '            images = fn.decoders.image_slice(jpegs, start=[16, 8], end=[240, 200])   # x, y in pixels',
+    [Arg("axis_names", str, "WH", "Order of the anchor/shape and start/end/shape values: 'WH' (x first), 'HW', "
+         "'W' or 'H'."),
+     Arg("axes", "int_list", None, "The same as axis_names by index (0 = height, 1 = width); overrides it."),
+     Arg("normalized_anchor", bool, True, "The anchor input is a fraction of the image size (else pixels)."),
+     Arg("normalized_shape", bool, True, "The shape input is a fraction of the image size (else pixels)."),
+     # start / rel_start and end / rel_end / shape / rel_shape: declared once, by fn.slice
+     *(SLICE.args[name] for name in ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")),
+     Arg("out_of_bounds_policy", str, "error", "What a window outside the image does.",
+         choices=("error", "trim_to_shape"))],
+    inputs=(1, 3), input_names=["data", "anchor", "shape_input"])
+
+# ------------------------------------------------------------------------------------------------------------
+# peek_image_shape
+# ------------------------------------------------------------------------------------------------------------
+PEEK_IMAGE_SHAPE = OpSchema(
+    "peek_image_shape",
+    doc="""Returns the shape (H, W, C) of encoded images, reading only their headers.
+
+    With ``adjust_orientation`` the EXIF orientation is applied (height and width swap for rotated images).
+    Example::
+
+        shapes = fn.peek_image_shape(jpegs)
+    """,
+    inputs=1, outputs=1, devices=("cpu",), output_layout="", requires={"cpu": ("PIL",)},
+    args=[Arg("dtype", types.DALIDataType, types.INT64, "Type of the output.",
+              choices=(types.INT32, types.INT64, types.UINT32, types.UINT64, types.FLOAT, types.FLOAT64)),
+          Arg("adjust_orientation", bool, True, "Swap height and width for images whose EXIF orientation rotates "
+              "them by 90 degrees.")])
+
+
+@PEEK_IMAGE_SHAPE.sample_kernel("cpu")
+def peek_image_shape_cpu(ctx: SampleContext, data: torch.Tensor, *, dtype, adjust_orientation, **_) -> torch.Tensor:
+    """The (H, W, C) of one encoded image from its header."""
+    info = probe(_sample_bytes(data), source=ctx.source_info)
+    return torch.tensor(info.shape(adjust_orientation), dtype=types.to_torch_dtype(dtype))

@@ -1,0 +1,152 @@
+"""``fn.crop_mirror_normalize``: crop, mirror, normalise, change layout and cast in one pass.
+
+``out = (in - mean) * (scale / std) + shift`` in float32 (``scale / std`` rounded to float32 first), then
+rounded (halves away from zero) and saturated for integer ``dtype``. ``mirror`` flips horizontally per sample;
+``pad_output`` pads the channels to a power of two with ``fill_values``; padding outside the image (policy
+``'pad'``) writes ``fill_values`` as output values. On the GPU the whole batch is one Triton pass pair
+(:func:`sluice.kernels.batched.resample_batch` with an identity nearest-neighbour map), writing a dense
+``N x C x H x W`` tensor when the crops agree in size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sluice import types
+from sluice.kernels.batched import resample_batch
+from sluice.kernels.resample import epilogue
+from sluice.ops.image._geometry import apply_crop, as_list, crop_windows_batch, norm_params, out_dtype
+from sluice.ops.image.crop import CROP_ARGS, window_of
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, OpSchema
+
+__all__ = ["SCHEMA", "CMN_ARGS", "cmn_sample", "check_output_layout", "norm_batch"]
+
+CMN_ARGS = [
+    Arg("mirror", int, 0, "Flip horizontally (per sample, e.g. fn.random.coin_flip()).", per_sample=True),
+    Arg("mean", "float_list", [0.0], "Mean per channel (or one for all).", per_sample=True),
+    Arg("std", "float_list", [1.0], "Standard deviation per channel (or one for all).", per_sample=True),
+    Arg("scale", float, 1.0, "Multiplier after normalisation."),
+    Arg("shift", float, 0.0, "Added after scaling."),
+    Arg("dtype", types.DALIDataType, types.FLOAT, "Output type: FLOAT, FLOAT16, UINT8 or INT8 (others work too).",),
+    Arg("output_layout", str, "CHW", "Output layout: a permutation of HWC, e.g. CHW or HWC."),
+    Arg("pad_output", bool, False, "Pad the channels to a power of two with fill_values."),
+    Arg("image_type", types.DALIImageType, None, "Accepted for DALI compatibility (unused)."),
+]
+
+SCHEMA = OpSchema(
+    "crop_mirror_normalize",
+    sequences="frames",
+    doc="""Crop, mirror, normalise, transpose and cast images.
+
+    ``out = (in - mean) * (scale / std) + shift``. Example::
+
+        out = fn.crop_mirror_normalize(images, crop=(224, 224), mirror=fn.random.coin_flip(),
+                                       mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                       std=[0.229 * 255, 0.224 * 255, 0.225 * 255],
+                                       dtype=types.FLOAT16, output_layout="CHW", device="gpu")
+    """,
+    devices=("cpu", "gpu"),
+    output_layout=lambda a, lay: a.get("output_layout") or "CHW",
+    args=CROP_ARGS + CMN_ARGS,
+)
+
+
+def check_output_layout(layout: str) -> str:
+    """Validate ``output_layout`` (a permutation of HWC)."""
+    if sorted(layout or "") != ["C", "H", "W"]:
+        raise ValueError(f"Invalid output_layout ('{layout}'). Supported values are permutations of 'HWC', "
+                         "e.g. 'CHW', 'HWC'.")
+    return layout
+
+
+def _hwc(image: torch.Tensor, layout: str) -> torch.Tensor:
+    if image.dim() == 2:
+        return image.unsqueeze(2)
+    if layout == "CHW":
+        return image.permute(1, 2, 0)
+    if layout not in ("", "HWC"):
+        raise ValueError(f"Unsupported input layout '{layout}'; supported: HWC, CHW, HW.")
+    return image
+
+
+def _norm(channels: int, args: dict) -> np.ndarray:
+    return norm_params(channels, args.get("mean"), args.get("std"), args.get("scale", 1.0), args.get("shift", 0.0),
+                       bool(args.get("pad_output")), args.get("fill_values"))
+
+
+def norm_batch(channels: int, args, n: int) -> np.ndarray:
+    """``(N, C_out, 3)`` normalisation rows for a batch (computed once when mean and std are constants)."""
+    if args.is_const("mean") and args.is_const("std"):
+        one = _norm(channels, args.sample(0))
+        return np.ascontiguousarray(np.broadcast_to(one, (n,) + one.shape))
+    return np.stack([_norm(channels, args.sample(i)) for i in range(n)])
+
+
+def cmn_sample(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
+    """One sample, on whatever device it lives (the CPU kernel, and the GPU fallback for padded windows)."""
+    x = _hwc(image, layout)
+    out_layout = check_output_layout(args.get("output_layout") or "CHW")
+    dtype = out_dtype(args.get("dtype"), torch.float32)
+    win = window_of(tuple(x.shape), "HWC", args)
+    policy = args.get("out_of_bounds_policy") or "error"
+    norm = _norm(int(x.shape[2]), args)
+    mirror = bool(args.get("mirror"))
+    y0, x0, h, w = win
+    H, W = int(x.shape[0]), int(x.shape[1])
+    if policy != "pad" or (y0 >= 0 and x0 >= 0 and y0 + h <= H and x0 + w <= W):
+        x = apply_crop(x, win, "HWC", policy)
+        return epilogue(x.to(torch.float32), norm, mirror, out_layout, dtype)
+    inner = apply_crop(x, win, "HWC", "trim_to_shape")
+    fill = as_list(args.get("fill_values")) or [0.0]
+    cout = norm.shape[0]
+    fill = fill * cout if len(fill) == 1 else (fill + [0.0] * cout)[:cout]
+    canvas = torch.tensor(fill, dtype=torch.float32, device=x.device).expand(h, w, cout).clone()
+    ya, xa = max(y0, 0), max(x0, 0)
+    if inner.numel():
+        canvas[ya - y0:ya - y0 + inner.shape[0], xa - x0:xa - x0 + inner.shape[1]] = \
+            epilogue(inner.to(torch.float32), norm, False, "HWC", torch.float32)
+    return epilogue(canvas, None, mirror, out_layout, dtype)
+
+
+@SCHEMA.sample_kernel("cpu")
+def crop_mirror_normalize_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
+    """One sample on the CPU."""
+    return cmn_sample(image, ctx.layout, args)
+
+
+@SCHEMA.batch_kernel("gpu")
+def crop_mirror_normalize_gpu(ctx, images: Batch, *, args) -> Batch:
+    """The batch in one Triton pass pair; padded out-of-bounds windows take the per-sample path."""
+    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    out_layout = check_output_layout(args.const("output_layout") or "CHW")
+    samples = images.samples
+    n = len(samples)
+    if n == 0:
+        return Batch([], out_layout)
+    policy = args.const("out_of_bounds_policy")
+    xs = [_hwc(s, layout) for s in samples]
+    hw = np.array([x.shape[:2] for x in xs], dtype=np.int64)
+    wins = crop_windows_batch(hw, args)
+    outside = (wins[:, 0] < 0) | (wins[:, 1] < 0) | (wins[:, 0] + wins[:, 2] > hw[:, 0]) | \
+        (wins[:, 1] + wins[:, 3] > hw[:, 1])
+    if layout == "CHW" or (outside.any() and policy == "pad"):
+        return Batch([cmn_sample(s, layout, args.sample(i)) for i, s in enumerate(samples)], out_layout)
+    if outside.any():
+        if policy == "error":
+            i = int(np.argmax(outside))
+            apply_crop(xs[i], tuple(wins[i]), "HWC", "error")  # raises with the message
+        ya, xa = np.maximum(wins[:, 0], 0), np.maximum(wins[:, 1], 0)
+        yb, xb = np.minimum(wins[:, 0] + wins[:, 2], hw[:, 0]), np.minimum(wins[:, 1] + wins[:, 3], hw[:, 1])
+        wins = np.stack([ya, xa, np.maximum(yb - ya, 0), np.maximum(xb - xa, 0)], axis=1)
+    c = int(xs[0].shape[2])
+    norm = norm_batch(c, args, n)
+    mirror = np.array([bool(m) for m in args["mirror"]])
+    rois = np.stack([wins[:, 0], wins[:, 1], wins[:, 0] + wins[:, 2], wins[:, 1] + wins[:, 3]], 1).astype(np.float64)
+    outs = wins[:, 2:4]
+    dense = bool((outs == outs[0]).all())
+    dtype = out_dtype(args.const("dtype"), torch.float32)
+    res = resample_batch(xs, rois, outs, "nn", "nn", False, dtype=dtype, mirror=mirror, norm=norm,
+                         output_layout=out_layout, dense=dense)
+    return Batch.from_dense(res, out_layout) if dense else Batch(res, out_layout)

@@ -1,0 +1,64 @@
+"""``fn.flip``: mirror images horizontally and/or vertically, per sample.
+
+On the GPU a dense batch is flipped with one gather per group of samples sharing the same flags (at most four
+launches whatever the batch size); ragged batches flip sample by sample.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sluice.ops.image._geometry import flip_image, spatial_dims
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, OpSchema
+
+__all__ = ["SCHEMA"]
+
+SCHEMA = OpSchema(
+    "flip",
+    sequences="axis",
+    doc="""Flip images along the width (``horizontal``) and/or the height (``vertical``).
+
+    Example::
+
+        images = fn.flip(images, horizontal=fn.random.coin_flip(), vertical=0)
+    """,
+    devices=("cpu", "gpu"),
+    args=[
+        Arg("horizontal", int, 1, "Flip along the width (0 or 1).", per_sample=True),
+        Arg("vertical", int, 0, "Flip along the height (0 or 1).", per_sample=True),
+        Arg("depthwise", int, 0, "Flip along the depth of volumes (accepted; 2-D images have none).",
+            per_sample=True),
+    ],
+)
+
+
+def _layout(layout: str, x: torch.Tensor) -> str:
+    return layout or ("HWC" if x.dim() == 3 else "HW")
+
+
+@SCHEMA.sample_kernel("cpu")
+def flip_cpu(ctx, image: torch.Tensor, *, horizontal=1, vertical=0, **_) -> torch.Tensor:
+    """One sample; returns a new tensor (the input is never modified)."""
+    return flip_image(image, _layout(ctx.layout, image), bool(horizontal), bool(vertical)).contiguous()
+
+
+@SCHEMA.batch_kernel("gpu")
+def flip_gpu(ctx, images: Batch, *, args) -> Batch:
+    """Dense batches: one flip per distinct (horizontal, vertical) pair; ragged: per sample."""
+    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    n = len(images)
+    hs = [bool(v) for v in args["horizontal"]]
+    vs = [bool(v) for v in args["vertical"]]
+    dense = images.dense
+    if dense is None or n == 0:
+        return Batch([flip_image(s, _layout(layout, s), hs[i], vs[i]).contiguous()
+                      for i, s in enumerate(images.samples)], layout)
+    hd, wd, _ = spatial_dims(_layout(layout, dense[0]), dense.dim() - 1)
+    out = torch.empty_like(dense)
+    for key in {(h, v) for h, v in zip(hs, vs)}:
+        idx = torch.tensor([i for i in range(n) if (hs[i], vs[i]) == key], device=dense.device)
+        dims = ([wd + 1] if key[0] else []) + ([hd + 1] if key[1] else [])
+        part = dense.index_select(0, idx)
+        out.index_copy_(0, idx, part.flip(dims) if dims else part)
+    return Batch.from_dense(out, layout)

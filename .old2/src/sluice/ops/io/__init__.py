@@ -1,0 +1,1 @@
+"""sluice operators: input/output of raw data (``fn.io.file.read``)."""

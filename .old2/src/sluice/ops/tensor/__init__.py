@@ -1,0 +1,1 @@
+"""Generic tensor operators: normalize, pad, slice, one_hot."""

@@ -1,0 +1,598 @@
+"""Runs a built graph: CPU operators across a thread pool, GPU operators on the pipeline's CUDA stream, in two
+pipelined stages, with up to ``prefetch_queue_depth`` finished iterations waiting for the training loop.
+
+Stage 1 (the CPU stage) runs every operator that needs only the CPU; stage 2 (the device stage) runs mixed and
+GPU operators on the pipeline's stream. Each stage has its own thread, so the CPU decodes iteration k+1 while
+the GPU works on iteration k. Every failure is caught where it happens and handed to the consumer, naming the
+operator, the sample and its file; the pipeline is then marked broken, and nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError, SampleError
+from sluice.pipeline.balance import PrepareBalance
+from sluice.pipeline.batch import Batch
+from sluice.pipeline.cuda_graphs import GraphedRun, graph_runs
+from sluice.pipeline.graph import DataNode, OpNode
+from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Executor", "EndOfEpoch"]
+
+
+class EndOfEpoch(Exception):
+    """Raised by sources (external_source) when their data ends: the iteration becomes StopIteration."""
+
+
+@dataclass
+class _Failure:
+    error: BaseException
+
+
+_END = object()  # an iteration that hit the end of the epoch
+_BATCH_SIZE = "batch_size"  # key of the iteration's batch size among a stage's values
+_DEFERRED = "deferred"  # key of the iteration's deferred checks (BatchContext.defer) among a stage's values
+_PREPARED = "prepared"  # (_PREPARED, node id): what a node's prepare step returned (Operator.prepare)
+_CLOSE = object()
+#: How long ``Executor.stop`` waits for each stage thread to finish the operator it is running (see ``stop``).
+STOP_WAIT_SECONDS = 60.0
+
+
+class _Stopped(Exception):
+    """Raised in a stage thread between two operators once the executor stops: the iteration is abandoned."""
+
+
+def topological_order(outputs: list[DataNode], extra: list[OpNode] = ()) -> list[OpNode]:
+    """Every node the outputs depend on, each after its inputs."""
+    order: list[OpNode] = []
+    state: dict[int, int] = {}
+
+    def visit(node: OpNode) -> None:
+        mark = state.get(node.id)
+        if mark == 2:
+            return
+        if mark == 1:
+            raise PipelineError(f"the graph has a cycle through {node.describe()}")
+        state[node.id] = 1
+        for x in list(node.inputs) + list(node.arg_inputs.values()):
+            visit(x.op)
+        state[node.id] = 2
+        order.append(node)
+
+    # Iterative deepening is not needed: graphs are shallow (tens of nodes).
+    for out in outputs:
+        visit(out.op)
+    for node in extra:
+        visit(node)
+    # Sources first: they fix the iteration's batch size, which input-less random operators follow.
+    return sorted(order, key=lambda n: 0 if _is_source(n) else 1)
+
+
+def _is_source(node: OpNode) -> bool:
+    return not node.inputs and not node.arg_inputs and node.schema.stateful and not node.schema.random
+
+
+class _Stage:
+    """A list of operator nodes run in order for one iteration, then the ``prepare`` step of the next stage's
+    operators whose inputs this stage produced (see ``Operator.prepare``). ``steps`` is what runs: the nodes, or
+    on the device stage runs of them replayed as CUDA graphs (:mod:`sluice.pipeline.cuda_graphs`)."""
+
+    def __init__(self, executor: Executor, nodes: list[OpNode], on_gpu: bool):
+        self.ex = executor
+        self.nodes = nodes
+        self.on_gpu = on_gpu
+        self.prepares: list[OpNode] = []
+        self.steps: list[OpNode | GraphedRun] = list(nodes)
+
+    def run(self, iteration: int, values: dict[tuple[int, int], Batch], stoppable: bool = False) -> None:
+        """Run the stage's steps; with ``stoppable`` (a stage thread) the iteration is abandoned between two
+        operators once the executor stops, so that ``stop`` waits for one operator, not for a whole iteration."""
+        for step in self.steps:
+            if stoppable and self.ex._stopped:
+                raise _Stopped()
+            if isinstance(step, GraphedRun):
+                step.run(iteration, values)
+            else:
+                self.ex.run_node(step, iteration, values)
+        if not self.prepares:
+            return
+        ex = self.ex
+        moved = ex.balance.moved  # movable prepare steps left to the device stage (their run does the work)
+        movable_seconds = 0.0
+        for node in self.prepares:
+            movable = node.id in ex.movable_prepares
+            if movable and moved:
+                continue
+            if stoppable and self.ex._stopped:
+                raise _Stopped()
+            start = time.perf_counter()
+            ex.prepare_node(node, iteration, values)
+            if movable:
+                movable_seconds += time.perf_counter() - start
+        if ex.movable_prepares and not moved:
+            ex.balance.record_prepare(movable_seconds)
+
+
+class Executor:
+    """Executes a pipeline's graph; owned by :class:`sluice.Pipeline`."""
+
+    def __init__(self, pipeline: Any, outputs: list[DataNode], extra_nodes: list[OpNode] = ()):
+        # Nothing here holds the pipeline: the stage threads hold the executor, and a pipeline they kept alive
+        # could never be dropped without close() (Pipeline.__del__ stops the executor).
+        self.enable_checkpointing = bool(pipeline.enable_checkpointing)
+        self._owner_pid = os.getpid()  # the process whose threads, pool and operators' resources these are
+        self.outputs = outputs
+        self.nodes = topological_order(outputs, list(extra_nodes))
+        self.nodes = self._fuse(self.nodes, outputs)
+        self.batch_size = pipeline.max_batch_size
+        self.device_id = pipeline.device_id
+        for node in self.nodes:  # a missing codec is one error naming the operator and the extra, before anything runs
+            node.schema.check_requirements(node.device, node.describe())
+        self.uses_gpu = any(n.device in ("gpu", "mixed") for n in self.nodes)
+        if self.uses_gpu:
+            if self.device_id is None:
+                gpu_nodes = [n.describe() for n in self.nodes if n.device in ("gpu", "mixed")]
+                raise PipelineError(f"this pipeline was built with device_id=None (CPU only) but has GPU stages: "
+                                    f"{', '.join(gpu_nodes[:5])}; pass device_id=0 or use device='cpu'")
+            if not torch.cuda.is_available():
+                gpu_nodes = [n.describe() for n in self.nodes if n.device in ("gpu", "mixed")]
+                raise PipelineError(f"no CUDA GPU is available, but the pipeline has GPU stages: "
+                                    f"{', '.join(gpu_nodes[:5])}. Use device='cpu' or run on a machine with a GPU.")
+            self.torch_device = torch.device("cuda", self.device_id)
+            self.stream = torch.cuda.Stream(self.torch_device)
+        else:
+            self.torch_device = torch.device("cpu")
+            self.stream = None
+        self._thread_state = threading.local()  # .bound: this stage thread's current device and stream are ours
+        self.pool = ThreadPoolExecutor(max(1, pipeline.num_threads), thread_name_prefix="sluice-cpu") \
+            if pipeline.num_threads > 1 else None
+        self.operators: dict[int, Operator] = {}
+        self.seeds: dict[int, int] = {}
+        random_index = 0
+        for node in self.nodes:
+            # Random operators and seeded readers get a seed of their own, derived from the pipeline's.
+            seeded = node.schema.random or "seed" in node.schema.args
+            seed = node.const_args.get("seed", -1) if seeded else 0
+            if seeded and (seed is None or seed < 0):
+                seed = _derive_seed(pipeline.seed, random_index)
+            random_index += seeded
+            self.seeds[node.id] = seed
+            spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
+                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline))
+            self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
+        if self.uses_gpu and os.environ.get("SLUICE_PIN_CPU_OUTPUTS", "1") != "0":  # =0: ordinary memory
+            for node in self._feeding_the_device():
+                self.operators[node.id].pin_outputs = True
+                self.operators[node.id].copy_stream = self.stream
+        # Split into a source stage (readers), a CPU stage and a device stage when no CPU operator depends on a GPU
+        # result. The readers of iteration k+1 then read while the CPU operators of iteration k decode, as DALI's
+        # readers prefetch in a thread of their own; each stage has its thread, all share the pool.
+        cpu_nodes, dev_nodes = [], []
+        for node in self.nodes:
+            (dev_nodes if node.device in ("gpu", "mixed") or dev_nodes and self._needs(node, dev_nodes)
+             else cpu_nodes).append(node)
+        sources = [n for n in cpu_nodes if _is_source(n)]
+        if sources and len(sources) < len(cpu_nodes):
+            cpu_stages = [_Stage(self, sources, False), _Stage(self, [n for n in cpu_nodes if not _is_source(n)], False)]
+        else:
+            cpu_stages = [_Stage(self, cpu_nodes, False)]
+        self.stages = [s for s in (*cpu_stages, _Stage(self, dev_nodes, True)) if s.nodes]
+        for stage in self.stages:
+            if stage.on_gpu and self.stream is not None:
+                stage.steps = graph_runs(stage.nodes, self.nodes, outputs, self.run_node)
+        #: the CPU stage that runs the device stage's prepare steps, and the device stage (the balance's two sides)
+        self.prepare_stage = self.stages[-2] if len(self.stages) >= 2 and self.stages[-1].on_gpu else None
+        if self.prepare_stage is not None:
+            # Mixed operators' host work on CPU inputs runs in the last CPU stage, overlapping the device stage.
+            self.prepare_stage.prepares = [n for n in dev_nodes if self.operators[n.id].prepare is not None
+                                           and not self._needs(n, dev_nodes)]
+        #: ids of the prepare steps that may run in either stage (Operator.prepare_movable); the balance picks one
+        self.movable_prepares = {n.id for n in (self.prepare_stage.prepares if self.prepare_stage else [])
+                                 if self.operators[n.id].prepare_movable}
+        self.balance = PrepareBalance(bool(self.movable_prepares))
+        if log.isEnabledFor(logging.INFO):
+            log.info("pipeline built: batch %d, %d threads, %s; %s", self.batch_size, pipeline.num_threads,
+                     f"GPU {self.device_id}" if self.uses_gpu else "CPU only",
+                     "; ".join(f"{'device' if s.on_gpu else 'CPU'} stage: "
+                               + ", ".join(n.describe() for n in s.nodes) for s in self.stages))
+        self.iteration = 0  # the next iteration to be produced
+        self.snapshots: dict[int, dict[str, Any]] = {}
+        self._threads: list[threading.Thread] = []
+        self._queues: list[queue.Queue] = []
+        self._ready: deque = deque()
+        self._cond = threading.Condition()
+        self._requested = 0  # iterations asked of the first stage
+        self._outstanding = 0  # iterations asked for and not yet taken (queued, running or finished)
+        self._stopped = False
+        self._halted = False  # stage 1 met the end of the epoch or a failure; waits for drain()
+        self.broken: BaseException | None = None
+
+    # ---- graph helpers -----------------------------------------------------------------------------------
+    @staticmethod
+    def _needs(node: OpNode, others: list[OpNode]) -> bool:
+        ids = {n.id for n in others}
+        return any(x.op.id in ids for x in list(node.inputs) + list(node.arg_inputs.values()))
+
+    def _feeding_the_device(self) -> list[OpNode]:
+        """The CPU nodes whose outputs reach a GPU or mixed node, directly or through other CPU nodes: their outputs
+        go to page-locked memory (``Operator.pin_outputs``). Not only the last CPU node before ``.gpu()``: a
+        CPU kernel may hand on views of its input's buffer (``slice`` of audio cuts each signal where it lies), and
+        that buffer is what crosses to the GPU."""
+        feeding: list[OpNode] = []
+        targets = [n for n in self.nodes if n.device in ("gpu", "mixed")]
+        for node in reversed(self.nodes):       # consumers come after their inputs
+            if node.device == "cpu" and self._needs_any(targets + feeding, node):
+                feeding.append(node)
+        return feeding
+
+    @staticmethod
+    def _needs_any(consumers: list[OpNode], node: OpNode) -> bool:
+        return any(x.op.id == node.id for c in consumers for x in list(c.inputs) + list(c.arg_inputs.values()))
+
+    @staticmethod
+    def _fuse(nodes: list[OpNode], outputs: list[DataNode]) -> list[OpNode]:
+        """Replace chains that one fused kernel does better (crop -> resize -> crop_mirror_normalize on the GPU);
+        a node whose output the pipeline returns is never fused away."""
+        from sluice.kernels.fusion import decode_audio_on_device, fuse
+
+        return decode_audio_on_device(fuse(nodes, outputs=outputs), outputs=outputs)
+
+    def operator(self, name: str) -> Operator:
+        for node in self.nodes:
+            if node.name == name:
+                return self.operators[node.id]
+        raise KeyError(name)
+
+    def node_named(self, name: str) -> OpNode | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    # ---- running one node ---------------------------------------------------------------------------------
+    def _context(self, node: OpNode, iteration: int,
+                 values: dict[tuple[int, int], Batch]) -> tuple[list[Batch], BatchContext, BatchArgs]:
+        """A node's input batches, batch context and arguments for ``iteration``."""
+        inputs = [values[(x.op.id, x.index)] for x in node.inputs]
+        if inputs:
+            batch_size = len(inputs[0])
+        else:
+            batch_size = values.get(_BATCH_SIZE, self.batch_size)
+        per_sample = {}
+        for key, arg_node in node.arg_inputs.items():
+            batch = values[(arg_node.op.id, arg_node.index)]
+            per_sample[key] = _arg_values(node.schema.args[key].type, batch)
+            if inputs and len(batch) != batch_size:
+                raise PipelineError(f"{node.describe()}: argument input '{key}' has {len(batch)} samples for a "
+                                    f"batch of {batch_size}", node.schema.name)
+        if not inputs and per_sample:
+            batch_size = len(next(iter(per_sample.values())))
+        source_info = inputs[0].source_info if inputs else [""] * batch_size
+        for key, samples in per_sample.items():  # the schema's ranges, on each sample's value
+            arg = node.schema.args[key]
+            if arg.min is not None or arg.max is not None:
+                for i, value in enumerate(samples):
+                    try:
+                        arg.check_range(f"fn.{node.schema.name}", value)
+                    except ArgumentError as e:
+                        raise _wrap(node, e, iteration, i, source_info[i] if i < len(source_info) else "") from None
+        ctx = BatchContext(node.schema.name, batch_size, source_info, [b.layout() for b in inputs],
+                           self.torch_device if node.device != "cpu" else torch.device("cpu"),
+                           self.pool, self.seeds[node.id], iteration)
+        return inputs, ctx, BatchArgs(node.const_args, per_sample, batch_size)
+
+    def prepare_node(self, node: OpNode, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
+        """Run ``node``'s ``prepare`` step now (in the stage before its own); ``run_node`` hands the result on."""
+        inputs, ctx, args = self._context(node, iteration, values)
+        with _failures_named(node, iteration):
+            values[(_PREPARED, node.id)] = self.operators[node.id].prepare(ctx, *inputs, args=args)
+
+    def run_node(self, node: OpNode, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
+        op = self.operators[node.id]
+        inputs, ctx, args = self._context(node, iteration, values)
+        ctx.prepared = values.pop((_PREPARED, node.id), None)
+        ctx.deferred = []
+        with _failures_named(node, iteration):
+            try:
+                result = op.run(ctx, *inputs, args=args)
+                outs = _finish_outputs(node.schema, op.spec, result, inputs)
+            except StopIteration:
+                raise EndOfEpoch() from None
+        if len(outs) != len(node.outputs):
+            raise PipelineError(f"{node.describe()} produced {len(outs)} outputs, expected {len(node.outputs)}",
+                                node.schema.name)
+        for i, batch in enumerate(outs):
+            values[(node.id, i)] = batch
+        if ctx.deferred:
+            values.setdefault(_DEFERRED, []).extend(_named_check(node, c, iteration) for c in ctx.deferred)
+        if _is_source(node) and outs and _BATCH_SIZE not in values:
+            values[_BATCH_SIZE] = len(outs[0])
+
+    def snapshot(self, iteration: int) -> None:
+        """Remember the state of every stateful operator before ``iteration`` runs, so that a checkpoint taken
+        while later iterations are already prefetched still resumes at the first one not consumed."""
+        if not self.enable_checkpointing:
+            return
+        self.snapshots[iteration] = self.current_state()
+
+    def state_key(self, position: int, node: OpNode) -> str:
+        """How a checkpoint names an operator: its place in the graph and its kind (automatic node names carry a
+        process-wide counter, so they differ between the saving and the restoring process)."""
+        return f"{position}:{node.schema.name}"
+
+    def current_state(self) -> dict[str, Any]:
+        return {self.state_key(i, n): self.operators[n.id].state_dict() for i, n in enumerate(self.nodes)
+                if n.schema.stateful}
+
+    def load_state(self, states: dict[str, Any]) -> None:
+        for i, node in enumerate(self.nodes):
+            key = self.state_key(i, node)
+            if node.schema.stateful and key not in states:
+                raise PipelineError(f"the checkpoint has no state for {node.describe()} (graph position {i}); "
+                                    "was it saved from a pipeline with another graph?")
+            if key in states:
+                self.operators[node.id].load_state_dict(states[key])
+
+    def state_at(self, iteration: int) -> dict[str, Any]:
+        """The operators' state before ``iteration``; forgets older snapshots."""
+        for old in [i for i in self.snapshots if i < iteration]:
+            del self.snapshots[old]
+        if iteration in self.snapshots:
+            return self.snapshots[iteration]
+        return self.current_state()
+
+    def run_iteration(self, iteration: int) -> tuple[tuple[Batch, ...], list[Callable[[], None]]]:
+        """Run the whole graph once, in the calling thread (synchronous execution). Returns the outputs and the
+        checks the operators deferred (run them before handing the outputs out)."""
+        self.snapshot(iteration)
+        values: dict[tuple[int, int], Batch] = {}
+        for stage in self.stages:
+            self._run_stage(stage, iteration, values)
+        return self._collect(values), values.get(_DEFERRED, [])
+
+    def _run_stage(self, stage: _Stage, iteration: int, values: dict, stoppable: bool = False) -> None:
+        if stage.on_gpu and self.stream is not None and not getattr(self._thread_state, "bound", False):
+            with torch.cuda.device(self.torch_device), torch.cuda.stream(self.stream):
+                stage.run(iteration, values, stoppable)
+        else:
+            stage.run(iteration, values, stoppable)
+
+    def _collect(self, values: dict) -> tuple[Batch, ...]:
+        return tuple(values[(out.op.id, out.index)] for out in self.outputs)
+
+    # ---- asynchronous execution ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start one thread per stage; stage k hands iterations to stage k+1 through a queue."""
+        if self._threads:
+            return
+        n = len(self.stages)
+        self._queues = [queue.Queue(maxsize=1) for _ in range(max(0, n - 1))]
+        for k, stage in enumerate(self.stages):
+            kind = "gpu" if stage.on_gpu else "read" if k + 1 < n and not self.stages[k + 1].on_gpu else "cpu"
+            t = threading.Thread(target=self._stage_loop, args=(k, stage), daemon=True, name=f"sluice-stage-{kind}")
+            t.start()
+            self._threads.append(t)
+
+    def request(self, n: int = 1) -> None:
+        """Ask for ``n`` more iterations."""
+        with self._cond:
+            self._requested += n
+            self._outstanding += n
+            self._cond.notify_all()
+
+    def _stage_loop(self, k: int, stage: _Stage) -> None:
+        last = k == len(self.stages) - 1
+        if stage.on_gpu and self.stream is not None:
+            # this thread runs only this stage: its device and stream are set once, not entered per batch (two
+            # context managers, about 5 % of the GIL's time in the audio program's device stage)
+            torch.cuda.set_device(self.torch_device)
+            torch.cuda.set_stream(self.stream)
+            self._thread_state.bound = True
+        while True:
+            if k == 0:
+                with self._cond:
+                    while not self._stopped and (self._requested <= 0 or self._halted):
+                        self._cond.wait()
+                    if self._stopped:
+                        return
+                    self._requested -= 1
+                    iteration = self.iteration
+                    self.iteration += 1
+                    self.snapshot(iteration)
+                values: Any = {}
+                item: Any = (iteration, values)
+            else:
+                try:
+                    item = self._queues[k - 1].get(timeout=0.1)
+                except queue.Empty:
+                    if self._stopped:
+                        return
+                    continue
+                if item is _CLOSE:
+                    return
+                if not isinstance(item, tuple):  # an end-of-epoch or failure marker passes through
+                    self._pass(k, item, last)
+                    continue
+                iteration, values = item
+            try:
+                started = time.perf_counter()
+                self._run_stage(stage, iteration, values, stoppable=True)
+                if stage is self.prepare_stage or (stage.on_gpu and self.prepare_stage is not None):
+                    self.balance.record_stage(1 if stage.on_gpu else 0, time.perf_counter() - started)
+                if stage is self.prepare_stage:
+                    self.balance.decide()
+                if last:
+                    event = None
+                    if self.stream is not None:
+                        event = torch.cuda.Event()
+                        event.record(self.stream)
+                    result: Any = (self._collect(values), event, values.get(_DEFERRED, []))
+                else:
+                    result = (iteration, values)
+            except _Stopped:
+                return  # stop() was called: nothing waits for this iteration
+            except EndOfEpoch:
+                result = _END
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                result = _Failure(e)
+            if not self._pass(k, result, last):
+                return
+            if k == 0 and not isinstance(result, tuple):
+                # After an end of epoch or a failure, produce nothing more until reset.
+                with self._cond:
+                    self._halted = True
+
+    def _pass(self, k: int, item: Any, last: bool) -> bool:
+        if last:
+            with self._cond:
+                self._ready.append(item)
+                self._cond.notify_all()
+            return True
+        while True:
+            try:
+                self._queues[k].put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                if self._stopped:
+                    return False
+
+    def take(self, timeout: float | None = None) -> Any:
+        """The oldest finished iteration: ``(batches, event, deferred checks)``, ``_END`` or a ``_Failure``."""
+        with self._cond:
+            while not self._ready:
+                if not any(t.is_alive() for t in self._threads):
+                    raise PipelineBrokenError("the pipeline's worker threads have stopped")
+                if not self._cond.wait(timeout=1.0 if timeout is None else timeout) and timeout is not None:
+                    raise TimeoutError("no batch arrived in time")
+            self._outstanding = max(0, self._outstanding - 1)
+            return self._ready.popleft()
+
+    def pending(self) -> int:
+        """Iterations asked for and not yet taken: waiting, running in a stage, or finished."""
+        with self._cond:
+            return self._outstanding
+
+    def drain(self) -> None:
+        """Forget requested and finished iterations (after the end of an epoch, before a reset)."""
+        with self._cond:
+            self._requested = 0
+            self._outstanding = 0
+            self._ready.clear()
+            self._halted = False
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        if os.getpid() != self._owner_pid:
+            # A copy made by fork (a DataLoader worker forked while the pipeline lived, whose garbage collector
+            # then drops it): fork copied none of its threads, and its worker processes, shared memory and files
+            # are the parent's, which this copy must not end; its locks may have been held by a parent's thread.
+            return
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        for q in self._queues:
+            try:
+                q.put_nowait(_CLOSE)
+            except queue.Full:
+                pass
+        # Wait for each stage thread to end (it stops between two operators) BEFORE the pool shuts down and the
+        # operators close. This wait used to give up after 5 s, less than the iteration a program had prefetched
+        # when it ended can take on a slow machine: the daemon stage thread then ran on, with closed operators and
+        # a shut pool, into the interpreter's exit, where a thread coming back from C++ code that had released
+        # the GIL is torn down mid-call (SIGABRT, "terminate called without an active exception").
+        me = threading.current_thread()  # stop() may run in a stage thread (a collected pipeline): not itself
+        # nor in a thread of our own pool (a pipeline collected there), which the stage thread may be waiting for
+        waits = me not in getattr(self.pool, "_threads", ())
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        for t in self._threads:
+            if t is not me and waits:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+        running = [t.name for t in self._threads if t is not me and t.is_alive()]
+        if running and waits:
+            log.warning("closing the pipeline while %s still runs an operator after %.0f s; it goes on alone",
+                        ", ".join(running), STOP_WAIT_SECONDS)
+        self._threads = []
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        for op in self.operators.values():
+            try:
+                op.close()
+            except Exception:  # noqa: BLE001 - closing must not raise
+                log.exception("closing an operator failed")
+
+
+def _derive_seed(pipeline_seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([pipeline_seed & 0xFFFFFFFF, index]).generate_state(2, np.uint32)
+               .view(np.uint64)[0] & 0x7FFFFFFFFFFFFFFF)
+
+
+def _arg_values(kind: Any, batch: Batch) -> list[Any]:
+    """The per-sample values of an argument input: Python scalars (lists for list types, arrays for larger
+    samples). A dense batch of scalars (``fn.random.coin_flip``, ``fn.random.uniform``) converts in one call."""
+    cpu = batch.as_cpu()
+    dense = cpu.dense
+    if dense is not None and len(dense) and dense[0].numel() == 1 and not isinstance(kind, str):
+        values = dense.reshape(-1).tolist()
+        if kind in (bool, int, float):
+            return [kind(v) for v in values]
+        return values
+    out = []
+    for sample in cpu.samples:
+        if isinstance(kind, str) and kind in _LIST_TYPES:
+            out.append(sample.reshape(-1).tolist())
+        elif sample.numel() == 1:
+            value = sample.reshape(()).item()
+            if kind is bool:
+                value = bool(value)
+            elif kind is int:
+                value = int(value)
+            elif kind is float:
+                value = float(value)
+            out.append(value)
+        else:
+            out.append(sample.numpy())
+    return out
+
+
+@contextmanager
+def _failures_named(node: OpNode, iteration: int):
+    """Re-raise a kernel's or a deferred check's failure as a PipelineError naming the operator, the sample and the
+    file (an end of epoch and an already named failure pass through)."""
+    try:
+        yield
+    except (EndOfEpoch, PipelineError):
+        raise
+    except SampleError as e:
+        raise _wrap(node, e.cause, iteration, e.index, e.source) from e.cause
+    except Exception as e:  # noqa: BLE001 - every failure reaches the caller, named
+        raise _wrap(node, e, iteration, None, "") from e
+
+
+def _named_check(node: OpNode, check: Callable[[], None], iteration: int) -> Callable[[], None]:
+    """A deferred check whose failure names the operator, the sample and the file, as a failing kernel's does."""
+    def run() -> None:
+        with _failures_named(node, iteration):
+            check()
+    return run
+
+
+def _wrap(node: OpNode, error: BaseException, iteration: int, sample: int | None, source: str) -> PipelineError:
+    where = f" on sample {sample}" if sample is not None else ""
+    file = f" (file '{source}')" if source else ""
+    msg = (f"error in {node.describe()}{where}{file}, iteration {iteration}: "
+           f"{type(error).__name__}: {error}")
+    return PipelineError(msg, node.schema.name, sample, source)

@@ -1,0 +1,270 @@
+"""The traced graph: DataNodes (symbolic batches) and the operator nodes that make them.
+
+Calling ``fn.resize(images, ...)`` inside a pipeline definition does not process data: it records an
+:class:`OpNode` and returns :class:`DataNode` handles to its outputs. The pipeline later walks back from its
+outputs to find the nodes to run. Arithmetic on DataNodes records element-wise operator nodes, with DALI's
+type promotion.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from sluice.schema import OpSchema
+
+__all__ = ["DataNode", "OpNode", "make_node", "Constant"]
+
+_ids = itertools.count()
+_ids_lock = threading.Lock()
+
+
+def _next_id() -> int:
+    with _ids_lock:
+        return next(_ids)
+
+
+class OpNode:
+    """One operator instance in a traced graph."""
+
+    def __init__(self, schema: OpSchema, device: str, inputs: list[DataNode], const_args: dict[str, Any],
+                 arg_inputs: dict[str, DataNode], name: str | None):
+        self.id = _next_id()
+        self.schema = schema
+        self.device = device
+        self.inputs = inputs
+        self.const_args = const_args
+        self.arg_inputs = arg_inputs
+        self.name = name or f"__{schema.name.replace('.', '_')}_{self.id}"
+        self.explicit_name = name is not None
+        n_out = schema.num_outputs(const_args, len(inputs))
+        out_device = "gpu" if device in ("gpu", "mixed") else "cpu"
+        self.outputs = [DataNode(self, i, out_device) for i in range(n_out)]
+
+    def __repr__(self) -> str:
+        return f"OpNode({self.schema.name}, device={self.device!r}, name={self.name!r})"
+
+    def describe(self) -> str:
+        """How errors name this node: ``fn.resize (device 'gpu')``, plus its name when the user gave one."""
+        named = f", name '{self.name}'" if self.explicit_name else ""
+        return f"fn.{self.schema.name} (device '{self.device}'{named})"
+
+
+class DataNode:
+    """A symbolic batch: output ``index`` of operator node ``op``. Supports ``.gpu()``, ``.cpu()``, arithmetic
+    and comparisons (element-wise, per sample), and subscripts (``node[1:3, 0]``, per sample)."""
+
+    __array_priority__ = 1000  # make NumPy defer to our operators in `np_scalar * node`
+
+    def __init__(self, op: OpNode, index: int, device: str):
+        self.op = op
+        self.index = index
+        self.device = device
+
+    @property
+    def name(self) -> str:
+        """The producing operator's name (``[i]`` for output ``i`` of several). A ``.gpu()`` / ``.cpu()`` copy keeps
+        the name of what it copies, as in DALI (``DataNode._to_backend`` of ``nvidia/dali/data_node.py``)."""
+        source = self.moved_from()
+        if source is not self:
+            return source.name
+        return self.op.name if len(self.op.outputs) == 1 else f"{self.op.name}[{self.index}]"
+
+    def moved_from(self) -> DataNode:
+        """The node this one copies between devices (through ``.gpu()`` / ``.cpu()``), or this node itself."""
+        node = self
+        while node.op.schema.name == "_transfer" and node.op.inputs:
+            node = node.op.inputs[0]
+        return node
+
+    def __repr__(self) -> str:
+        return f"DataNode({self.name}, device={self.device!r})"
+
+    def __hash__(self) -> int:
+        return hash((self.op.id, self.index))
+
+    def __bool__(self) -> bool:
+        raise TypeError("a DataNode stands for a batch that does not exist yet; it has no truth value. Use "
+                        "element-wise operators (&, |, ^) and comparisons instead of `and`, `or`, `if`.")
+
+    # ---- devices ----------------------------------------------------------------------------------------
+    def gpu(self) -> DataNode:
+        """This batch copied to the pipeline's GPU."""
+        if self.device == "gpu":
+            return self
+        return _call("_transfer", [self], {"to": "gpu"}, device="gpu")
+
+    def cpu(self) -> DataNode:
+        """This batch copied to host memory."""
+        if self.device == "cpu":
+            return self
+        return _call("_transfer", [self], {"to": "cpu"}, device="cpu")
+
+    # ---- arithmetic -------------------------------------------------------------------------------------
+    def _binary(self, other: Any, op: str, reflected: bool = False) -> DataNode:
+        return arithmetic(op, other, self) if reflected else arithmetic(op, self, other)
+
+    def __add__(self, o): return self._binary(o, "add")
+    def __radd__(self, o): return self._binary(o, "add", True)
+    def __sub__(self, o): return self._binary(o, "sub")
+    def __rsub__(self, o): return self._binary(o, "sub", True)
+    def __mul__(self, o): return self._binary(o, "mul")
+    def __rmul__(self, o): return self._binary(o, "mul", True)
+    def __truediv__(self, o): return self._binary(o, "fdiv")
+    def __rtruediv__(self, o): return self._binary(o, "fdiv", True)
+    def __floordiv__(self, o): return self._binary(o, "div")
+    def __rfloordiv__(self, o): return self._binary(o, "div", True)
+    def __pow__(self, o): return self._binary(o, "pow")
+    def __rpow__(self, o): return self._binary(o, "pow", True)
+    def __mod__(self, o): return self._binary(o, "mod")
+    def __rmod__(self, o): return self._binary(o, "mod", True)
+    def __and__(self, o): return self._binary(o, "bitand")
+    def __rand__(self, o): return self._binary(o, "bitand", True)
+    def __or__(self, o): return self._binary(o, "bitor")
+    def __ror__(self, o): return self._binary(o, "bitor", True)
+    def __xor__(self, o): return self._binary(o, "bitxor")
+    def __rxor__(self, o): return self._binary(o, "bitxor", True)
+    def __eq__(self, o): return self._binary(o, "eq")  # type: ignore[override]
+    def __ne__(self, o): return self._binary(o, "neq")  # type: ignore[override]
+    def __lt__(self, o): return self._binary(o, "lt")
+    def __le__(self, o): return self._binary(o, "leq")
+    def __gt__(self, o): return self._binary(o, "gt")
+    def __ge__(self, o): return self._binary(o, "geq")
+    def __neg__(self): return arithmetic("minus", self)
+    def __pos__(self): return self
+    def __abs__(self): return arithmetic("abs", self)
+
+    def shape(self, dtype: Any = None, device: str = "cpu") -> DataNode:
+        """The shape of each sample (DALI's shortcut for ``fn.shapes``)."""
+        from sluice import types
+        from sluice.schema import get_schema
+
+        node = make_node(get_schema("shapes"), [self], {"dtype": dtype or types.INT64})
+        return node.cpu() if device == "cpu" else node.gpu()
+
+    def __getitem__(self, index: Any) -> DataNode:
+        """Per-sample subscript, as DALI's ``node[...]``: integers drop a dimension, slices keep it."""
+        if not isinstance(index, tuple):
+            index = (index,)
+        spec = []
+        for item in index:
+            if isinstance(item, slice):
+                if item.step not in (None, 1):
+                    raise ArgumentError("DataNode subscripts support slices with step 1 only")
+                spec.append(("slice", item.start, item.stop))
+            elif item is Ellipsis:
+                spec.append(("ellipsis",))
+            elif isinstance(item, (int, np.integer)):
+                spec.append(("index", int(item)))
+            else:
+                raise ArgumentError(f"DataNode subscripts take integers, slices and ..., got {type(item).__name__}")
+        return _call("_subscript", [self], {"spec": spec}, device=self.device)
+
+
+class Constant:
+    """A typed constant for arithmetic (DALI's ``types.Constant``): ``node * Constant([1, 2, 3], types.FLOAT)``."""
+
+    def __init__(self, value: Any, dtype: Any = None, device: str | None = None):
+        from sluice import types
+
+        self.dtype = dtype
+        self.device = device
+        arr = np.asarray(value)
+        if dtype is not None:
+            arr = arr.astype(types.to_numpy_dtype(dtype))
+        elif arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        elif arr.dtype == np.int64:
+            arr = arr.astype(np.int32)
+        self.value = arr
+
+    def __repr__(self) -> str:
+        return f"Constant({self.value!r})"
+
+
+def arithmetic(op: str, *operands: Any) -> DataNode:
+    """Record an element-wise operation; constants are folded into the node's arguments."""
+    nodes = [x for x in operands if isinstance(x, DataNode)]
+    if not nodes:
+        raise ArgumentError("arithmetic needs at least one DataNode operand")
+    device = "gpu" if any(n.device == "gpu" for n in nodes) else "cpu"
+    consts = []
+    positions = []
+    for i, x in enumerate(operands):
+        if isinstance(x, DataNode):
+            positions.append("n")
+        else:
+            if not isinstance(x, Constant):
+                if not isinstance(x, (bool, int, float, np.generic, np.ndarray, list, tuple)):
+                    raise ArgumentError(f"cannot use {type(x).__name__} in an arithmetic expression; use DataNodes, "
+                                        "Python numbers or types.Constant")
+                x = Constant(x)
+            consts.append(x.value)
+            positions.append("c")
+    return _call("_arithmetic", nodes, {"op": op, "constants": consts, "positions": "".join(positions)},
+                 device=device)
+
+
+def _call(op_name: str, inputs: list[DataNode], args: dict[str, Any], device: str) -> DataNode:
+    from sluice.schema import get_schema
+
+    outs = make_node(get_schema(op_name), inputs, dict(args, device=device))
+    return outs if isinstance(outs, DataNode) else outs[0]
+
+
+def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> DataNode | list[DataNode] | dict[str, DataNode]:
+    """Validate a call of ``fn.<schema.name>`` and record it. Returns one DataNode, or a list for operators with
+    several outputs (as DALI does), or a dict for operators whose outputs are named (readers.tfrecord)."""
+    kwargs = dict(kwargs)
+    device = kwargs.pop("device", None)
+    name = kwargs.pop("name", None)
+    inputs = list(inputs)
+    while inputs and inputs[-1] is None:  # optional inputs left out, as the signatures show them (anchor=None)
+        inputs.pop()
+    n = len(inputs)
+    if not schema.min_inputs <= n <= schema.max_inputs:
+        want = (str(schema.min_inputs) if schema.min_inputs == schema.max_inputs
+                else f"{schema.min_inputs} to {schema.max_inputs}")
+        raise ArgumentError(f"fn.{schema.name} takes {want} input(s), got {n}")
+    nodes: list[DataNode] = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, DataNode):
+            nodes.append(x)
+        elif isinstance(x, (list, tuple)) and x and all(isinstance(e, DataNode) for e in x):
+            raise ArgumentError(f"fn.{schema.name}: input {i} is a list of DataNodes; pick one output "
+                                "(multi-output operators return a list)")
+        else:
+            from sluice.schema import get_schema
+
+            nodes.append(make_node(get_schema("constant"), [], {"value": np.asarray(x)}))  # type: ignore[arg-type]
+    if device is None:
+        device = "gpu" if any(x.device == "gpu" for x in nodes) and "gpu" in schema.devices else \
+            schema.default_device
+    if device not in schema.devices:
+        raise ArgumentError(f"fn.{schema.name}: invalid device ('{device}'). Supported values are "
+                            f"{', '.join(repr(d) for d in schema.devices)}.")
+    for i, x in enumerate(nodes):
+        if x.device == "gpu" and device in ("cpu", "mixed") and schema.name != "_transfer":
+            raise ArgumentError(f"fn.{schema.name}(device='{device}'): input {i} ({x.op.describe()}) is on the GPU; "
+                                f"use device='gpu' for this operator or move the input with .cpu()")
+        if x.device == "cpu" and device == "gpu" and schema.name != "_transfer":
+            nodes[i] = x.gpu()  # GPU operators take CPU inputs by copying them, as DALI's newer versions do
+    const, arg_nodes = schema.validate(kwargs, lambda v: isinstance(v, DataNode))
+    for key, node in arg_nodes.items():
+        if node.device != "cpu":
+            raise ArgumentError(f"fn.{schema.name}: argument input '{key}' must be a CPU DataNode; call .cpu() on it")
+    op = OpNode(schema, device, nodes, const, arg_nodes, name)
+    from sluice.pipeline.pipeline import Pipeline
+
+    current = Pipeline.current()
+    if current is not None:
+        current._register_node(op)
+    if schema.output_names is not None:
+        return dict(zip(schema.output_names(const), op.outputs))
+    return op.outputs[0] if len(op.outputs) == 1 else list(op.outputs)

@@ -1,0 +1,161 @@
+"""The two buffer layouts of a ragged batch, and the batched conversions between them (any device, torch only).
+
+A ragged batch is one buffer plus a shape per sample (:class:`sluice.pipeline.batch.Batch`), laid out one of two ways:
+
+* **packed**: the samples back to back (or at given element offsets) in one 1-D tensor, each row-major in its own
+  shape. Readers and CPU decoders write this: no byte is wasted, and it crosses to a GPU in one copy.
+* **padded**: one ``(n, *largest)`` tensor whose row ``i`` holds sample ``i`` in its leading corner
+  (``rows[i][:s0, :s1, ...]``); what lies beyond is padding. GPU kernels take this: every row has the same strides,
+  so one launch covers the batch, with each sample's extent given as a tensor. Equal shapes (a dense batch) are the
+  case with no padding.
+
+:func:`packed_to_padded` and :func:`padded_to_packed` convert in one launch sequence for the whole batch (index
+arithmetic on the device, one gather or one scatter), whatever the rank and the spread of shapes; no loop over
+samples. The shapes live on the host (NumPy) where every size decision is made without waiting for the device;
+:func:`shape_table` puts them on the device once, asynchronously.
+
+Example::
+
+    flat = torch.arange(7.0)                                   # samples of 3 and 4 elements
+    shapes = np.array([[3], [4]])
+    padded = packed_to_padded(flat, packed_offsets(shapes), shapes, fill=0.0)    # [[0, 1, 2, 0], [3, 4, 5, 6]]
+    back = padded_to_packed(padded, shapes)                                     # tensor([0., 1., ..., 6.])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["sample_sizes", "packed_offsets", "largest", "shape_table", "valid_mask", "packed_to_padded",
+           "padded_to_packed", "fill_padding", "host_to_device"]
+
+
+def sample_sizes(shapes: np.ndarray) -> np.ndarray:
+    """Elements of each sample (``(n,)`` int64) of an ``(n, ndim)`` shape table (0-D samples hold one)."""
+    shapes = np.asarray(shapes, dtype=np.int64)
+    if shapes.ndim != 2:
+        raise ValueError(f"a shape table is (samples, dims), got an array of shape {shapes.shape}")
+    return np.prod(shapes, axis=1, dtype=np.int64) if shapes.shape[1] else np.ones(len(shapes), np.int64)
+
+
+def packed_offsets(shapes: np.ndarray) -> np.ndarray:
+    """Element offsets of samples packed back to back (an exclusive running sum of their sizes)."""
+    sizes = sample_sizes(shapes)
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
+
+
+def largest(shapes: np.ndarray) -> tuple[int, ...]:
+    """The per-axis maximum of a shape table: the extent of the padded form."""
+    shapes = np.asarray(shapes, dtype=np.int64)
+    if not len(shapes):
+        return tuple(0 for _ in range(shapes.shape[1])) if shapes.ndim == 2 else ()
+    return tuple(int(v) for v in shapes.max(axis=0))
+
+
+def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A small host array on ``device`` without synchronising the current stream: staged in page-locked memory and
+    copied asynchronously (a plain ``.to("cuda")`` from pageable memory waits for the work queued before it)."""
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def shape_table(shapes: np.ndarray, device: torch.device) -> torch.Tensor:
+    """The ``(n, ndim)`` int64 shape table on ``device`` (one asynchronous copy)."""
+    return host_to_device(np.asarray(shapes, dtype=np.int64).reshape(len(shapes), -1), device)
+
+
+def _axis_index(k: int, ndim: int, extent: int, device: torch.device) -> torch.Tensor:
+    """``arange(extent)`` shaped to broadcast along axis ``k`` of an ``(n, *largest)`` tensor."""
+    view = [1] * (ndim + 1)
+    view[k + 1] = extent
+    return torch.arange(extent, device=device).view(view)
+
+
+def valid_mask(shapes: np.ndarray | torch.Tensor, extent: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``(n, *extent)`` bool: True where an element of the padded form belongs to its sample."""
+    table = shapes if isinstance(shapes, torch.Tensor) else shape_table(shapes, device)
+    n, ndim = table.shape[0], len(extent)
+    mask = torch.ones((n,) + (1,) * ndim, dtype=torch.bool, device=device)
+    for k in range(ndim):
+        mask = mask & (_axis_index(k, ndim, extent[k], device) < table[:, k].view((n,) + (1,) * ndim))
+    return mask
+
+
+def _element_index(offsets: np.ndarray, shapes: np.ndarray, extent: tuple[int, ...],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every element of the ``(n, *extent)`` padded form: its index in the packed buffer (sample ``i`` at
+    ``offsets[i]``, row-major in its own shape), and whether it belongs to its sample at all."""
+    n, ndim = shapes.shape
+    strides = np.ones((n, ndim), np.int64)
+    for k in range(ndim - 2, -1, -1):
+        strides[:, k] = strides[:, k + 1] * shapes[:, k + 1]
+    table = host_to_device(np.concatenate([np.asarray(offsets, np.int64)[:, None], shapes, strides], axis=1), device)
+    col = (n,) + (1,) * ndim
+    index = table[:, 0].view(col)
+    mask = None
+    for k in range(ndim):
+        ax = _axis_index(k, ndim, extent[k], device)
+        index = index + ax * table[:, 1 + ndim + k].view(col)
+        inside = ax < table[:, 1 + k].view(col)
+        mask = inside if mask is None else mask & inside
+    return index, mask
+
+
+def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, fill: float | None = 0.0,
+                     extent: tuple[int, ...] | None = None) -> torch.Tensor:
+    """The padded form of a packed batch: sample ``i`` (``prod(shapes[i])`` elements from ``flat[offsets[i]]``,
+    row-major) in the leading corner of row ``i`` of an ``(n, *extent)`` tensor (default: the largest shape), the
+    rest ``fill`` (None: left as it comes, for kernels that never read it). One gather on ``flat``'s device."""
+    shapes = np.asarray(shapes, dtype=np.int64)
+    n, ndim = shapes.shape
+    extent = largest(shapes) if extent is None else tuple(int(e) for e in extent)
+    dev = flat.device
+    if n == 0 or int(np.prod(extent)) == 0 or flat.numel() == 0:
+        return flat.new_full((n, *extent), 0 if fill is None else fill)
+    if ndim == 0:
+        return flat[host_to_device(np.asarray(offsets, np.int64), dev)]
+    if ndim == 1 and (shapes[:, 0] == extent[0]).all() and _evenly_spaced(offsets, extent[0]):
+        # equal lengths at equal distances (a packed dense batch): a strided view, no gather
+        start = int(offsets[0])
+        return flat.as_strided((n, extent[0]), (int(offsets[1] - offsets[0]) if n > 1 else extent[0], 1),
+                               flat.storage_offset() + start)
+    index, mask = _element_index(offsets, shapes, extent, dev)
+    index = torch.where(mask, index, torch.zeros((), dtype=index.dtype, device=dev))
+    out = flat[index]
+    if fill is not None:
+        out = torch.where(mask, out, torch.full((), fill, dtype=out.dtype, device=dev))
+    return out
+
+
+def _evenly_spaced(offsets: np.ndarray, size: int) -> bool:
+    offsets = np.asarray(offsets, np.int64)
+    return len(offsets) < 2 or (bool((np.diff(offsets) == offsets[1] - offsets[0]).all()) and offsets[1] - offsets[0] >= size)
+
+
+def padded_to_packed(padded: torch.Tensor, shapes: np.ndarray) -> torch.Tensor:
+    """The samples of a padded batch packed back to back into one 1-D tensor (one scatter on its device)."""
+    shapes = np.asarray(shapes, dtype=np.int64)
+    n, ndim = shapes.shape
+    sizes = sample_sizes(shapes)
+    total = int(sizes.sum())
+    if n == 0 or total == 0:
+        return padded.new_empty(total)
+    extent = tuple(padded.shape[1:])
+    if all(tuple(s) == extent for s in shapes.tolist()):
+        return padded.reshape(-1) if padded.is_contiguous() else padded.contiguous().reshape(-1)
+    dev = padded.device
+    index, mask = _element_index(packed_offsets(shapes), shapes, extent, dev)
+    # padding goes to one spare element past the end, dropped after the scatter
+    index = torch.where(mask, index, torch.full((), total, dtype=index.dtype, device=dev))
+    out = padded.new_empty(total + 1)
+    out.scatter_(0, index.reshape(-1), padded.reshape(-1))
+    return out[:total]
+
+
+def fill_padding(padded: torch.Tensor, shapes: np.ndarray | torch.Tensor, fill: float) -> torch.Tensor:
+    """A copy of ``padded`` whose padding holds ``fill`` (the samples unchanged)."""
+    mask = valid_mask(shapes, tuple(padded.shape[1:]), padded.device)
+    return torch.where(mask, padded, torch.full((), fill, dtype=padded.dtype, device=padded.device))
