@@ -46,21 +46,20 @@ def pad_shapes(shapes: Sequence[Sequence[int]], axes: Sequence[int], shape=None,
     n = len(shapes)
     if not n:
         return []
-    largest = {ax: max(sh[ax] for sh in shapes) for ax in axes}
-    shape_of = shape if per_sample and shape is not None else [shape] * n
-    align_of = align if per_sample and align is not None else [align] * n
-    out = []
-    for sh, req, al in zip(shapes, shape_of, align_of):
-        targets = _per_axis(req, len(axes), "shape", -1)
-        aligns = _per_axis(al, len(axes), "align", 1)
-        if any(a < 1 for a in aligns):
-            raise ValueError(f"pad: align values must be positive, got {aligns}")
-        ext = list(sh)
-        for k, ax in enumerate(axes):
-            ext[ax] = max(targets[k] if targets[k] > 0 else largest[ax], sh[ax])
-            ext[ax] = -(-ext[ax] // aligns[k]) * aligns[k]
-        out.append(tuple(ext))
-    return out
+    table = np.asarray(shapes, dtype=np.int64).reshape(n, -1)
+    if per_sample:
+        targets = np.array([_per_axis(v, len(axes), "shape", -1) for v in (shape or [None] * n)], np.int64)
+        aligns = np.array([_per_axis(v, len(axes), "align", 1) for v in (align or [None] * n)], np.int64)
+    else:   # one target for the batch: worked out once
+        targets = np.array([_per_axis(shape, len(axes), "shape", -1)] * n, np.int64)
+        aligns = np.array([_per_axis(align, len(axes), "align", 1)] * n, np.int64)
+    if (aligns < 1).any():
+        raise ValueError(f"pad: align values must be positive, got {aligns[np.argmax((aligns < 1).any(axis=1))].tolist()}")
+    out = table.copy()
+    for k, ax in enumerate(axes):
+        want = np.maximum(np.where(targets[:, k] > 0, targets[:, k], table[:, ax].max()), table[:, ax])
+        out[:, ax] = -(-want // aligns[:, k]) * aligns[:, k]
+    return [tuple(row) for row in out.tolist()]
 
 
 def pad_samples(samples: Sequence[torch.Tensor], out_shapes: Sequence[Sequence[int]],
@@ -135,7 +134,10 @@ def _pad_batch(ctx, data: Batch, *, args) -> Batch:
     shapes = data.shapes_array()
     ndim = shapes.shape[1]
     axes = resolve_axes(ndim, data.layout(), args.const("axes"), args.const("axis_names"), op="pad")
-    out_shapes = pad_shapes(shapes.tolist(), axes, args["shape"], args["align"], per_sample=True)
+    if args.is_const("shape") and args.is_const("align"):    # one target for the batch: worked out once
+        out_shapes = pad_shapes(shapes.tolist(), axes, args.const("shape"), args.const("align"))
+    else:
+        out_shapes = pad_shapes(shapes.tolist(), axes, args["shape"], args["align"], per_sample=True)
     if not args.is_const("fill_value"):
         return pad_samples(list(data.samples), out_shapes, list(args["fill_value"]), data.layout(), data.dense)
     fill = float(args.const("fill_value"))

@@ -248,6 +248,9 @@ def _coordinates(batch: Batch | None) -> tuple[np.ndarray | None, bool]:
     if not len(batch):
         return np.zeros((0, 0)), False
     host = batch.as_cpu()
+    if host.dense is not None:      # one value (or one row) per sample, the usual case: no per-sample work
+        dense = host.dense
+        return dense.reshape(len(host), -1).numpy().astype(np.float64), not dense.dtype.is_floating_point
     flat, shapes, offsets = host.packed_form()
     sizes = ragged.sample_sizes(shapes)
     if (sizes != sizes[0]).any():
