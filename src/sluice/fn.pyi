@@ -71,7 +71,7 @@ def external_source(*, device: str | None = ..., name: str | None = ..., source:
     ...
 
 def flip(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., horizontal: int | DataNode = ..., vertical: int | DataNode = ..., depthwise: int | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
-    """Flip images along the width (``horizontal``) and/or the height (``vertical``)."""
+    """Flip images along the width (``horizontal``) and/or the height (``vertical``), volumes (layouts with"""
     ...
 
 def gaussian_blur(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., sigma: Sequence[float] | DataNode | None = ..., window_size: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:

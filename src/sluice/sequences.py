@@ -1,4 +1,4 @@
-"""Sequences of frames (layouts ``F...``: ``FHWC``, ``FCHW``) through image operators, as DALI runs them.
+"""Sequences of frames (layouts with ``F``: ``FHWC``, ``FCHW``, ``CFHW``) through image operators, as DALI runs them.
 
 An image operator applies to every frame of a sequence. Per-sample arguments are shared by the frames of their
 sample; a scalar argument given one value per frame (a per-sample argument whose sample holds as many values as
@@ -12,7 +12,10 @@ An operator declares how it takes sequences in its schema (``OpSchema(sequences=
 * ``"frames"`` -- the batch of sequences runs as the batch of their frames (DALI's ``SequenceOperator``, which
   unfolds the outer ``F`` dimension): ``resize``, ``crop_mirror_normalize``, ``rotate``, ``warp_affine``,
   ``random_resized_crop`` and the fused GPU resize/crop_mirror_normalize node, so a batch of clips is one
-  kernel launch over all their frames;
+  kernel launch over all their frames. A sequence whose ``F`` is not outermost (``CFHW``) runs the same way:
+  its frames are views with ``F`` moved to the front. The folded output takes the layout the schema declares
+  for the sequence (``output_layout(args, input_layouts)``): the frames' layout behind ``F``, or a permutation
+  of it (``crop_mirror_normalize(clips, output_layout="CFHW")``, a ``CFHW`` input given back as ``CFHW``);
 * ``"axis"`` -- the kernels take the ``F`` axis themselves (crops, flips, colour operators, blurs keep working
   on views of the whole clip); only a per-frame argument makes the batch run frame by frame.
 
@@ -36,7 +39,7 @@ import torch
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
 
-__all__ = ["MODES", "is_sequence", "frame_counts", "per_frame_values", "spread", "frames_of", "unfold", "fold",
+__all__ = ["MODES", "is_sequence", "frame_axis", "frame_counts", "per_frame_values", "spread", "frames_of", "unfold", "fold",
            "needs_frames", "run_as_frames"]
 
 MODES = ("frames", "axis")
@@ -48,9 +51,42 @@ def is_sequence(batch: Batch) -> bool:
     return batch.layout().startswith("F")
 
 
+def frame_axis(layout: str) -> int:
+    """The axis of the frames (``F``) in ``layout``, or -1."""
+    return (layout or "").find("F")
+
+
 def frame_counts(batch: Batch) -> list[int]:
-    """The number of frames of each sample of a sequence batch."""
-    return [int(s[0]) if len(s) else 1 for s in batch.shape()]
+    """The number of frames of each sample of a sequence batch (the extent of its ``F`` axis, outermost when the
+    layout names none)."""
+    axis = max(frame_axis(batch.layout()), 0)
+    return [int(s[axis]) if len(s) > axis else 1 for s in batch.shape()]
+
+
+def frames_first(batch: Batch) -> Batch:
+    """A sequence batch with its ``F`` axis moved to the front (views, no copy): ``CFHW`` -> ``FCHW``."""
+    layout = batch.layout()
+    axis = frame_axis(layout)
+    if axis <= 0:
+        return batch
+    moved = "F" + layout[:axis] + layout[axis + 1:]
+    dense = batch.dense
+    if dense is not None:
+        return Batch.from_dense(dense.movedim(axis + 1, 1), moved, batch.source_info)
+    return Batch([s.movedim(axis, 0) for s in batch.samples], moved, batch.source_info)
+
+
+def to_layout(batch: Batch, layout: str) -> Batch:
+    """``batch`` transposed to ``layout``, a permutation of its own layout (contiguous samples); as it is when
+    equal or when ``layout`` is not a permutation of it."""
+    have = batch.layout()
+    if not layout or layout == have or sorted(layout) != sorted(have):
+        return batch
+    perm = [have.index(c) for c in layout]
+    dense = batch.dense
+    if dense is not None:
+        return Batch.from_dense(dense.permute(0, *(p + 1 for p in perm)).contiguous(), layout, batch.source_info)
+    return Batch([s.permute(*perm).contiguous() for s in batch.samples], layout, batch.source_info)
 
 
 def _count(value: Any) -> int:
@@ -116,9 +152,10 @@ def unfold(schema: Any, ctx: Any, inputs: Sequence[Batch], args: Any, counts: Se
     """``(ctx, inputs, args)`` of the batch of frames: input 0's frames, other sequence inputs' frames (the same
     frame counts), other inputs and per-sample arguments repeated per frame, per-frame scalar arguments spread.
     The frames' ``ctx.sample_ids`` name the sample each frame belongs to (its random draws are the sample's)."""
-    frames = [frames_of(inputs[0], counts)]
+    frames = [frames_of(frames_first(inputs[0]), counts)]
     for k, extra in enumerate(inputs[1:], 1):
-        if is_sequence(extra):
+        if frame_axis(extra.layout()) >= 0:
+            extra = frames_first(extra)
             if frame_counts(extra) != list(counts):
                 raise ValueError(f"input {k} is a sequence of {frame_counts(extra)} frames, input 0 of "
                                  f"{list(counts)}; sequence inputs must have the same frames")
@@ -165,12 +202,16 @@ def fold(batch: Batch, counts: Sequence[int], layout: str, what: str) -> Batch:
 
 
 def needs_frames(schema: Any, inputs: Sequence[Batch], args: Any) -> list[int] | None:
-    """The frame counts when this batch must run as frames under ``schema.sequences``, else None."""
-    if not inputs or not is_sequence(inputs[0]):
+    """The frame counts when this batch must run as frames under ``schema.sequences``, else None. ``"frames"``
+    operators take any layout with ``F`` as a sequence; ``"axis"`` operators run frame by frame only for per-frame
+    arguments of sequences whose ``F`` is outermost."""
+    if not inputs:
+        return None
+    if schema.sequences == "frames" and frame_axis(inputs[0].layout()) >= 0:
+        return frame_counts(inputs[0])
+    if not is_sequence(inputs[0]):
         return None
     counts = frame_counts(inputs[0])
-    if schema.sequences == "frames":
-        return counts
     for name in args.names():
         arg = schema.args.get(name)
         if not args.is_const(name) and arg is not None and arg.type in _SCALAR_TYPES and \
@@ -182,7 +223,9 @@ def needs_frames(schema: Any, inputs: Sequence[Batch], args: Any) -> list[int] |
 def run_as_frames(schema: Any, spec: Any, run: Callable[..., Any], ctx: Any, inputs: Sequence[Batch],
                   args: Any, counts: Sequence[int]) -> Batch | tuple[Batch, ...]:
     """Run ``run(ctx, *inputs, args=args)`` on the frames of the sequences and fold its outputs back into
-    sequences (outputs past ``schema.sequence_outputs`` are per sample: each sample's first frame's value)."""
+    sequences (outputs past ``schema.sequence_outputs`` are per sample: each sample's first frame's value). A
+    folded output takes the layout the schema declares for the sequences when that is a permutation of
+    ``F`` + the frames' layout (``CFHW``); the frames' own layout is the declared one without ``F``."""
     frame_ctx, frames, frame_args = unfold(schema, ctx, inputs, args, counts)
     try:
         result = run(frame_ctx, *frames, args=frame_args)
@@ -193,13 +236,14 @@ def run_as_frames(schema: Any, spec: Any, run: Callable[..., Any], ctx: Any, inp
         e.cause.add_note(f"(in frame {frame} of the sequence)")
         raise SampleError(sample, e.source, e.cause) from e.cause
     outs = result if isinstance(result, tuple) else (result,)
-    layouts = schema.output_layouts(spec.args, list(frame_ctx.layouts), len(outs))
+    declared = schema.output_layouts(spec.args, [b.layout() for b in inputs], len(outs))
     keep = schema.sequence_outputs if schema.sequence_outputs is not None else len(outs)
     firsts = np.cumsum([0] + list(counts[:-1])).tolist()
     folded = []
     for k, out in enumerate(outs):
         if k < keep:
-            folded.append(fold(out, counts, out.layout() or layouts[k], f"fn.{schema.name}"))
+            seq = fold(out, counts, out.layout() or declared[k].replace("F", ""), f"fn.{schema.name}")
+            folded.append(to_layout(seq, declared[k]) if frame_axis(declared[k]) >= 0 else seq)
         else:
             folded.append(Batch([out[j] for j in firsts], out.layout()))
     return tuple(folded) if isinstance(result, tuple) else folded[0]

@@ -5,6 +5,7 @@ formats libsndfile decodes, and on bad files. Without the core only the twin run
 from __future__ import annotations
 
 import io
+import re
 import struct
 import sys
 from pathlib import Path
@@ -156,6 +157,37 @@ def test_bad_files_fail_alike_naming_the_file():
     assert "data chunk announces" in errors[3] and "Ogg stream is truncated" in errors[4]
     assert "flac decoder lost sync" in errors[5]                  # libsndfile's own words, while reading
     assert "2000000000 Hz" in errors[6] and "1 Hz..1000000 Hz" in errors[6]
+
+
+def _flipped(data: bytes, count: int, seed: int) -> bytes:
+    """``data`` with ``count`` random bits flipped in its second half (the audio pages, past the headers)."""
+    rng = np.random.default_rng(seed)
+    b = bytearray(data)
+    for pos in rng.integers(len(b) // 2, len(b), count):
+        b[pos] ^= 1 << int(rng.integers(0, 8))
+    return bytes(b)
+
+
+def test_damaged_ogg_fails_alike_naming_the_file_and_page():
+    """An Ogg/Vorbis file cut at 99 % or 90 % (inside its last page, whose header still says end-of-stream) or
+    with 1 or 64 flipped bits: soundfile decodes it silently short (or to nothing); core and twin refuse it,
+    naming the file, the page and the file's end, identically."""
+    rng = np.random.default_rng(3)
+    ogg = encode(0.3 * rng.standard_normal(3 * RATE), RATE, "OGG", "VORBIS")
+    files = [ogg, ogg[: len(ogg) * 99 // 100], ogg[: len(ogg) * 9 // 10], _flipped(ogg, 1, 0), _flipped(ogg, 64, 1)]
+    for bad in files[1:]:                                      # the premise: libsndfile alone says nothing
+        assert soundfile.read(io.BytesIO(bad))[0].shape[0] < 3 * RATE
+    out, errors = both(files)
+    assert out[0] is not None and out[0].shape[0] == 3 * RATE and sorted(errors) == [1, 2, 3, 4]
+    last = ogg.rfind(b"OggS")
+    for i in (1, 2):
+        assert errors[i] == (f"cannot decode audio in file 'f{i}.bin': the Ogg stream is truncated (the file ends "
+                             f"at byte {len(files[i])}, inside the page that starts at byte {last})")
+    for i in (3, 4):
+        assert re.fullmatch(rf"cannot decode audio in file 'f{i}\.bin': the Ogg page at byte \d+ is damaged \(its "
+                            r"checksum or its capture pattern is wrong\): the file is corrupt", errors[i]), errors[i]
+        page = int(re.search(r"byte (\d+)", errors[i]).group(1))
+        assert files[i][page:page + 4] == b"OggS" and page >= len(ogg) // 2 - 8192
 
 
 def test_region_and_threads_give_the_same_as_one_call():

@@ -140,10 +140,13 @@ enum Problem : int32_t {
     kShort,         // a: frames the header announces, b: frames decoded
     kRate,          // a: the sample rate
     kNotFinite,     // a: the frame holding the first NaN, infinity or absurd value
+    kOggCut,        // a: byte where the last page starts, b: the file's size (it ends inside that page)
+    kOggDamaged,    // a: byte where a page with a wrong checksum (or no capture pattern) starts
     kNotParsed,     // headers only: not a plain WAV (libsndfile must judge it); not an error
 };
-const char* const kProblemNames[] = {"ok",    "empty", "unsupported", "libsndfile", "wav_truncated",
-                                     "ogg_truncated", "short", "rate", "not_finite", "not_parsed"};
+const char* const kProblemNames[] = {"ok",         "empty", "unsupported", "libsndfile", "wav_truncated",
+                                     "ogg_truncated", "short", "rate", "not_finite", "ogg_cut",
+                                     "ogg_damaged", "not_parsed"};
 
 constexpr int64_t kMinRate = 1, kMaxRate = 1000000;  // outside this a header is corrupt
 constexpr double kFiniteLimit = 1e6;                // float samples beyond this magnitude are corrupt (issue 20)
@@ -500,14 +503,51 @@ bool cut_data_chunk(const std::string& log, uint64_t& declared, uint64_t& actual
     return false;
 }
 
-// _check_ogg_end: the last "OggS" page in the final 64 KiB must carry the end-of-stream flag.
-bool ogg_ends(const Memory& m) {
-    const int64_t from = std::max<int64_t>(0, m.size - 65536);
-    const int64_t len = m.size - from;
-    const uint8_t* tail = m.data + from;
-    for (int64_t last = len - 4; last >= 0; --last)
-        if (std::memcmp(tail + last, "OggS", 4) == 0) return last + 5 < len && (tail[last + 5] & 0x04);
-    return false;
+// Ogg's page checksum: CRC-32, polynomial 0x04C11DB7 fed most significant bit first, initial 0, no final xor.
+struct OggCrc {
+    uint32_t table[256];
+    OggCrc() {
+        for (uint32_t i = 0; i < 256; ++i) {
+            uint32_t r = i << 24;
+            for (int k = 0; k < 8; ++k) r = (r & 0x80000000u) ? (r << 1) ^ 0x04C11DB7u : r << 1;
+            table[i] = r;
+        }
+    }
+    uint32_t update(uint32_t crc, const uint8_t* p, int64_t n) const {
+        for (int64_t i = 0; i < n; ++i) crc = (crc << 8) ^ table[((crc >> 24) ^ p[i]) & 0xFF];
+        return crc;
+    }
+};
+
+// _check_ogg_pages: every page from the first byte to the last is whole (the file does not end inside one), starts
+// with "OggS" and carries its checksum (libvorbisfile skips a damaged page silently, and a cut last page leaves
+// libsndfile with no length: fewer frames, or none, without an error); the last page is flagged end-of-stream.
+Failure ogg_pages(const Memory& m) {
+    static const OggCrc crc;
+    static const uint8_t zeros[4] = {0, 0, 0, 0};
+    int64_t pos = 0;
+    uint8_t flags = 0;
+    while (pos < m.size) {
+        const uint8_t* page = m.data + pos;
+        const int64_t left = m.size - pos;
+        if (left >= 4 && std::memcmp(page, "OggS", 4) != 0) return Failure{kOggDamaged, pos, 0, ""};
+        if (left < 27 || left < 27 + page[26]) return Failure{kOggCut, pos, m.size, ""};
+        const int nseg = page[26];
+        int64_t body = 0;
+        for (int k = 0; k < nseg; ++k) body += page[27 + k];
+        const int64_t size = 27 + nseg + body;
+        if (size > left) return Failure{kOggCut, pos, m.size, ""};
+        uint32_t c = crc.update(0, page, 22);
+        c = crc.update(c, zeros, 4);
+        c = crc.update(c, page + 26, size - 26);
+        const uint32_t stored = static_cast<uint32_t>(page[22]) | static_cast<uint32_t>(page[23]) << 8 |
+                                static_cast<uint32_t>(page[24]) << 16 | static_cast<uint32_t>(page[25]) << 24;
+        if (c != stored) return Failure{kOggDamaged, pos, 0, ""};
+        flags = page[5];
+        pos += size;
+    }
+    if (!(flags & 0x04)) return Failure{kOggTruncated, 0, 0, ""};
+    return Failure{};
 }
 
 // sluice.backends.audio._open: libsndfile opens the file, then the same checks.
@@ -537,9 +577,12 @@ void open_with_sndfile(File& f) {
             f.fail(kWavTruncated, static_cast<int64_t>(declared), static_cast<int64_t>(actual));
             return;
         }
-    } else if (f.major == kOgg && !ogg_ends(f.mem)) {
-        f.fail(kOggTruncated);
-        return;
+    } else if (f.major == kOgg) {
+        Failure pages = ogg_pages(f.mem);
+        if (pages.problem != kOk) {
+            f.fail(pages.problem, pages.a, pages.b);
+            return;
+        }
     }
     if (info.samplerate < kMinRate || info.samplerate > kMaxRate) f.fail(kRate, info.samplerate);
 }

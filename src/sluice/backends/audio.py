@@ -26,7 +26,9 @@ import logging
 import math
 import re
 import struct
+import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -71,6 +73,9 @@ _PROBLEMS = {
     "libsndfile": "{text}",
     "wav_truncated": "the file is truncated (its data chunk announces {a} bytes, {b} are present)",
     "ogg_truncated": "the Ogg stream is truncated (its last page is not marked end-of-stream)",
+    "ogg_cut": "the Ogg stream is truncated (the file ends at byte {b}, inside the page that starts at byte {a})",
+    "ogg_damaged": "the Ogg page at byte {a} is damaged (its checksum or its capture pattern is wrong): the file is "
+                   "corrupt",
     "short": "the file is truncated or corrupt (header announces {a} frames, decoded {b})",
     "rate": f"its header declares a sample rate of {{a}} Hz, outside {RATE_RANGE[0]} Hz..{RATE_RANGE[1]} Hz: the "
             "header is corrupt",
@@ -163,7 +168,7 @@ def _open(data: Any, source: str):
         if f.format in ("WAV", "WAVEX", "RF64", "W64"):
             _check_wav_length(f, source)
         elif f.format == "OGG":
-            _check_ogg_end(buf, source)
+            _check_ogg_pages(buf, source)
         if not RATE_RANGE[0] <= f.samplerate <= RATE_RANGE[1]:
             raise decode_error(source, "rate", a=f.samplerate)
     except AudioDecodeError:
@@ -172,13 +177,45 @@ def _open(data: Any, source: str):
     return f
 
 
-def _check_ogg_end(buf, source: str) -> None:
-    """An Ogg stream ends with a page flagged end-of-stream; a file cut short lacks it (libsndfile then
-    reports fewer frames, or none, without an error)."""
-    tail = bytes(buf[-65536:])
-    last = tail.rfind(b"OggS")
-    if last < 0 or last + 5 >= len(tail) or not tail[last + 5] & 0x04:
+def _check_ogg_pages(buf, source: str) -> None:
+    """Every page of an Ogg stream is whole, starts with ``OggS`` and carries its checksum, and the last one is
+    flagged end-of-stream. libvorbisfile skips a damaged page without a word, and a file cut inside its last page
+    leaves libsndfile without a length: it reports fewer frames, or none, and no error."""
+    view = memoryview(buf).cast("B")
+    size, pos, flags = len(view), 0, 0
+    while pos < size:
+        left = size - pos
+        if left >= 4 and view[pos:pos + 4] != b"OggS":
+            raise decode_error(source, "ogg_damaged", a=pos)
+        if left < 27 or left < 27 + view[pos + 26]:
+            raise decode_error(source, "ogg_cut", a=pos, b=size)
+        nseg = view[pos + 26]
+        length = 27 + nseg + sum(view[pos + 27:pos + 27 + nseg])
+        if length > left:
+            raise decode_error(source, "ogg_cut", a=pos, b=size)
+        page = bytes(view[pos:pos + length])
+        if _ogg_crc(page[:22] + b"\0\0\0\0" + page[26:]) != int.from_bytes(page[22:26], "little"):
+            raise decode_error(source, "ogg_damaged", a=pos)
+        flags = page[5]
+        pos += length
+    if not flags & 0x04:
         raise decode_error(source, "ogg_truncated")
+
+
+_BIT_REVERSED = bytes(int(f"{b:08b}"[::-1], 2) for b in range(256))
+
+
+@lru_cache(maxsize=64)
+def _zeros_crc(n: int) -> int:
+    return zlib.crc32(bytes(n))
+
+
+def _ogg_crc(page: bytes) -> int:
+    """Ogg's CRC-32 (polynomial 0x04C11DB7 fed most significant bit first, initial 0, no final xor) with zlib's:
+    zlib's reflected CRC of the bit-reversed bytes, its initial value and final xor cancelled by the CRC of as many
+    zero bytes, bit-reversed back."""
+    raw = zlib.crc32(page.translate(_BIT_REVERSED)) ^ _zeros_crc(len(page))
+    return int(f"{raw:032b}"[::-1], 2)
 
 
 def _check_wav_length(f, source: str) -> None:

@@ -51,12 +51,14 @@ def _fused_args() -> list[Arg]:
 
 
 def _make_schema() -> OpSchema:
+    from sluice.ops.image.crop_mirror_normalize import output_layout_of
+
     schema = OpSchema(
         "_fused_crop_resize_crop_mirror_normalize",
         doc="""[crop ->] resize -> crop_mirror_normalize as one GPU node (made by sluice.kernels.fusion.fuse).""",
         devices=("gpu",),
         sequences="frames",  # a batch of clips is the batch of their frames: one kernel pair for all of them
-        output_layout=lambda a, lay: a.get("c.output_layout") or "CHW",
+        output_layout=lambda a, lay: output_layout_of(a.get("c.output_layout"), lay[0] if lay else ""),
         args=_fused_args(),
         register=False,
     )
@@ -70,12 +72,12 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
     The geometry is computed with NumPy over the whole batch (no per-sample Python on the hot path)."""
     from sluice.kernels.batched import Packed, resample_batch
     from sluice.ops.image._geometry import crop_windows_batch, out_dtype, resize_params_batch
-    from sluice.ops.image.crop_mirror_normalize import check_output_layout, norm_batch
+    from sluice.ops.image.crop_mirror_normalize import frame_output_layout, norm_batch
     from sluice.ops.image.resize import _check_dtype, filters
 
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "") or "HWC"
     n = len(images)
-    out_layout = check_output_layout(args.const("c.output_layout") or "CHW")
+    out_layout = frame_output_layout(args.const("c.output_layout"))
     if n == 0:
         return Batch([], out_layout)
     has_crop = bool(args.const("has_crop"))

@@ -101,6 +101,27 @@ def test_corrupt_headers_and_samples_name_the_operator_and_the_file(tmp_path):
     np.testing.assert_array_equal(audio[1].numpy(), ref)
 
 
+@pytest.mark.parametrize("use_core", [True, False])
+def test_damaged_ogg_names_the_operator_and_the_file(tmp_path, use_core):
+    """An Ogg/Vorbis file cut at 99 % or with flipped bits used to decode silently short (or to nothing)."""
+    if use_core and not native.available():
+        pytest.skip("the compiled core is not built")
+    ogg = encode(sweep(2 * RATE, rate=RATE), RATE, "OGG", "VORBIS")
+    flipped = bytearray(ogg)
+    for pos in range(len(ogg) // 2, len(ogg), len(ogg) // 16):
+        flipped[pos] ^= 0x10
+    for name, data, match in (("cut.ogg", ogg[: len(ogg) * 99 // 100], r"cut\.ogg.*Ogg stream is truncated"),
+                              ("flipped.ogg", bytes(flipped), r"flipped\.ogg.*Ogg page at byte \d+ is damaged")):
+        folder = tmp_path / f"{name}-{use_core}"
+        folder.mkdir()
+        (folder / "a.ogg").write_bytes(ogg)
+        (folder / name).write_bytes(data)
+        with native.fallback() if not use_core else contextlib.nullcontext():
+            with pytest.raises(PipelineError, match=match) as info:
+                decoded(folder, 2, 2)
+        assert "decoders.audio" in str(info.value)
+
+
 def test_mixed_decoder_checks_float_wavs_too():
     """The mixed decoder's batched WAV path (run on CPU tensors): finite refuses the corrupt float WAV naming it;
     finite=False keeps its values, read as integers with libsndfile's clipping."""

@@ -281,3 +281,77 @@ def test_the_next_batch_is_decoded_ahead_and_used(videos, monkeypatch):
         assert torch.equal(again[0][i], outs[1][0][i])
     p.close()
     assert cancelled[-1] is submitted[-1]  # closing the pipeline cancels the batch decoded ahead
+
+
+def test_relative_paths_reach_the_backend_resolved(videos, tmp_path, monkeypatch):
+    """file_list entries (DALI: as written, relative to the working directory, not to the list's folder) and
+    relative filenames are made absolute when the reader is built: the backend gets the same absolute paths on
+    every device, whatever the working directory when it decodes (the GPU backend's CPU worker processes keep the
+    folder they started in; here the process moves away after the build)."""
+    import shutil
+
+    from sluice.backends.video.pyav import PyAVBackend
+    from sluice.ops.readers.video import VideoReader
+
+    (tmp_path / "test_videos").mkdir()
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    for name in ("a", "b"):
+        shutil.copy(videos["h264-mp4"], tmp_path / "test_videos" / f"{name}.mp4")
+    (tmp_path / "lists" / "file_list.txt").write_text("./test_videos/a.mp4 0\ntest_videos/b.mp4 1\n")
+    expected = [str(tmp_path / "test_videos" / f"{name}.mp4") for name in ("a", "b")]
+
+    class Recorder:  # PyAV, noting the sources it is handed
+        device = "cpu"
+
+        def __init__(self):
+            self.cpu, self.sources = PyAVBackend(), []
+
+        def decode(self, source, index, frames):
+            self.sources.append(source)
+            return self.cpu.decode(source, index, frames)
+
+    backends = []
+    monkeypatch.setattr(VideoReader, "_backend", lambda self, spec: backends.append(Recorder()) or backends[-1])
+    monkeypatch.chdir(tmp_path)
+    for kwargs in ({"file_list": "lists/file_list.txt"}, {"filenames": ["./test_videos/a.mp4", "test_videos/b.mp4"],
+                                                          "labels": [0, 1]}):
+        @pipeline_def(batch_size=2, num_threads=1, device_id=None, seed=3)
+        def pipe():
+            return fn.readers.video(name="Reader", sequence_length=4, step=40, **kwargs)
+
+        p = pipe()
+        p.build()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        video, label = p.run()
+        monkeypatch.chdir(tmp_path)
+        assert sorted(set(backends[-1].sources)) == expected
+        assert video.source_info == expected and [int(x[0]) for x in label] == [0, 1]
+        assert [codes(v) for v in video] == [[0, 1, 2, 3]] * 2
+
+
+def test_worker_processes_get_absolute_paths(videos, tmp_path, monkeypatch):
+    """A relative path handed to the hybrid backend opens the file the caller's working directory names, not the
+    one its CPU worker processes started in (they outlive a pipeline: the GPU backend is the process's)."""
+    import shutil
+    import time
+
+    from sluice.backends.video import prepare_clip, read_clips
+    from sluice.backends.video.hybrid import HybridBackend
+
+    (tmp_path / "started_here").mkdir()
+    (tmp_path / "now_here").mkdir()
+    shutil.copy(videos["h264-mp4"], tmp_path / "now_here" / "clip.mp4")
+    monkeypatch.chdir(tmp_path / "started_here")
+    backend = HybridBackend(sessions=0, cpu_workers=1, cpu_processes=True, output_device="cpu")
+    try:
+        backend.start_workers()
+        deadline = time.monotonic() + 30
+        while not all(w.poll_ready() for w in backend._workers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        monkeypatch.chdir(tmp_path / "now_here")
+        clip = read_clips([prepare_clip("clip.mp4", frames=[3, 9])], backend)[0]
+        assert codes(clip.frames) == [3, 9]
+        assert backend._workers and not backend._workers[0].fresh  # decoded in the worker process
+    finally:
+        backend.close()

@@ -2,7 +2,8 @@
 epoch silently, and every failure is a PipelineError naming the operator, the file and (per sample) the sample.
 
 The files are made here from one small faststart MP4 (its ``moov`` before the frames, as streaming sites write
-them): truncated, zeroed in the middle, random after the magic, bit-flipped, an ``mdhd`` timescale of 0, empty;
+them): truncated, zeroed in the middle, random after the magic, bit-flipped (20 bits; 64 bits in the frames),
+an ``mdhd`` timescale of 0, empty;
 and paths that are no video file: a directory, a symlink loop, a broken symlink, an unreadable file.
 """
 
@@ -69,6 +70,11 @@ def files(tmp_path_factory) -> dict:
     for k in rng.integers(len(raw) // 3, len(raw), 20):
         flipped[k] ^= 1 << int(rng.integers(0, 8))
     write("flipped", flipped)
+    flipped64 = bytearray(raw)
+    mdat = raw.find(b"mdat") + 4
+    for k in np.random.default_rng(36).integers(mdat, len(raw), 64):
+        flipped64[k] ^= 1 << int(rng.integers(0, 8))
+    write("flipped64", flipped64)
     out["directory"] = d / "folder.mp4"
     out["directory"].mkdir()
     out["loop"] = d / "loop.mp4"
@@ -168,20 +174,41 @@ def test_reader_damage_found_while_decoding_names_the_sample(files):
     assert error.sample == 2 and "could not be decoded" in msg
 
 
-def test_reader_bit_flips_concealed_or_named_never_dropped(files):
-    """FFmpeg conceals what damage it can (a grey block): such a sample is tolerated, as FFmpeg reports it; what it
-    cannot conceal is an error naming the sample. Either way the batch keeps every file."""
-    p = reader([files["good"], files["good"], files["flipped"], files["good"]], labels=[0, 1, 2, 3])
-    p.build()
-    try:
-        video, label = p.run()
-    except PipelineError as e:
-        assert e.op_name == "readers.video" and e.sample == 2 and str(files["flipped"]) in str(e)
-    else:
-        assert [int(x[0]) for x in label] == [0, 1, 2, 3]
-        assert all(tuple(video[i].shape) == (8, 48, 64, 3) for i in range(4))
-    finally:
-        p.close()
+@pytest.mark.parametrize("name", ["flipped", "flipped64"])
+def test_reader_bit_flips_are_named_never_concealed(files, name):
+    """FFmpeg conceals damage it finds (grey or smeared blocks; one constant frame, for a faststart MP4 with 64
+    flipped bits) and says so only in the frame's flags: a corrupt frame is an error naming the sample and the file,
+    never given out as a frame. PyAV itself flags the frames (the reference)."""
+    with av.open(str(files[name])) as c:
+        assert any(f.is_corrupt for f in c.decode(video=0))
+    error = run_error(reader([files["good"], files["good"], files[name], files["good"]], labels=[0, 1, 2, 3]))
+    msg = str(error)
+    assert error.op_name == "readers.video" and error.sample == 2 and str(files[name]) in msg
+    assert re.search(r"frame \d+ (is corrupt: the decoder found damaged data|could not be decoded)", msg), msg
+
+
+@pytest.mark.cuda
+def test_gpu_reader_bit_flips_are_named_never_concealed(files):
+    """The same on the GPU (NVDEC and the hybrid's CPU jobs): the damaged file's sample is an error naming it."""
+    @pipeline_def(batch_size=4, num_threads=2, device_id=0, seed=1)
+    def pipe():
+        names = ("good", "good", "flipped64", "good")
+        video, label = fn.readers.video(device="gpu", filenames=[str(files[n]) for n in names], labels=[0, 1, 2, 3],
+                                        sequence_length=8, stride=3, step=100, name="Reader")
+        return video, label
+
+    error = run_error(pipe())
+    assert error.op_name == "readers.video" and error.sample == 2 and str(files["flipped64"]) in str(error)
+
+
+def test_backend_refuses_corrupt_frames(files):
+    """The CPU backend itself: the frames of the good file decode, those of the damaged one raise a VideoError
+    naming it."""
+    from sluice.backends.video import VideoError, read_frames
+
+    assert [read_barcode(f) for f in read_frames(str(files["good"]), frames=[0, 13, 39]).frames] == [0, 13, 39]
+    with pytest.raises(VideoError, match=rf"{re.escape(str(files['flipped64']))}: frame \d+ is corrupt"):
+        read_frames(str(files["flipped64"]), start_frame=0)
 
 
 @pytest.mark.parametrize("name, reason", [
@@ -190,6 +217,7 @@ def test_reader_bit_flips_concealed_or_named_never_dropped(files):
     ("mdhd0", "out of range: the video has \\d+ frames .*; its container declares 40 frames"),
     ("random", "cannot open video"),
     ("zeroed", "could not be decoded"),
+    ("flipped64", "is corrupt|could not be decoded"),
     ("empty", "is empty"),
 ])
 def test_decoder_names_operator_sample_and_file(files, tmp_path, name, reason):

@@ -136,7 +136,9 @@ class WorkerProcess:
 
         A process that had worked and dies (killed between or during requests) is started again and the request
         redone once; a second death on the same request is the WorkerDied error (the file crashes the decoder)."""
-        request = ("decode", os.fspath(path), list(frames), shm_name, tuple(shape), colors, index_key, name)
+        # the process may have started in another working directory (the backend outlives a pipeline): absolute
+        request = ("decode", os.path.abspath(os.fspath(path)), list(frames), shm_name, tuple(shape), colors,
+                   index_key, name)
         with self._lock:
             for attempt in (1, 2):
                 proc = self._start()

@@ -167,6 +167,11 @@ class PyAVBackend:
                 continue
             pos = i
             if i in remaining:
+                if getattr(frame, "is_corrupt", False):
+                    # the decoder concealed damaged or missing data (FFmpeg's decode_error_flags or its corrupt
+                    # flag): a frame of grey or smeared blocks, given out as if nothing had happened
+                    raise VideoError(f"{idx.name}: frame {i} is corrupt: the decoder found damaged data in it or in "
+                                     "a frame it is predicted from; the file is damaged")
                 out[i] = rgb(frame)
                 remaining.discard(i)
             if i >= last or not remaining:

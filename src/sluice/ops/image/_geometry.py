@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 
-__all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params",
-           "spatial_dims", "as_list", "flip_image", "out_dtype", "warp_affine_images", "fill_channels",
+__all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params", "spatial_dims",
+           "reject_volume", "as_list", "flip_dims", "flip_image", "out_dtype", "warp_affine_images", "fill_channels",
            "resize_params_batch", "crop_windows_batch"]
 
 _MODES = ("default", "stretch", "not_larger", "not_smaller")
@@ -54,6 +54,14 @@ def spatial_dims(layout: str, ndim: int) -> tuple[int, int, int | None]:
         raise ValueError(f"Unsupported layout '{layout}' for a {ndim}-D sample; supported: HWC, CHW, HW.")
     c = layout.find("C")
     return layout.find("H"), layout.find("W"), (c if c >= 0 else None)
+
+
+def reject_volume(op: str, layout: str, supported: str = "HWC, CHW, HW and their sequences FHWC, FCHW, CFHW") -> None:
+    """Raise for a volume (a ``D`` in ``layout``: ``DHWC``, ``CDHW``, the frames of ``FDHWC``) given to ``op``,
+    whose volumetric form is not implemented (the 2-D kernels would treat the depth as rows or channels)."""
+    if "D" in (layout or ""):
+        raise ValueError(f"fn.{op}: volumetric input (layout '{layout}') is not implemented; supported layouts: "
+                         f"{supported}.")
 
 
 def _adjust_output_size(req: list[float], in_size: list[float], mode: str, max_size: list[float] | None) -> None:
@@ -257,10 +265,17 @@ def out_dtype(dtype, default: torch.dtype) -> torch.dtype:
     return types.to_torch_dtype(dtype)
 
 
-def flip_image(image: torch.Tensor, layout: str, horizontal: bool, vertical: bool) -> torch.Tensor:
-    """Mirror a 2-D image (any layout with H and W) along the requested axes."""
-    hd, wd, _ = spatial_dims(layout, image.dim())
-    dims = ([wd] if horizontal else []) + ([hd] if vertical else [])
+def flip_dims(layout: str, ndim: int, horizontal: bool, vertical: bool, depthwise: bool = False) -> list[int]:
+    """The axes to mirror of a sample with ``layout``: W, H and (for volumes, layouts with ``D``) D."""
+    hd, wd, _ = spatial_dims(layout, ndim)
+    dd = (layout or "").find("D")
+    return ([wd] if horizontal else []) + ([hd] if vertical else []) + ([dd] if depthwise and dd >= 0 else [])
+
+
+def flip_image(image: torch.Tensor, layout: str, horizontal: bool, vertical: bool,
+               depthwise: bool = False) -> torch.Tensor:
+    """Mirror an image or a volume (any layout with H and W, and D for ``depthwise``) along the requested axes."""
+    dims = flip_dims(layout, image.dim(), horizontal, vertical, depthwise)
     return image.flip(dims) if dims else image
 
 

@@ -47,6 +47,9 @@ SCHEMA = OpSchema(
 def window_of(shape: tuple[int, ...], layout: str, args: dict) -> tuple[int, int, int, int]:
     """``(y0, x0, h, w)`` of the crop window of one sample."""
     hd, wd, _ = spatial_dims(layout, len(shape))
+    if len(as_list(args.get("crop"))) == 3:
+        raise ValueError(f"Invalid crop ({as_list(args.get('crop'))}): a volumetric crop (crop_d, crop_h, crop_w) is "
+                         f"not implemented (input layout '{layout}'); give (crop_h, crop_w), volumes keep their depth.")
     crop = as_list(args.get("crop"), 2, "crop")
     if crop and (args.get("crop_h") or args.get("crop_w")):
         raise ValueError("crop is incompatible with crop_h and crop_w; give one or the other.")

@@ -2,6 +2,11 @@
 
 ``out = (in - mean) * (scale / std) + shift`` in float32 (``scale / std`` rounded to float32 first), then
 rounded (halves away from zero) and saturated for integer ``dtype``. ``mirror`` flips horizontally per sample;
+``output_layout`` is a permutation of the input layout: images ``HWC``/``CHW``, clips ``FHWC``/``FCHW``/``CFHW``
+(``FHWC`` clips to ``FCHW`` for video classification, or to ``CFHW``, channels before frames, for 3-D
+convolutions); a clip given an image layout (``'CHW'``, the default) keeps its frames in front (``FCHW``). The frames
+of a clip share their sample's crop window and mirror flag. Volumes (``DHWC``, ``CDHW``, ``FDHWC``...) are not
+implemented and raise.
 ``pad_output`` pads the channels to a power of two with ``fill_values``; padding outside the image (policy
 ``'pad'``) writes ``fill_values`` as output values. On the GPU the whole batch is one Triton pass pair
 (:func:`sluice.kernels.batched.resample_batch` with an identity nearest-neighbour map), writing a dense
@@ -16,12 +21,15 @@ import torch
 from sluice import types
 from sluice.kernels.batched import resample_batch
 from sluice.kernels.resample import epilogue
-from sluice.ops.image._geometry import apply_crop, as_list, crop_windows_batch, norm_params, out_dtype
+from sluice.ops.image._geometry import apply_crop, as_list, crop_windows_batch, norm_params, out_dtype, reject_volume
 from sluice.ops.image.crop import CROP_ARGS, window_of
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
-__all__ = ["SCHEMA", "CMN_ARGS", "cmn_sample", "check_output_layout", "norm_batch"]
+__all__ = ["SCHEMA", "CMN_ARGS", "cmn_sample", "check_output_layout", "output_layout_of", "frame_output_layout",
+           "norm_batch"]
+
+LAYOUTS = "HWC, CHW, HW and the sequences FHWC, FCHW, CFHW"
 
 CMN_ARGS = [
     Arg("mirror", int, 0, "Flip horizontally (per sample, e.g. fn.random.coin_flip()).", per_sample=True),
@@ -30,7 +38,8 @@ CMN_ARGS = [
     Arg("scale", float, 1.0, "Multiplier after normalisation."),
     Arg("shift", float, 0.0, "Added after scaling."),
     Arg("dtype", types.DALIDataType, types.FLOAT, "Output type: FLOAT, FLOAT16, UINT8 or INT8 (others work too).",),
-    Arg("output_layout", str, "CHW", "Output layout: a permutation of HWC, e.g. CHW or HWC."),
+    Arg("output_layout", str, "CHW", "Output layout: a permutation of the input's, e.g. CHW or HWC for images, FCHW, "
+        "FHWC or CFHW for clips (FHWC); an image layout given for clips keeps the frames in front (CHW: FCHW)."),
     Arg("pad_output", bool, False, "Pad the channels to a power of two with fill_values."),
     Arg("image_type", types.DALIImageType, None, "Accepted for DALI compatibility (unused)."),
 ]
@@ -46,28 +55,50 @@ SCHEMA = OpSchema(
                                        mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
                                        std=[0.229 * 255, 0.224 * 255, 0.225 * 255],
                                        dtype=types.FLOAT16, output_layout="CHW", device="gpu")
+        clips = fn.crop_mirror_normalize(clips, crop=(112, 112), output_layout="FCHW")   # FHWC clips in
     """,
     devices=("cpu", "gpu"),
-    output_layout=lambda a, lay: a.get("output_layout") or "CHW",
+    output_layout=lambda a, lay: output_layout_of(a.get("output_layout"), lay[0] if lay else ""),
     args=CROP_ARGS + CMN_ARGS,
 )
 
 
-def check_output_layout(layout: str) -> str:
-    """Validate ``output_layout`` (a permutation of HWC)."""
+def check_output_layout(layout: str, requested: str | None = None) -> str:
+    """Validate the output layout of an image or a frame (a permutation of HWC); ``requested``: the argument it
+    came from, named in the error."""
     if sorted(layout or "") != ["C", "H", "W"]:
-        raise ValueError(f"Invalid output_layout ('{layout}'). Supported values are permutations of 'HWC', "
-                         "e.g. 'CHW', 'HWC'.")
+        raise ValueError(f"Invalid output_layout ('{requested or layout}'). Supported values are permutations of the "
+                         "input layout: 'CHW', 'HWC' for images; 'FCHW', 'FHWC', 'CFHW' for clips.")
     return layout
 
 
+def output_layout_of(requested: str | None, input_layout: str) -> str:
+    """The layout of crop_mirror_normalize's output for ``input_layout`` and the ``output_layout`` argument: the
+    argument, a permutation of the input layout; for sequences an image layout gets ``F`` in front."""
+    out = requested or "CHW"
+    reject_volume("crop_mirror_normalize", input_layout, LAYOUTS)
+    if "F" in (input_layout or ""):
+        frame_output_layout(out)
+        return out if "F" in out else "F" + out
+    if "F" in out:
+        raise ValueError(f"Invalid output_layout ('{out}') for the input layout '{input_layout}': F (frames) is for "
+                         "sequences (FHWC, FCHW, CFHW inputs); images take 'CHW' or 'HWC'.")
+    return check_output_layout(out)
+
+
+def frame_output_layout(requested: str | None) -> str:
+    """The output layout of one image or frame: ``output_layout`` without its ``F``."""
+    return check_output_layout((requested or "CHW").replace("F", "", 1), requested)
+
+
 def _hwc(image: torch.Tensor, layout: str) -> torch.Tensor:
+    reject_volume("crop_mirror_normalize", layout, LAYOUTS)
     if image.dim() == 2:
         return image.unsqueeze(2)
     if layout == "CHW":
         return image.permute(1, 2, 0)
     if layout not in ("", "HWC"):
-        raise ValueError(f"Unsupported input layout '{layout}'; supported: HWC, CHW, HW.")
+        raise ValueError(f"fn.crop_mirror_normalize: unsupported input layout '{layout}'; supported: {LAYOUTS}.")
     return image
 
 
@@ -87,7 +118,7 @@ def norm_batch(channels: int, args, n: int) -> np.ndarray:
 def cmn_sample(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
     """One sample, on whatever device it lives (the CPU kernel, and the GPU fallback for padded windows)."""
     x = _hwc(image, layout)
-    out_layout = check_output_layout(args.get("output_layout") or "CHW")
+    out_layout = frame_output_layout(args.get("output_layout"))
     dtype = out_dtype(args.get("dtype"), torch.float32)
     win = window_of(tuple(x.shape), "HWC", args)
     policy = args.get("out_of_bounds_policy") or "error"
@@ -120,7 +151,7 @@ def crop_mirror_normalize_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 def crop_mirror_normalize_gpu(ctx, images: Batch, *, args) -> Batch:
     """The batch in one Triton pass pair; padded out-of-bounds windows take the per-sample path."""
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-    out_layout = check_output_layout(args.const("output_layout") or "CHW")
+    out_layout = frame_output_layout(args.const("output_layout"))
     samples = images.samples
     n = len(samples)
     if n == 0:

@@ -1,4 +1,4 @@
-"""``fn.flip``: mirror images horizontally and/or vertically, per sample.
+"""``fn.flip``: mirror images horizontally and/or vertically (and volumes depthwise), per sample.
 
 On the GPU a dense batch is flipped with one gather per group of samples sharing the same flags (at most four
 launches whatever the batch size); ragged batches flip sample by sample.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from sluice.ops.image._geometry import flip_image, spatial_dims
+from sluice.ops.image._geometry import flip_dims, flip_image
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -17,7 +17,8 @@ __all__ = ["SCHEMA"]
 SCHEMA = OpSchema(
     "flip",
     sequences="axis",
-    doc="""Flip images along the width (``horizontal``) and/or the height (``vertical``).
+    doc="""Flip images along the width (``horizontal``) and/or the height (``vertical``), volumes (layouts with
+    ``D``) also along the depth (``depthwise``).
 
     Example::
 
@@ -27,8 +28,7 @@ SCHEMA = OpSchema(
     args=[
         Arg("horizontal", int, 1, "Flip along the width (0 or 1).", per_sample=True),
         Arg("vertical", int, 0, "Flip along the height (0 or 1).", per_sample=True),
-        Arg("depthwise", int, 0, "Flip along the depth of volumes (accepted; 2-D images have none).",
-            per_sample=True),
+        Arg("depthwise", int, 0, "Flip along the depth (D) of volumes (0 or 1; images have none).", per_sample=True),
     ],
 )
 
@@ -38,27 +38,26 @@ def _layout(layout: str, x: torch.Tensor) -> str:
 
 
 @SCHEMA.sample_kernel("cpu")
-def flip_cpu(ctx, image: torch.Tensor, *, horizontal=1, vertical=0, **_) -> torch.Tensor:
+def flip_cpu(ctx, image: torch.Tensor, *, horizontal=1, vertical=0, depthwise=0, **_) -> torch.Tensor:
     """One sample; returns a new tensor (the input is never modified)."""
-    return flip_image(image, _layout(ctx.layout, image), bool(horizontal), bool(vertical)).contiguous()
+    flags = bool(horizontal), bool(vertical), bool(depthwise)
+    return flip_image(image, _layout(ctx.layout, image), *flags).contiguous()
 
 
 @SCHEMA.batch_kernel("gpu")
 def flip_gpu(ctx, images: Batch, *, args) -> Batch:
-    """Dense batches: one flip per distinct (horizontal, vertical) pair; ragged: per sample."""
+    """Dense batches: one flip per distinct (horizontal, vertical, depthwise) flags; ragged: per sample."""
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
     n = len(images)
-    hs = [bool(v) for v in args["horizontal"]]
-    vs = [bool(v) for v in args["vertical"]]
+    flags = list(zip(*([bool(v) for v in args[name]] for name in ("horizontal", "vertical", "depthwise"))))
     dense = images.dense
     if dense is None or n == 0:
-        return Batch([flip_image(s, _layout(layout, s), hs[i], vs[i]).contiguous()
+        return Batch([flip_image(s, _layout(layout, s), *flags[i]).contiguous()
                       for i, s in enumerate(images.samples)], layout)
-    hd, wd, _ = spatial_dims(_layout(layout, dense[0]), dense.dim() - 1)
     out = torch.empty_like(dense)
-    for key in {(h, v) for h, v in zip(hs, vs)}:
-        idx = torch.tensor([i for i in range(n) if (hs[i], vs[i]) == key], device=dense.device)
-        dims = ([wd + 1] if key[0] else []) + ([hd + 1] if key[1] else [])
+    for key in set(flags):
+        idx = torch.tensor([i for i in range(n) if flags[i] == key], device=dense.device)
+        dims = [d + 1 for d in flip_dims(_layout(layout, dense[0]), dense.dim() - 1, *key)]
         part = dense.index_select(0, idx)
         out.index_copy_(0, idx, part.flip(dims) if dims else part)
     return Batch.from_dense(out, layout)

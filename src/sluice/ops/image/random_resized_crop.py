@@ -14,7 +14,7 @@ from sluice import types
 from sluice.kernels.batched import resample_batch
 from sluice.kernels.resample import resample
 from sluice.ops.decoders.crop_window import random_crop_window
-from sluice.ops.image._geometry import as_list, out_dtype, spatial_dims
+from sluice.ops.image._geometry import as_list, out_dtype, reject_volume, spatial_dims
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -57,6 +57,7 @@ def _size(args) -> tuple[int, int]:
 
 
 def _window(rng: np.random.Generator, shape: tuple[int, ...], layout: str, args: dict) -> tuple[float, ...]:
+    reject_volume("random_resized_crop", layout, "HWC, CHW, HW and the sequences FHWC, FCHW, CFHW")
     hd, wd, _ = spatial_dims(layout, len(shape))
     y, x, h, w = random_crop_window(rng, int(shape[hd]), int(shape[wd]), args.get("random_area") or [0.08, 1.0],
                                     args.get("random_aspect_ratio") or [3 / 4, 4 / 3], args.get("num_attempts", 10))

@@ -23,7 +23,7 @@ from sluice.errors import SampleError
 from sluice.kernels.batched import resample_batch
 from sluice.kernels.resample import filter_id, resample
 from sluice.native.resize import resize as native_resize
-from sluice.ops.image._geometry import out_dtype, resize_params, resize_params_batch, spatial_dims
+from sluice.ops.image._geometry import out_dtype, reject_volume, resize_params, resize_params_batch, spatial_dims
 from sluice.ops.readers.file import _host_buffer, map_all
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema
@@ -61,7 +61,8 @@ SCHEMA = OpSchema(
     doc="""Resize images.
 
     Give the size one way: ``resize_x``/``resize_y``, ``size``, ``resize_shorter`` or ``resize_longer``;
-    ``mode`` and ``max_size`` refine it as in DALI. Layouts HWC, CHW and HW. Example::
+    ``mode`` and ``max_size`` refine it as in DALI. Layouts HWC, CHW and HW, and the sequences FHWC, FCHW and
+    CFHW (every frame resized alike); volumes (DHWC, CDHW...) are not implemented. Example::
 
         images = fn.resize(images, resize_shorter=256, max_size=512)
         thumbs = fn.resize(images, size=(64, 64), interp_type=types.INTERP_CUBIC, device="gpu")
@@ -124,6 +125,7 @@ class ResizeCpu(Operator):
     def run(self, ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch | tuple[Batch, Batch]:
         n = len(images)
         layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+        reject_volume("resize", layout)
         if n and not layout:
             layout = "HWC" if images[0].dim() == 3 else "HW"
         arrays = _native_inputs(images, layout, args)
@@ -196,6 +198,7 @@ def resize_gpu(ctx, images: Batch, *, args) -> Batch | tuple[Batch, Batch]:
     """The whole batch in two kernel launches (Triton) on the pipeline's stream."""
     n = len(images)
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    reject_volume("resize", layout)
     samples = images.samples
     if not layout and samples:
         layout = "HWC" if samples[0].dim() == 3 else "HW"

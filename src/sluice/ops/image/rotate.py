@@ -61,7 +61,7 @@ def rotation_matrix(h: int, w: int, oh: int, ow: int, angle: float) -> np.ndarra
 
 
 def _run(samples, layout, args_of) -> list[torch.Tensor]:
-    xs, layout = hwc_batch(samples, layout)
+    xs, layout = hwc_batch(samples, layout, "rotate")
     n = len(xs)
     mats, sizes = [], []
     for i, x in enumerate(xs):

@@ -13,7 +13,7 @@ import torch
 
 from sluice import types
 from sluice.kernels.resample import filter_id
-from sluice.ops.image._geometry import as_list, out_dtype, warp_affine_images
+from sluice.ops.image._geometry import as_list, out_dtype, reject_volume, warp_affine_images
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -52,15 +52,18 @@ def interp_name(interp) -> str:
     return names[fid]
 
 
-def hwc_batch(samples, layout: str) -> tuple[list[torch.Tensor], str]:
-    """Samples as HWC tensors (HW gets a channel, CHW is permuted) and the original layout."""
+def hwc_batch(samples, layout: str, op: str = "warp_affine") -> tuple[list[torch.Tensor], str]:
+    """Samples as HWC tensors (HW gets a channel, CHW is permuted) and the original layout. Volumes raise: the
+    3-D warp of ``op`` is not implemented."""
+    reject_volume(op, layout)
     layout = layout or ("HWC" if samples and samples[0].dim() == 3 else "HW")
     if layout == "HW":
         return [s.unsqueeze(2) for s in samples], layout
     if layout == "CHW":
         return [s.permute(1, 2, 0) for s in samples], layout
     if layout != "HWC":
-        raise ValueError(f"Unsupported layout '{layout}'; supported: HWC, CHW, HW.")
+        raise ValueError(f"fn.{op}: unsupported layout '{layout}'; supported: HWC, CHW, HW and the sequences FHWC, "
+                         "FCHW, CFHW.")
     return list(samples), layout
 
 

@@ -116,7 +116,7 @@ def _parse_file_list(op: str, file_list: str, root: str | None) -> list[tuple[st
         raise ArgumentError(f"{op}: file_list '{file_list}' does not exist")
     # DALI's video reader opens file_list paths as written, relative to the working directory, not to the list's
     # folder (get_file_label_pair of dali/operators/reader/loader/video_loader.cc); file_root, where given, is
-    # their root.
+    # their root. They are made absolute here, against the working directory of the build (_resolved).
     base = root or ""
     entries = []
     with open(file_list) as f:
@@ -134,8 +134,15 @@ def _parse_file_list(op: str, file_list: str, root: str | None) -> list[tuple[st
             except ValueError:
                 raise ArgumentError(f"{op}: line {number} of '{file_list}' has a non-numeric label, start or end: "
                                     f"{line.strip()!r}") from None
-            entries.append((os.path.join(base, parts[0]), label, start, end))
+            entries.append((_resolved(os.path.join(base, parts[0])), label, start, end))
     return entries
+
+
+def _resolved(path: str) -> str:
+    """A video path made absolute against the working directory now, when the reader is built: every backend then
+    opens the same file whatever its own working directory (the GPU backend's CPU worker processes are shared by
+    the process's pipelines and keep the folder they started in) or a later ``os.chdir``."""
+    return os.path.abspath(path)
 
 
 def _index_or_why(path: str):
@@ -291,7 +298,7 @@ class VideoReader(ReaderBase):
         files = dict(file_root=a["file_root"], file_list=None, files=a["filenames"], labels=a["labels"],
                      file_filters=a["file_filters"], case_sensitive_filter=False, dir_filters=None)
         paths, labels = list_files(self.op_name, files)
-        return [(p, lab, None, None) for p, lab in zip(paths, labels)]
+        return [(_resolved(p), lab, None, None) for p, lab in zip(paths, labels)]
 
     def request(self, sample: int) -> ClipRequest:
         """The resolved frame request of sample ``sample`` (a sequence), nothing decoded yet."""
