@@ -343,3 +343,38 @@ class readers:
     def webdataset(*, device: str | None = ..., name: str | None = ..., paths: Sequence[str], ext: Sequence[str], index_paths: Sequence[str] | None = ..., missing_component_behavior: str = ..., dtypes: Any | None = ..., case_sensitive_extensions: bool = ..., random_shuffle: bool = ..., initial_fill: int = ..., shuffle_after_epoch: bool = ..., seed: int = ..., shard_id: int | None = ..., num_shards: int | None = ..., stick_to_shard: bool = ..., pad_last_batch: bool = ..., prefetch_queue_depth: int = ..., read_ahead: bool = ..., lazy_init: bool = ..., skip_cached_images: bool = ..., dont_use_mmap: bool = ..., tensor_init_bytes: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
         """Reads WebDataset tar shards without extracting them: one output per extension set of ``ext``."""
         ...
+
+class reductions:
+    """sluice.fn.reductions"""
+    @staticmethod
+    def max(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the largest element."""
+        ...
+    @staticmethod
+    def mean(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the mean of the elements."""
+        ...
+    @staticmethod
+    def mean_square(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the mean of the squares of the elements."""
+        ...
+    @staticmethod
+    def min(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the smallest element."""
+        ...
+    @staticmethod
+    def rms(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the root mean square of the elements."""
+        ...
+    @staticmethod
+    def std_dev(data: DataNode, mean: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., ddof: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the standard deviation of the elements around the given means."""
+        ...
+    @staticmethod
+    def sum(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the sum of the elements."""
+        ...
+    @staticmethod
+    def variance(data: DataNode, mean: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., ddof: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the variance of the elements around the given means."""
+        ...

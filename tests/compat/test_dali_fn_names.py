@@ -26,15 +26,6 @@ NOT_YET = {
     "experimental.readers.fits",
     # tensor utilities
     "dump_image",
-    # reductions
-    "reductions.max",
-    "reductions.mean",
-    "reductions.mean_square",
-    "reductions.min",
-    "reductions.rms",
-    "reductions.std_dev",
-    "reductions.sum",
-    "reductions.variance",
     # noise and random
     "noise.gaussian",
     "noise.salt_and_pepper",
