@@ -70,6 +70,10 @@ def crop_mirror_normalize(input: DataNode, /, *, device: str | None = ..., name:
     """Crop, mirror, normalise, transpose and cast images."""
     ...
 
+def dump_image(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., suffix: str = ..., input_layout: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Saves each image of the batch as ``<sample index>-<suffix>-0.ppm`` (plain PPM) in the current directory"""
+    ...
+
 def element_extract(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., element_map: Sequence[int], preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Extracts frames of sequences as samples: one output per index of ``element_map``, holding that frame of"""
     ...

@@ -24,8 +24,6 @@ NOT_YET = {
     "decoders.inflate",
     "decoders.numpy",
     "experimental.readers.fits",
-    # tensor utilities
-    "dump_image",
     # noise and random
     "noise.gaussian",
     "noise.salt_and_pepper",
