@@ -290,22 +290,41 @@ class io:
             """Reads raw file contents from file paths given as 1-D byte arrays (one path per sample)."""
             ...
 
+class noise:
+    """sluice.fn.noise"""
+    @staticmethod
+    def gaussian(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., mean: float | DataNode = ..., stddev: float | DataNode = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Adds normally distributed noise of ``mean`` and ``stddev`` to every element."""
+        ...
+    @staticmethod
+    def salt_and_pepper(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., prob: float | DataNode = ..., salt_vs_pepper: float | DataNode = ..., salt_val: float | DataNode | None = ..., pepper_val: float | DataNode | None = ..., per_channel: bool = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Salt-and-pepper noise: with probability ``prob`` a value is replaced, by ``salt_val`` with probability"""
+        ...
+    @staticmethod
+    def shot(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., factor: float | DataNode = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Shot (Poisson) noise: each element becomes ``poisson(max(0, x / factor)) * factor``, as a sensor counting"""
+        ...
+
 class random:
     """sluice.fn.random"""
     @staticmethod
-    def choice(a: DataNode, /, *, device: str | None = ..., name: str | None = ..., p: Sequence[float] | DataNode | None = ..., shape: Sequence[int] | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    def beta(shape_like: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., alpha: float | DataNode = ..., beta: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Values in [0, 1] following the beta distribution of ``alpha`` and ``beta`` (NumPy's"""
+        ...
+    @staticmethod
+    def choice(a: DataNode, shape_like: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., p: Sequence[float] | DataNode | None = ..., shape: Sequence[int] | DataNode | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Draws from the input: an integer ``n`` draws from 0..n-1, a 1-D tensor draws among its elements."""
         ...
     @staticmethod
-    def coin_flip(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., probability: float | DataNode = ..., shape: Sequence[int] | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    def coin_flip(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., probability: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """1 with probability ``probability``, else 0, per sample."""
         ...
     @staticmethod
-    def normal(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., mean: float | DataNode = ..., stddev: float | DataNode = ..., shape: Sequence[int] | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    def normal(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., mean: float | DataNode = ..., stddev: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Normally distributed values."""
         ...
     @staticmethod
-    def uniform(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., range: Sequence[float] | DataNode = ..., values: Sequence[float] | DataNode | None = ..., shape: Sequence[int] | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    def uniform(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., range: Sequence[float] | DataNode = ..., values: Sequence[float] | DataNode | None = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Values uniformly distributed in ``range`` = [lo, hi), or drawn from the discrete ``values``."""
         ...
 

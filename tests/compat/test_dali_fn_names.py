@@ -24,11 +24,6 @@ NOT_YET = {
     "decoders.inflate",
     "decoders.numpy",
     "experimental.readers.fits",
-    # noise and random
-    "noise.gaussian",
-    "noise.salt_and_pepper",
-    "noise.shot",
-    "random.beta",
     # effects
     "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
     "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-import sluice
 from sluice import fn, types
 from sluice.errors import PipelineError
 from sluice.pipeline.batch import Batch
 from sluice.schema import BatchArgs, BatchContext, get_schema
-from sluice.testing import run_op
+from sluice.testing import run_op, run_pipeline
 
 RNG = np.random.default_rng(7)
 HWC = [RNG.integers(0, 256, s, dtype=np.uint8) for s in ((4, 6, 3), (5, 2, 3), (1, 3, 3))]
@@ -25,18 +24,6 @@ def _same(out, refs):
     for o, r in zip(out, refs):
         assert tuple(o.shape) == r.shape and o.cpu().numpy().dtype == np.asarray(r).dtype
         np.testing.assert_array_equal(o.cpu().numpy(), r)
-
-
-def _run(build, batch_size=3, device_id=None, seed=11):
-    @sluice.pipeline_def(batch_size=batch_size, num_threads=1, device_id=device_id, seed=seed)
-    def pipe():
-        return build()
-
-    p = pipe()
-    try:
-        return p.run()
-    finally:
-        p.close()
 
 
 # ---- expand_dims / squeeze -----------------------------------------------------------------------------------
@@ -122,9 +109,9 @@ def test_reshape_shape_input_and_per_sample_shape():
     data = [np.arange(12, dtype=np.float32), np.arange(6, dtype=np.float32)]
     out = run_op("reshape", data, [np.array([3, 4]), np.array([2, -1])], layout=["", ""])
     _same(out, [data[0].reshape(3, 4), data[1].reshape(2, 3)])
-    out = _run(lambda: fn.reshape(fn.external_source(source=lambda: data, cycle=True),
-                                  shape=fn.external_source(source=lambda: [np.array([4, 3]), np.array([6, 1])],
-                                                           cycle=True)), batch_size=2)[0]
+    shapes = [np.array([4, 3]), np.array([6, 1])]
+    out = run_pipeline(lambda: fn.reshape(fn.external_source(source=lambda: data, cycle=True),
+                                          shape=fn.external_source(source=lambda: shapes, cycle=True)), batch_size=2)[0]
     _same(out, [data[0].reshape(4, 3), data[1].reshape(6, 1)])
 
 
@@ -154,9 +141,9 @@ def test_element_extract_takes_frames_as_samples(data):
 @pytest.mark.parametrize("data", [SEQS, RAGGED_FRAMES], ids=["one-frame-shape", "ragged-frames"])
 def test_sequence_rearrange_per_sample_orders(data):
     orders = [np.array([1, 1, 0], np.int64), np.array([3, 0], np.int64), np.array([0], np.int64)][:len(data)]
-    out = _run(lambda: fn.sequence_rearrange(fn.external_source(source=lambda: data, layout="FHW", cycle=True),
-                                             new_order=fn.external_source(source=lambda: orders, cycle=True)),
-               batch_size=len(data))[0]
+    out = run_pipeline(lambda: fn.sequence_rearrange(
+        fn.external_source(source=lambda: data, layout="FHW", cycle=True),
+        new_order=fn.external_source(source=lambda: orders, cycle=True)), batch_size=len(data))[0]
     _same(out, [np.take(x, o, axis=0) for x, o in zip(data, orders)])
     assert out.layout() == "FHW"
     out = run_op("sequence_rearrange", data, layout="FHW", new_order=[1, 0])
@@ -177,10 +164,10 @@ def test_per_frame_marks_sequences():
 def test_per_frame_feeds_one_argument_value_per_frame():
     frames = [np.full((4, 4, 3), 100, np.uint8)] * 2
     clips = [np.stack(frames)] * 2
-    out = _run(lambda: fn.brightness(fn.external_source(source=lambda: clips, layout="FHWC", cycle=True),
-                                     brightness=fn.per_frame(fn.external_source(
-                                         source=lambda: [np.array([0.5, 2.0], np.float32)] * 2, cycle=True))),
-               batch_size=2)[0]
+    factors = [np.array([0.5, 2.0], np.float32)] * 2
+    out = run_pipeline(lambda: fn.brightness(
+        fn.external_source(source=lambda: clips, layout="FHWC", cycle=True),
+        brightness=fn.per_frame(fn.external_source(source=lambda: factors, cycle=True))), batch_size=2)[0]
     assert out[0][0].max().item() == 50 and out[0][1].max().item() == 200
 
 
@@ -201,8 +188,8 @@ def test_lookup_table_documented_example():
 def test_get_property_source_info_and_layout(tmp_path):
     for name in ("a.bin", "bb.bin"):
         (tmp_path / name).write_bytes(b"xyz")
-    out = _run(lambda: (lambda data: (fn.get_property(data, key="source_info"),
-                                      fn.get_property(fn.reshape(data, layout="W"), key="layout")))(
+    out = run_pipeline(lambda: (lambda data: (fn.get_property(data, key="source_info"),
+                                              fn.get_property(fn.reshape(data, layout="W"), key="layout")))(
         fn.readers.file(files=["a.bin", "bb.bin"], file_root=str(tmp_path))[0]), batch_size=2)
     paths = [bytes(s.numpy()).decode() for s in out[0]]
     assert paths == [str(tmp_path / "a.bin"), str(tmp_path / "bb.bin")]
@@ -212,8 +199,8 @@ def test_get_property_source_info_and_layout(tmp_path):
 # ---- constants ----------------------------------------------------------------------------------------------
 def test_zeros_ones_with_per_sample_shapes():
     shapes = [np.array([2, 3]), np.array([1, 4]), np.array([0, 2])]
-    out = _run(lambda: (fn.zeros(shape=[2, 2], dtype=types.FLOAT, layout="HW"),
-                        fn.ones(shape=fn.external_source(source=lambda: shapes, cycle=True))))
+    out = run_pipeline(lambda: (fn.zeros(shape=[2, 2], dtype=types.FLOAT, layout="HW"),
+                                fn.ones(shape=fn.external_source(source=lambda: shapes, cycle=True))), batch_size=3)
     _same(out[0], [np.zeros((2, 2), np.float32)] * 3)
     assert out[0].layout() == "HW"
     _same(out[1], [np.ones(tuple(s), np.int32) for s in shapes])  # DALI's default type is INT32
@@ -232,9 +219,9 @@ def test_full_broadcasts_like_numpy():
     assert out.layout() == "HWC"
     _same(out, [np.broadcast_to(f, (2, 2, 3)) for f in fills])
     sizes = [np.array([2]), np.array([3]), np.array([0])]  # ragged: one packed buffer
-    out = _run(lambda: fn.full(fn.external_source(source=lambda: [np.float32(2.5), np.float32(-1), np.float32(3)],
-                                                  cycle=True),
-                               shape=fn.external_source(source=lambda: sizes, cycle=True)))
+    scalars = [np.float32(2.5), np.float32(-1), np.float32(3)]
+    out = run_pipeline(lambda: fn.full(fn.external_source(source=lambda: scalars, cycle=True),
+                                       shape=fn.external_source(source=lambda: sizes, cycle=True)), batch_size=3)
     _same(out[0], [np.full(2, 2.5, np.float32), np.full(3, -1, np.float32), np.zeros(0, np.float32)])
     _same(run_op("full", fills), fills)  # without shape: the fill's own shape
     with pytest.raises(PipelineError, match="cannot be broadcast"):
@@ -253,12 +240,13 @@ def test_full_like_converts_to_the_type_of_data_like():
 # ---- batch permutations -------------------------------------------------------------------------------------
 def test_batch_permutation_draws_seeded_derangements():
     n = 6
-    draws = [_run(lambda: fn.batch_permutation(no_fixed_points=True), batch_size=n, seed=s)[0] for s in (1, 1, 2)]
+    draws = [run_pipeline(lambda: fn.batch_permutation(no_fixed_points=True), batch_size=n, seed=s)[0]
+             for s in (1, 1, 2)]
     perms = [[int(v) for v in d.as_tensor()] for d in draws]
     for p in perms:
         assert sorted(p) == list(range(n)) and all(p[i] != i for i in range(n))
     assert perms[0] == perms[1] and draws[0].dtype == torch.int32
-    reps = _run(lambda: fn.batch_permutation(allow_repetitions=True, no_fixed_points=True), batch_size=n)[0]
+    reps = run_pipeline(lambda: fn.batch_permutation(allow_repetitions=True, no_fixed_points=True), batch_size=n)[0]
     assert all(int(reps[i]) != i and 0 <= int(reps[i]) < n for i in range(n))
 
 
@@ -267,8 +255,8 @@ def test_permute_batch_dense_ragged_and_from_a_permutation():
     same = [x[:1, :2] for x in HWC]
     _same(run_op("permute_batch", same, indices=[1, 1, 0]), [same[1], same[1], same[0]])
     data = [np.float32(i) for i in range(5)]
-    out = _run(lambda: (lambda perm: (perm, fn.permute_batch(fn.external_source(source=lambda: data, cycle=True),
-                                                             indices=perm)))(fn.batch_permutation()), batch_size=5)
+    out = run_pipeline(lambda: (lambda perm: (perm, fn.permute_batch(
+        fn.external_source(source=lambda: data, cycle=True), indices=perm)))(fn.batch_permutation()), batch_size=5)
     assert [float(v) for v in out[1].as_tensor()] == [float(i) for i in out[0].as_tensor()]
     with pytest.raises(PipelineError, match="out of range"):
         run_op("permute_batch", HWC, indices=[0, 1, 3])

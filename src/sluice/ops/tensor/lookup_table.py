@@ -27,7 +27,7 @@ SCHEMA = OpSchema(
     """,
     devices=("cpu", "gpu"),
     args=[
-        Arg("keys", "int_list", [], "The input values that the table maps (0..65535).", min=0),
+        Arg("keys", "int_list", [], "The input values that the table maps.", min=0, max=65535),
         Arg("values", "float_list", [], "The output value of each key (as many as keys)."),
         Arg("default_value", float, 0.0, "The output for inputs that are not keys."),
         Arg("dtype", types.DALIDataType, types.FLOAT, "The output type."),
@@ -48,8 +48,6 @@ def lookup(x: torch.Tensor, keys: list[int], values: list[float], default_value:
         raise TypeError(f"lookup_table: the input must hold integers, got {x.dtype}")
     if len(keys) != len(values):
         raise ValueError(f"lookup_table: {len(keys)} keys but {len(values)} values; give one value per key")
-    if keys and max(keys) > 65535:
-        raise ValueError(f"lookup_table: keys must be in 0..65535, got {max(keys)}")
     size = max(keys) + 1 if keys else 0
     table = torch.full((size + 1,), float(default_value), dtype=torch.float64)
     for k, v in zip(keys, values):  # in order: the last of repeated keys wins
