@@ -123,8 +123,13 @@ def reduce_flat(flat: torch.Tensor, shapes: np.ndarray, axes: Sequence[int], kin
                 index = index + coord * per_element(strides[:, kept.index(d)], seg)
     total = int(out_sizes.sum())
     if kind in ("min", "max"):
-        out = torch.empty(total, dtype=v.dtype, device=device)
-        return out.scatter_reduce_(0, index, v, "amin" if kind == "min" else "amax", include_self=False), out_shapes
+        # scatter in a type every device's atomics take (8/16-bit integers and halves widen; exact either way)
+        wide = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.bool: torch.int32,
+                torch.uint32: torch.int64}.get(
+            v.dtype, torch.int32 if not v.dtype.is_floating_point and v.dtype.itemsize < 4 else v.dtype)
+        out = torch.empty(total, dtype=wide, device=device)
+        out = out.scatter_reduce_(0, index, v.to(wide), "amin" if kind == "min" else "amax", include_self=False)
+        return out.to(v.dtype), out_shapes
     if kind in ("mean_square", "rms"):
         v = v * v
     elif kind in _CENTRED:
