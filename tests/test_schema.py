@@ -30,8 +30,9 @@ def test_wrong_type_and_choices():
 def test_per_sample_argument_only_where_allowed():
     node = fn.random.uniform(range=[0, 1])
     fn.random.coin_flip(probability=node)  # allowed
-    with pytest.raises(ArgumentError, match="'shape' cannot be a DataNode"):
-        fn.random.uniform(shape=node)
+    with pytest.raises(ArgumentError, match="'dtype' cannot be a DataNode"):
+        fn.random.uniform(dtype=node)
+    fn.random.uniform(shape=node)  # a shape per sample, as in DALI
 
 
 def test_signatures_are_real_and_documented():

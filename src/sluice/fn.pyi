@@ -10,6 +10,10 @@ def audio_resample(input: DataNode, /, *, device: str | None = ..., name: str | 
     """Resamples audio: 1-D signals or ``(time, channels)`` arrays."""
     ...
 
+def batch_permutation(*, device: str | None = ..., name: str | None = ..., allow_repetitions: bool = ..., no_fixed_points: bool = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Random indices into the batch, one scalar (int32) per sample, for ``fn.permute_batch``: a permutation of"""
+    ...
+
 def bb_flip(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., ltrb: bool = ..., horizontal: int | DataNode = ..., vertical: int | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Flips normalised bounding boxes (``[l, t, r, b]`` with ``ltrb=True``, else ``[x, y, w, h]``)."""
     ...
@@ -24,6 +28,10 @@ def brightness_contrast(input: DataNode, /, *, device: str | None = ..., name: s
 
 def cast(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Converts the data to another type. Floats become integers by rounding to nearest and clamping to the"""
+    ...
+
+def cast_like(input_0: DataNode, input_1: DataNode, /, *, device: str | None = ..., name: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Converts the first input to the type of the second (the shape and layout of the first are kept)."""
     ...
 
 def cat(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name: str | None = ..., axis: int = ..., axis_name: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -62,8 +70,20 @@ def crop_mirror_normalize(input: DataNode, /, *, device: str | None = ..., name:
     """Crop, mirror, normalise, transpose and cast images."""
     ...
 
+def dump_image(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., suffix: str = ..., input_layout: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Saves each image of the batch as ``<sample index>-<suffix>-0.ppm`` (plain PPM) in the current directory"""
+    ...
+
+def element_extract(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., element_map: Sequence[int], preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Extracts frames of sequences as samples: one output per index of ``element_map``, holding that frame of"""
+    ...
+
 def erase(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., anchor: Sequence[float] | DataNode = ..., shape: Sequence[float] | DataNode = ..., axis_names: str = ..., axes: Sequence[int] | None = ..., fill_value: Sequence[float] = ..., normalized_anchor: bool = ..., normalized_shape: bool = ..., normalized: bool = ..., centered_anchor: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Erase rectangles (cutout / random erasing)."""
+    ...
+
+def expand_dims(data: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int], new_axis_names: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Inserts dimensions of extent 1 at the positions ``axes`` of the output shape."""
     ...
 
 def external_source(*, device: str | None = ..., name: str | None = ..., source: Any | None = ..., num_outputs: int | None = ..., batch: bool | None = ..., batch_info: bool = ..., cycle: Any = ..., layout: Any | None = ..., dtype: Any | None = ..., ndim: Any | None = ..., no_copy: bool = ..., parallel: bool = ..., prefetch_queue_depth: int = ..., blocking: bool = ..., cuda_stream: Any | None = ..., use_copy_kernel: bool = ..., repeat_last: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
@@ -74,8 +94,20 @@ def flip(input: DataNode, /, *, device: str | None = ..., name: str | None = ...
     """Flip images along the width (``horizontal``) and/or the height (``vertical``), volumes (layouts with"""
     ...
 
+def full(fill_value: DataNode, /, *, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode | None = ..., layout: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """New samples of ``shape`` filled with ``fill_value`` (broadcast by NumPy's rules: a scalar fills the"""
+    ...
+
+def full_like(data_like: DataNode, fill_value: DataNode, /, *, device: str | None = ..., name: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """New samples of the shape, type and layout of ``data_like``, filled with ``fill_value`` (broadcast by"""
+    ...
+
 def gaussian_blur(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., sigma: Sequence[float] | DataNode | None = ..., window_size: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Applies a Gaussian blur over the spatial axes (every axis but ``C`` and ``F``)."""
+    ...
+
+def get_property(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., key: str, preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Returns a property of each input sample as a 1-D uint8 tensor of UTF-8 bytes: ``key="source_info"``"""
     ...
 
 def hsv(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., hue: float | DataNode = ..., saturation: float | DataNode = ..., value: float | DataNode = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -88,6 +120,10 @@ def hue(input: DataNode, /, *, device: str | None = ..., name: str | None = ...,
 
 def jitter(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., nDegree: int = ..., fill_value: float = ..., interp_type: types.DALIInterpType = ..., mask: int | DataNode = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Random pixel jitter."""
+    ...
+
+def lookup_table(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., keys: Sequence[int] = ..., values: Sequence[float] = ..., default_value: float = ..., dtype: types.DALIDataType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Maps integer inputs through a lookup table: ``out = values[keys.index(x)]`` for a key ``x``, else"""
     ...
 
 def mel_filter_bank(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., nfilter: int = ..., sample_rate: float = ..., freq_low: float = ..., freq_high: float = ..., normalize: bool = ..., mel_formula: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -110,6 +146,14 @@ def one_hot(input: DataNode, /, *, device: str | None = ..., name: str | None = 
     """Encodes integer labels as one-hot vectors: ``on_value`` at the label's index, ``off_value`` elsewhere."""
     ...
 
+def ones(*, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., layout: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """New samples of ``shape`` and ``dtype`` filled with ones."""
+    ...
+
+def ones_like(data_like: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """New samples of the shape, type and layout of ``data_like``, filled with ones."""
+    ...
+
 def pad(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., fill_value: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., align: Sequence[int] | DataNode | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Pads all samples with ``fill_value`` at the end of the chosen axes to a common (or given) extent."""
     ...
@@ -120,6 +164,14 @@ def paste(input: DataNode, /, *, device: str | None = ..., name: str | None = ..
 
 def peek_image_shape(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType = ..., adjust_orientation: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Returns the shape (H, W, C) of encoded images, reading only their headers."""
+    ...
+
+def per_frame(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., replace: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Marks the batch as sequences (its layout starts with F), so that an argument fed from it gives one value"""
+    ...
+
+def permute_batch(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., indices: Sequence[int] | DataNode, preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """A batch of the input's samples picked by ``indices``: ``out[i] = in[indices[i]]``; indices may repeat or"""
     ...
 
 def power_spectrum(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axis: int = ..., nfft: int | None = ..., power: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -138,8 +190,12 @@ def random_resized_crop(input: DataNode, /, *, device: str | None = ..., name: s
     """Crop a random window (``random_area`` of the image, aspect ratio in ``random_aspect_ratio``) and resize"""
     ...
 
-def reshape(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode | None = ..., rel_shape: Sequence[float] | DataNode | None = ..., src_dims: Sequence[int] | None = ..., layout: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
-    """Gives each sample a new shape with the same number of elements."""
+def reinterpret(data: DataNode, shape_input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode | None = ..., rel_shape: Sequence[float] | DataNode | None = ..., src_dims: Sequence[int] | DataNode | None = ..., layout: str | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Views each sample's bytes as another element type (``dtype``), shape and/or layout; nothing is copied."""
+    ...
+
+def reshape(data: DataNode, shape_input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode | None = ..., rel_shape: Sequence[float] | DataNode | None = ..., src_dims: Sequence[int] | DataNode | None = ..., layout: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Gives each sample a new shape with the same number of elements; nothing is copied."""
     ...
 
 def resize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., resize_x: float | DataNode = ..., resize_y: float | DataNode = ..., size: Sequence[float] | DataNode | None = ..., resize_shorter: float | DataNode = ..., resize_longer: float | DataNode = ..., max_size: Sequence[float] | None = ..., mode: str = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., dtype: types.DALIDataType | None = ..., save_attrs: bool = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
@@ -154,6 +210,10 @@ def saturation(input: DataNode, /, *, device: str | None = ..., name: str | None
     """Changes the saturation of images (multiplier; 0 gives greyscale). Inputs are channel-last 3-channel images (HWC, FHWC, DHWC). The change is one 3x3 matrix per sample in RGB space, built in YIQ space as DALI does (an approximation of HSV). Example::"""
     ...
 
+def sequence_rearrange(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., new_order: Sequence[int] | DataNode, preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Reorders the frames of each sequence: output frame ``i`` is input frame ``new_order[i]``. Frames may repeat"""
+    ...
+
 def shapes(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """The shape of each input sample as a 1-D tensor."""
     ...
@@ -164,6 +224,10 @@ def slice(data: DataNode, anchor: DataNode | None = ..., slice_shape: DataNode |
 
 def spectrogram(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., nfft: int | None = ..., window_length: int = ..., window_step: int = ..., window_fn: Sequence[float] | None = ..., power: int = ..., center_windows: bool = ..., reflect_padding: bool = ..., layout: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Produces a spectrogram from a 1-D signal: ``(nfft // 2 + 1, windows)`` for layout ``"ft"``."""
+    ...
+
+def squeeze(data: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | DataNode | None = ..., axis_names: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Removes the dimensions ``axes`` (or the layout letters ``axis_names``), which must have extent 1 (or"""
     ...
 
 def stack(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name: str | None = ..., axis: int = ..., axis_name: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -180,6 +244,14 @@ def transpose(input: DataNode, /, *, device: str | None = ..., name: str | None 
 
 def warp_affine(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., matrix: Sequence[float] | DataNode | None = ..., size: Sequence[float] | DataNode | None = ..., fill_value: float | None = ..., interp_type: types.DALIInterpType = ..., inverse_map: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Warp images with an affine transform."""
+    ...
+
+def zeros(*, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., layout: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """New samples of ``shape`` and ``dtype`` filled with zeros."""
+    ...
+
+def zeros_like(data_like: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """New samples of the shape, type and layout of ``data_like``, filled with zeros."""
     ...
 
 class decoders:
@@ -218,22 +290,41 @@ class io:
             """Reads raw file contents from file paths given as 1-D byte arrays (one path per sample)."""
             ...
 
+class noise:
+    """sluice.fn.noise"""
+    @staticmethod
+    def gaussian(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., mean: float | DataNode = ..., stddev: float | DataNode = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Adds normally distributed noise of ``mean`` and ``stddev`` to every element."""
+        ...
+    @staticmethod
+    def salt_and_pepper(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., prob: float | DataNode = ..., salt_vs_pepper: float | DataNode = ..., salt_val: float | DataNode | None = ..., pepper_val: float | DataNode | None = ..., per_channel: bool = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Salt-and-pepper noise: with probability ``prob`` a value is replaced, by ``salt_val`` with probability"""
+        ...
+    @staticmethod
+    def shot(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., factor: float | DataNode = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Shot (Poisson) noise: each element becomes ``poisson(max(0, x / factor)) * factor``, as a sensor counting"""
+        ...
+
 class random:
     """sluice.fn.random"""
     @staticmethod
-    def choice(a: DataNode, /, *, device: str | None = ..., name: str | None = ..., p: Sequence[float] | DataNode | None = ..., shape: Sequence[int] | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    def beta(shape_like: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., alpha: float | DataNode = ..., beta: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Values in [0, 1] following the beta distribution of ``alpha`` and ``beta`` (NumPy's"""
+        ...
+    @staticmethod
+    def choice(a: DataNode, shape_like: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., p: Sequence[float] | DataNode | None = ..., shape: Sequence[int] | DataNode | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Draws from the input: an integer ``n`` draws from 0..n-1, a 1-D tensor draws among its elements."""
         ...
     @staticmethod
-    def coin_flip(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., probability: float | DataNode = ..., shape: Sequence[int] | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    def coin_flip(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., probability: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """1 with probability ``probability``, else 0, per sample."""
         ...
     @staticmethod
-    def normal(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., mean: float | DataNode = ..., stddev: float | DataNode = ..., shape: Sequence[int] | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    def normal(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., mean: float | DataNode = ..., stddev: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Normally distributed values."""
         ...
     @staticmethod
-    def uniform(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., range: Sequence[float] | DataNode = ..., values: Sequence[float] | DataNode | None = ..., shape: Sequence[int] | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    def uniform(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., range: Sequence[float] | DataNode = ..., values: Sequence[float] | DataNode | None = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Values uniformly distributed in ``range`` = [lo, hi), or drawn from the discrete ``values``."""
         ...
 
@@ -274,4 +365,39 @@ class readers:
     @staticmethod
     def webdataset(*, device: str | None = ..., name: str | None = ..., paths: Sequence[str], ext: Sequence[str], index_paths: Sequence[str] | None = ..., missing_component_behavior: str = ..., dtypes: Any | None = ..., case_sensitive_extensions: bool = ..., random_shuffle: bool = ..., initial_fill: int = ..., shuffle_after_epoch: bool = ..., seed: int = ..., shard_id: int | None = ..., num_shards: int | None = ..., stick_to_shard: bool = ..., pad_last_batch: bool = ..., prefetch_queue_depth: int = ..., read_ahead: bool = ..., lazy_init: bool = ..., skip_cached_images: bool = ..., dont_use_mmap: bool = ..., tensor_init_bytes: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
         """Reads WebDataset tar shards without extracting them: one output per extension set of ``ext``."""
+        ...
+
+class reductions:
+    """sluice.fn.reductions"""
+    @staticmethod
+    def max(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the largest element."""
+        ...
+    @staticmethod
+    def mean(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the mean of the elements."""
+        ...
+    @staticmethod
+    def mean_square(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the mean of the squares of the elements."""
+        ...
+    @staticmethod
+    def min(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the smallest element."""
+        ...
+    @staticmethod
+    def rms(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the root mean square of the elements."""
+        ...
+    @staticmethod
+    def std_dev(data: DataNode, mean: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., ddof: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the standard deviation of the elements around the given means."""
+        ...
+    @staticmethod
+    def sum(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the sum of the elements."""
+        ...
+    @staticmethod
+    def variance(data: DataNode, mean: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., ddof: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Reduces each sample along ``axes`` (or ``axis_names``) to the variance of the elements around the given means."""
         ...

@@ -478,7 +478,7 @@ def _batch_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operato
     return BatchKernelOperator
 
 
-_CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop", "coco": "COCO",
+_CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop", "coco": "COCO", "rms": "RMS",
                 "tfrecord": "TFRecord"}  # DALI's irregular spellings
 
 

@@ -8,14 +8,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sluice.pipeline.batch import Batch
-from sluice.pipeline.pipeline import Pipeline
+from sluice.pipeline.pipeline import Pipeline, pipeline_def
 from sluice.schema import get_schema
 
-__all__ = ["run_op", "s3_server", "S3Server"]
+__all__ = ["run_op", "run_pipeline", "s3_server", "S3Server"]
 
 
 def run_op(op_name: str, *inputs: Sequence[Any], device: str = "cpu", layout: str | Sequence[str] = "",
@@ -56,6 +56,26 @@ def run_op(op_name: str, *inputs: Sequence[Any], device: str = "cpu", layout: st
         result = pipe.run()
     pipe.close()
     return result[0] if len(result) == 1 else result
+
+
+def run_pipeline(build: Callable[[], Any], batch_size: int, *, seed: int = 1234, device_id: int | None = None,
+                 num_threads: int = 1) -> tuple[Batch, ...]:
+    """Build a pipeline whose graph ``build()`` returns (a node or a tuple of nodes), run it once and close it.
+
+    Example::
+
+        (out,) = run_pipeline(lambda: fn.random.uniform(shape=[3]), batch_size=2)
+    """
+
+    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
+    def pipe():
+        return build()
+
+    p = pipe()
+    try:
+        return p.run()
+    finally:
+        p.close()
 
 
 # ------------------------------------------------------------------------------------------------------------

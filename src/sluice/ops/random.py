@@ -1,4 +1,4 @@
-"""Random number operators: ``fn.random.coin_flip``, ``uniform``, ``normal``, ``choice``.
+"""Random number operators: ``fn.random.coin_flip``, ``uniform``, ``normal``, ``beta``, ``choice``.
 
 Values are drawn per sample from the operator's seeded generator (derived from the pipeline's ``seed`` and the
 operator's place in the graph, or its own ``seed=``): the same seed gives the same values on every run, with
@@ -17,19 +17,21 @@ from sluice import types
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
-_SHAPE = Arg("shape", "int_list", None, "Shape of each sample's output; default: a scalar.")
+_SHAPE = Arg("shape", "int_list", None, "Shape of each sample's output; default: a scalar (or the shape of the "
+           "shape_like input).", per_sample=True)
 
 
-def _shapes(ctx: BatchContext, inputs: tuple[Batch, ...], shape: list[int] | None) -> list[tuple[int, ...]]:
-    if inputs:
-        return [tuple(s) for s in inputs[0].shape()]
-    return [tuple(shape or ())] * ctx.batch_size
+def _shapes(ctx: BatchContext, like: Batch | None, args: BatchArgs) -> list[tuple[int, ...]]:
+    """Each sample's output shape: the ``shape_like`` input's, else the ``shape`` argument's (per sample)."""
+    if like is not None:
+        return [tuple(s) for s in like.shape()]
+    return [tuple(int(d) for d in np.asarray(v).reshape(-1)) if v is not None else () for v in args["shape"]]
 
 
 def _draw(ctx: BatchContext, inputs: tuple[Batch, ...], args: BatchArgs, draw: Any, dtype: types.DALIDataType
           ) -> Batch:
     """``draw(rng, shape, sample_args)`` -> ndarray, for each sample. Uniform shapes draw in one call."""
-    shapes = _shapes(ctx, inputs, args.const("shape") if args.is_const("shape") else None)
+    shapes = _shapes(ctx, inputs[0] if inputs else None, args)
     n = len(shapes)
     np_type = types.to_numpy_dtype(dtype)
     if n and all(s == shapes[0] for s in shapes) and all(args.is_const(k) for k in args.names()):
@@ -147,6 +149,42 @@ def normal(ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
     return _draw(ctx, inputs, args, _normal, args.const("dtype"))
 
 
+BETA = OpSchema(
+    "random.beta",
+    doc="""Values in [0, 1] following the beta distribution of ``alpha`` and ``beta`` (NumPy's
+    ``Generator.beta``), in float32 or float64.
+
+    Example::
+
+        lam = fn.random.beta(alpha=0.4, beta=0.4)    # a mixup weight per sample
+    """,
+    inputs=(0, 1),
+    devices=("cpu", "gpu"),
+    random=True,
+    input_names=["shape_like"],
+    args=[
+        Arg("alpha", float, 1.0, "The alpha parameter (positive).", per_sample=True),
+        Arg("beta", float, 1.0, "The beta parameter (positive).", per_sample=True),
+        _SHAPE,
+        Arg("dtype", types.DALIDataType, None, "Output type: FLOAT (default) or FLOAT64.",
+            choices=(types.FLOAT, types.FLOAT64)),
+    ],
+    output_layout="",
+)
+
+
+def _beta(rng: np.random.Generator, shape: tuple, a: dict[str, Any]) -> np.ndarray:
+    if not (a["alpha"] > 0 and a["beta"] > 0):
+        raise ValueError(f"alpha and beta must be positive, got alpha={a['alpha']}, beta={a['beta']}")
+    return rng.beta(a["alpha"], a["beta"], size=shape)
+
+
+@BETA.batch_kernel("cpu")
+@BETA.batch_kernel("gpu")
+def beta(ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
+    return _draw(ctx, inputs, args, _beta, args.const("dtype") or types.FLOAT)
+
+
 CHOICE = OpSchema(
     "random.choice",
     doc="""Draws from the input: an integer ``n`` draws from 0..n-1, a 1-D tensor draws among its elements.
@@ -155,10 +193,10 @@ CHOICE = OpSchema(
 
         size = fn.random.choice([224, 256, 288], p=[0.25, 0.5, 0.25])
     """,
-    inputs=1,
+    inputs=(1, 2),
     devices=("cpu",),
     random=True,
-    input_names=["a"],
+    input_names=["a", "shape_like"],
     args=[
         Arg("p", "float_list", None, "Probabilities of the choices; default: equal.", per_sample=True),
         _SHAPE,
@@ -168,8 +206,8 @@ CHOICE = OpSchema(
 
 
 @CHOICE.batch_kernel("cpu")
-def choice(ctx: BatchContext, a: Batch, *, args: BatchArgs) -> Batch:
-    shape = tuple(args.const("shape") or ())
+def choice(ctx: BatchContext, a: Batch, shape_like: Batch | None = None, *, args: BatchArgs) -> Batch:
+    shapes = _shapes(ctx, shape_like, args)
     out = []
     for i, sample in enumerate(a):
         arr = sample.numpy()
@@ -181,6 +219,6 @@ def choice(ctx: BatchContext, a: Batch, *, args: BatchArgs) -> Batch:
             p = np.asarray(p, np.float64)
             if p.size != pool.size or np.any(p < 0) or not np.isclose(p.sum(), 1.0):
                 raise ValueError(f"p must have {pool.size} non-negative entries summing to 1, got {p.tolist()}")
-        idx = ctx.sample_rng(i, reuse=True).choice(pool.size, size=shape, p=p)
+        idx = ctx.sample_rng(i, reuse=True).choice(pool.size, size=shapes[i], p=p)
         out.append(torch.from_numpy(np.asarray(pool[idx])))
     return Batch(out)

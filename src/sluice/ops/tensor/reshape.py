@@ -1,57 +1,35 @@
-"""``fn.reshape`` and ``fn.transpose``: change how a sample's elements are viewed, without touching them."""
+"""``fn.reshape`` and ``fn.transpose``: change how a sample's elements are viewed, without touching them.
+
+``fn.reshape`` follows DALI's shape rules, which it shares with ``fn.reinterpret`` (:mod:`.reinterpret`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
+from sluice.ops.tensor.reinterpret import SHAPE_ARGS, layout_arg, view_kernel
 from sluice.schema import Arg, OpSchema, SampleContext
 
 RESHAPE = OpSchema(
     "reshape",
-    doc="""Gives each sample a new shape with the same number of elements.
+    doc="""Gives each sample a new shape with the same number of elements; nothing is copied.
 
-    ``shape`` may hold one -1 (inferred); ``rel_shape`` scales the input's extents instead. Example::
+    ``shape`` may hold one negative extent (inferred); ``rel_shape`` scales the input's extents instead, and
+    ``src_dims`` picks and orders the input's dimensions (-1 inserts an extent of 1). The second input, when given,
+    holds each sample's shape. Example::
 
         flat = fn.reshape(images, shape=[-1])
     """,
+    inputs=(1, 2),
+    input_names=["data", "shape_input"],
     devices=("cpu", "gpu"),
-    args=[
-        Arg("shape", "int_list", None, "The output shape; one extent may be -1.", per_sample=True),
-        Arg("rel_shape", "float_list", None, "The output shape relative to the input's.", per_sample=True),
-        Arg("src_dims", "int_list", None, "Input dimensions to keep, in order (-1 inserts a unit dim)."),
-        Arg("layout", str, None, "The output layout; default: the input's when the rank is kept, else none."),
-    ],
-    output_layout=lambda args, layouts: args["layout"] if args["layout"] is not None else "",
+    args=SHAPE_ARGS,
+    output_layout=layout_arg,
 )
 
-
-@RESHAPE.sample_kernel("cpu")
-@RESHAPE.sample_kernel("gpu")
-def reshape(ctx: SampleContext, data: torch.Tensor, *, shape: Any, rel_shape: Any, src_dims: Any,
-            **_: Any) -> torch.Tensor:
-    if src_dims is not None:
-        new = [1 if d == -1 else data.shape[d] for d in src_dims]
-        if int(np.prod(new)) != data.numel():
-            raise ValueError(f"src_dims {src_dims} drop dimensions of size > 1 from shape {tuple(data.shape)}")
-        return data.reshape(new)
-    if shape is not None and rel_shape is not None:
-        raise ValueError("give either 'shape' or 'rel_shape', not both")
-    if rel_shape is not None:
-        if len(rel_shape) != data.dim():
-            raise ValueError(f"rel_shape has {len(rel_shape)} extents for a sample of {data.dim()} dimensions")
-        shape = [int(round(r * s)) for r, s in zip(rel_shape, data.shape)]
-    if shape is None:
-        raise ValueError("missing 'shape' (or 'rel_shape' / 'src_dims')")
-    shape = [int(s) for s in shape]
-    known = int(np.prod([s for s in shape if s != -1]))
-    if shape.count(-1) > 1:
-        raise ValueError(f"shape {shape} has more than one -1")
-    if (-1 in shape and (known == 0 or data.numel() % known)) or (-1 not in shape and known != data.numel()):
-        raise ValueError(f"cannot reshape a sample of shape {tuple(data.shape)} ({data.numel()} elements) to {shape}")
-    return data.reshape(shape)
+RESHAPE.batch_kernel("cpu")(view_kernel("reshape"))
+RESHAPE.batch_kernel("gpu")(view_kernel("reshape"))
 
 
 def _transpose_layout(args: dict[str, Any], layouts: list[str]) -> str:
