@@ -182,8 +182,6 @@ def test_pipeline_constructor_follows_dali():
         Pipeline(batch_size=2, py_callback_pickler=object())
     with pytest.raises(NotImplementedError, match="serialize"):
         pipe.serialize()
-    with pytest.raises(NotImplementedError, match="enable_conditionals"):
-        pipeline_def(enable_conditionals=True)
     with pytest.raises(NotImplementedError, match="debug"):
         pipeline_def(debug=True)
 
