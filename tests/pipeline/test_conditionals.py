@@ -13,6 +13,7 @@ from sluice.compat.dali import pipeline_def as dali_pipeline_def
 from sluice.errors import ArgumentError, PipelineError
 from sluice.ops.conditional import merge as merge_kernel
 from sluice.ops.conditional import split as split_kernel
+from sluice.pipeline import do_not_convert
 from sluice.pipeline.batch import Batch
 from sluice.schema import BatchArgs, BatchContext
 
@@ -142,6 +143,23 @@ def test_logical_operators_per_sample():
     assert either == [x or y for x, y in zip(a_vals, b_vals)]
     assert neg == [not x for x in a_vals]
     assert xor == [x != y for x, y in zip(a_vals, b_vals)]
+
+
+def test_right_operand_runs_only_on_the_samples_that_need_it():
+    seen = []
+
+    @do_not_convert
+    def record(x):
+        seen.append(len(x))
+        return [np.bool_(True) for _ in x]
+
+    @sluice.pipeline_def(enable_conditionals=True, **_kw(exec_async=False))
+    def pipe():
+        a = fn.external_source(source=lambda: [np.bool_(i < 3) for i in range(N)])
+        return a and fn.python_function(a, function=record, batch_processing=True)
+
+    assert pipe().run()[0].as_tensor().tolist() == [i < 3 for i in range(N)]
+    assert seen == [3]  # `a and right`: right only for the 3 samples where a is true
 
 
 def test_conditional_expression_python_values_and_undefined_variables():
