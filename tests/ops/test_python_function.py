@@ -96,7 +96,7 @@ def test_torch_function_gets_views_and_its_tensor_is_the_batch():
         made["out"] = torch.stack(images).flip(2)
         return made["out"]
 
-    @sluice.pipeline_def(**_kw())
+    @sluice.pipeline_def(**_kw(exec_async=False))
     def pipe():
         dense = fn.external_source(source=lambda: np.stack(SAME_SHAPE), layout="HWC")  # one buffer
         return torch_fn.torch_python_function(dense, function=flip_batch, batch_processing=True)
@@ -229,7 +229,7 @@ def test_gpu_torch_function_output_is_not_copied():
         made["out"] = torch.stack(xs) * 2
         return made["out"]
 
-    @sluice.pipeline_def(**_kw("gpu"))
+    @sluice.pipeline_def(**_kw("gpu", exec_async=False))
     def pipe():
         return torch_fn.torch_python_function(_source(SAME_SHAPE, "gpu"), function=keep, batch_processing=True,
                                               device="gpu")

@@ -128,6 +128,32 @@ def test_return_in_branches_and_helper_functions_branching_on_datanodes():
         np.testing.assert_array_equal(out.at(i), img[::-1] if i % 2 == 0 else img[:, ::-1])
 
 
+def test_functions_defined_inside_are_rewritten_when_traced_not_when_run():
+    kept = []
+
+    @sluice.pipeline_def(enable_conditionals=True, **_kw())
+    def pipe():
+        images = _source(IMAGES)
+        scale = 2
+
+        def pick(x, kind):  # called while tracing: branches on a DataNode, reads a closure variable
+            if kind == 1:
+                return fn.flip(x, horizontal=1)
+            return x * sluice.Constant(scale, types.UINT8)
+
+        def brighten(x):  # run by the pipeline: as written
+            return x if x.max() > 250 else x + 1
+
+        kept.append(brighten)
+        return pick(images, _labels([i % 2 for i in range(N)])), fn.python_function(images, function=brighten)
+
+    picked, brightened = pipe().run()
+    assert kept[0].__code__.co_freevars == () and "_sluice_ag" not in kept[0].__code__.co_names
+    for i, img in enumerate(IMAGES):
+        np.testing.assert_array_equal(picked.at(i), img[:, ::-1] if i % 2 else img * np.uint8(2))
+        np.testing.assert_array_equal(brightened.at(i), img if img.max() > 250 else img + 1)
+
+
 def test_logical_operators_per_sample():
     a_vals = [bool(i & 1) for i in range(N)]
     b_vals = [bool(i & 2) for i in range(N)]

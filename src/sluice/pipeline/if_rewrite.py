@@ -29,6 +29,9 @@ so tracebacks show its lines):
   and a pipeline is being traced, so that helpers called by the pipeline function may branch on DataNodes too
   (DALI's AutoGraph converts called functions as well). Library code (sluice, torch, NumPy, the standard library,
   installed packages) is called as it is; ``@do_not_convert`` keeps a function as written.
+* Functions, lambdas and classes defined inside the function are left as they are written: a function is
+  rewritten when the traced code calls it, never when the pipeline runs it (``fn.python_function``'s
+  ``function``, unlike in DALI, needs no ``@do_not_convert``).
 
 The helper ``_sluice_ag`` reaches the rewritten function as one more closure variable, so the function keeps its
 own globals and closure cells.
@@ -397,42 +400,42 @@ def _name(id_: str, store: bool = False) -> ast.Name:
 
 
 class _Rewriter(ast.NodeTransformer):
+    """Rewrites the body of one function. Functions, lambdas and classes defined in it are left as written: they
+    are rewritten when the traced code calls them (:func:`convert` through ``_sluice_ag.call``), so that one
+    handed to ``fn.python_function`` runs as written when the pipeline runs."""
+
     def __init__(self) -> None:
         self._count = 0
-        self._scopes: list[str] = []  # "function" / "class": lambdas made in a class body could not see its names
 
     def rewrite_function(self, fdef: ast.FunctionDef) -> None:
-        self.visit_FunctionDef(fdef)
+        _normalize_returns(fdef)
+        self.generic_visit(fdef)
 
-    # ---- scopes -------------------------------------------------------------------------------------------
+    # ---- nested scopes: only what runs where they are defined (decorators, defaults, bases) -----------------
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
-        _normalize_returns(node)
-        self._scopes.append("function")
-        self.generic_visit(node)
-        self._scopes.pop()
+        node.decorator_list = [self.visit(d) for d in node.decorator_list]
+        node.args = self.visit(node.args)
         return node
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
-        self._scopes.append("function")
-        self.generic_visit(node)
-        self._scopes.pop()
+        node.args = self.visit(node.args)
+        return node
+
+    def visit_arguments(self, node: ast.arguments) -> ast.AST:
+        node.defaults = [self.visit(d) for d in node.defaults]
+        node.kw_defaults = [self.visit(d) if d is not None else None for d in node.kw_defaults]
         return node
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
-        self._scopes.append("class")
-        self.generic_visit(node)
-        self._scopes.pop()
+        node.decorator_list = [self.visit(d) for d in node.decorator_list]
+        node.bases = [self.visit(b) for b in node.bases]
+        node.keywords = [self.visit(k) for k in node.keywords]
         return node
-
-    def _in_class_body(self) -> bool:
-        return bool(self._scopes) and self._scopes[-1] == "class"
 
     # ---- if statements ------------------------------------------------------------------------------------
     def visit_If(self, node: ast.If) -> Any:
-        if self._in_class_body():
-            return self.generic_visit(node)
         names = _assigned(node.body + node.orelse)
         jump = _jump(node.body + node.orelse)
         self.generic_visit(node)
@@ -475,8 +478,8 @@ class _Rewriter(ast.NodeTransformer):
     # ---- expressions --------------------------------------------------------------------------------------
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
         self.generic_visit(node)
-        if self._in_class_body() or any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await))
-                                        for v in node.values[1:] for n in ast.walk(v)):
+        if any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await))
+               for v in node.values[1:] for n in ast.walk(v)):
             return node
         helper = "and_" if isinstance(node.op, ast.And) else "or_"
         expr = node.values[-1]
@@ -492,8 +495,8 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
         self.generic_visit(node)
-        if self._in_class_body() or any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await))
-                                        for v in (node.body, node.orelse) for n in ast.walk(v)):
+        if any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await))
+               for v in (node.body, node.orelse) for n in ast.walk(v)):
             return node
         return ast.copy_location(_call(_helper("ifexp"), node.test, _thunk(node.body), _thunk(node.orelse)), node)
 
