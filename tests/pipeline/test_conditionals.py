@@ -120,10 +120,11 @@ def test_return_in_branches_and_helper_functions_branching_on_datanodes():
         images = _source(IMAGES)
         kind = _labels([i % 2 for i in range(N)])
         if kind == 0:
-            return fn.flip(images, vertical=1, horizontal=0)
-        return augment(images, kind)
+            return fn.flip(images, vertical=1, horizontal=0), kind
+        return augment(images, kind), kind + 10  # tuples are merged element by element
 
-    out = pipe().run()[0]
+    out, kind = pipe().run()
+    assert kind.as_tensor().tolist() == [0 if i % 2 == 0 else 11 for i in range(N)]
     for i, img in enumerate(IMAGES):
         np.testing.assert_array_equal(out.at(i), img[::-1] if i % 2 == 0 else img[:, ::-1])
 

@@ -286,7 +286,8 @@ class If:
         t_node, f_node = isinstance(t, DataNode), isinstance(f, DataNode)
         if not t_node and not f_node:
             if isinstance(t, (tuple, list)) and type(t) is type(f) and len(t) == len(f):
-                return type(t)(self._merge(f"{name}[{i}]", a, b) for i, (a, b) in enumerate(zip(t, f)))
+                parts = [self._merge(f"{name}[{i}]", a, b) for i, (a, b) in enumerate(zip(t, f))]
+                return t._make(parts) if hasattr(t, "_make") else type(t)(parts)  # namedtuples too
             if _same_value(t, f):
                 return t
             if not (_promotable(t) and _promotable(f)):

@@ -406,8 +406,11 @@ class _Rewriter(ast.NodeTransformer):
 
     def __init__(self) -> None:
         self._count = 0
+        self._globals: set[str] = set()
 
     def rewrite_function(self, fdef: ast.FunctionDef) -> None:
+        # module globals the function assigns keep Python's meaning (the last assignment wins), not merged
+        self._globals = {n for g in _walk_scope(fdef) if isinstance(g, ast.Global) for n in g.names}
         _normalize_returns(fdef)
         self.generic_visit(fdef)
 
@@ -436,7 +439,7 @@ class _Rewriter(ast.NodeTransformer):
 
     # ---- if statements ------------------------------------------------------------------------------------
     def visit_If(self, node: ast.If) -> Any:
-        names = _assigned(node.body + node.orelse)
+        names = [n for n in _assigned(node.body + node.orelse) if n not in self._globals]
         jump = _jump(node.body + node.orelse)
         self.generic_visit(node)
         self._count += 1
