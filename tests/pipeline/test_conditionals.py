@@ -214,12 +214,16 @@ def test_conditional_expression_python_values_and_undefined_variables():
         bad()
 
 
-def test_random_operators_in_branches_same_seed_same_result():
+def test_random_operators_in_branches_same_seed_same_result(device):
     def make(seed):
-        @sluice.pipeline_def(enable_conditionals=True, batch_size=N, num_threads=2, device_id=None, seed=seed)
+        @sluice.pipeline_def(enable_conditionals=True, batch_size=N, num_threads=2,
+                             device_id=0 if device == "gpu" else None, seed=seed)
         def pipe():
             images = _source(IMAGES)
-            if images[0, 0, 0] > 127:
+            bright = images[0, 0, 0] > 127
+            if device == "gpu":
+                images = images.gpu()
+            if bright:
                 out = fn.rotate(images, angle=fn.random.uniform(range=(10, 30)), fill_value=0, keep_size=True)
             else:
                 out = fn.random_resized_crop(images, size=(6, 8))
@@ -228,7 +232,7 @@ def test_random_operators_in_branches_same_seed_same_result():
         return pipe()
 
     def take(p):
-        return [[s.clone() for s in p.run()[0]] for _ in range(2)]
+        return [[s.clone() for s in p.run()[0].as_cpu()] for _ in range(2)]
 
     a, b, c = take(make(7)), take(make(7)), take(make(8))
     for it_a, it_b in zip(a, b):
@@ -239,18 +243,21 @@ def test_random_operators_in_branches_same_seed_same_result():
         assert not np.array_equal(a[0][i].numpy(), img)
 
 
-def test_every_sample_in_one_branch():
-    @sluice.pipeline_def(enable_conditionals=True, **_kw())
+def test_every_sample_in_one_branch(device):
+    @sluice.pipeline_def(enable_conditionals=True, **_kw(device))
     def pipe():
         images = _source(IMAGES)
+        if device == "gpu":
+            images = images.gpu()
         everything = fn.external_source(source=lambda: [np.bool_(True)] * N)
         if everything:
             out = fn.flip(images)
-        else:
-            out = fn.resize(images, resize_x=3, resize_y=3)  # runs on an empty batch
+        else:  # these run on an empty batch
+            out = fn.crop_mirror_normalize(fn.resize(images, resize_x=3, resize_y=3), crop=(2, 2),
+                                           dtype=types.UINT8, mean=[0.0], std=[1.0])
         return out
 
-    out = pipe().run()[0]
+    out = pipe().run()[0].as_cpu()
     for i, img in enumerate(IMAGES):
         np.testing.assert_array_equal(out.at(i), img[:, ::-1])
 
