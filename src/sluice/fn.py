@@ -53,4 +53,19 @@ def _build() -> None:
             __all__.append(leaf)
 
 
+def _conditional_namespace() -> None:
+    """``fn._conditional.split`` / ``merge`` / ``not_``: the operators behind ``if`` on DataNodes, under DALI's
+    names and signatures (the predicate a keyword)."""
+    from sluice.pipeline import conditionals
+
+    name = f"{__name__}._conditional"
+    module = _pytypes.ModuleType(name, "The operators of conditional execution (DALI's fn._conditional).")
+    module.split = conditionals.split  # type: ignore[attr-defined]
+    module.merge = conditionals.merge  # type: ignore[attr-defined]
+    module.not_ = conditionals.logical_not  # type: ignore[attr-defined]
+    _sys.modules[name] = module
+    setattr(_sys.modules[__name__], "_conditional", module)
+
+
 _build()
+_conditional_namespace()

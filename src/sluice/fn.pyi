@@ -70,6 +70,10 @@ def crop_mirror_normalize(input: DataNode, /, *, device: str | None = ..., name:
     """Crop, mirror, normalise, transpose and cast images."""
     ...
 
+def dl_tensor_python_function(*inputs: DataNode, device: str | None = ..., name: str | None = ..., function: Any, num_outputs: int = ..., batch_processing: bool = ..., output_layouts: Sequence[str] | None = ..., preserve: bool = ..., seed: int = ..., synchronize_stream: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Runs a Python function on DLPack capsules (one per sample), for any library that reads DLPack."""
+    ...
+
 def dump_image(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., suffix: str = ..., input_layout: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Saves each image of the batch as ``<sample index>-<suffix>-0.ppm`` (plain PPM) in the current directory"""
     ...
@@ -182,6 +186,10 @@ def preemphasis_filter(input: DataNode, /, *, device: str | None = ..., name: st
     """Applies a preemphasis filter along the first (time) axis::"""
     ...
 
+def python_function(*inputs: DataNode, device: str | None = ..., name: str | None = ..., function: Any, num_outputs: int = ..., batch_processing: bool = ..., output_layouts: Sequence[str] | None = ..., preserve: bool = ..., seed: int = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Runs a Python function on the data: NumPy arrays on the CPU, torch CUDA tensors on the GPU."""
+    ...
+
 def random_bbox_crop(boxes: DataNode, labels: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., aspect_ratio: Sequence[float] = ..., thresholds: Sequence[float] = ..., scaling: Sequence[float] = ..., bbox_layout: str | None = ..., ltrb: bool = ..., shape_layout: str = ..., allow_no_crop: bool = ..., num_attempts: int = ..., total_num_attempts: int = ..., bbox_prune_threshold: float | None = ..., threshold_type: str = ..., all_boxes_above_threshold: bool = ..., crop_shape: Sequence[float] | None = ..., input_shape: Sequence[float] | None = ..., output_bbox_indices: bool = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Chooses a random crop window constrained by the bounding boxes and crops the boxes (and labels) to it."""
     ...
@@ -236,6 +244,10 @@ def stack(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name:
 
 def to_decibels(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., multiplier: float = ..., reference: float = ..., cutoff_db: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Converts a magnitude (real, positive) to the decibel scale::"""
+    ...
+
+def torch_python_function(*inputs: DataNode, device: str | None = ..., name: str | None = ..., function: Any, num_outputs: int = ..., batch_processing: bool = ..., output_layouts: Sequence[str] | None = ..., preserve: bool = ..., seed: int = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Runs a function on torch tensors, on the CPU or on the pipeline's CUDA stream (DALI's"""
     ...
 
 def transpose(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., perm: Sequence[int] | None = ..., transpose_layout: bool = ..., output_layout: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:

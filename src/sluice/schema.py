@@ -479,7 +479,7 @@ def _batch_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operato
 
 
 _CLASS_NAMES = {"mfcc": "MFCC", "random_bbox_crop": "RandomBBoxCrop", "coco": "COCO", "rms": "RMS",
-                "tfrecord": "TFRecord"}  # DALI's irregular spellings
+                "tfrecord": "TFRecord", "dl_tensor_python_function": "DLTensorPythonFunction"}  # DALI's spellings
 
 
 def _camel(name: str) -> str:

@@ -96,7 +96,7 @@ def _constant_array(args: dict[str, Any]) -> np.ndarray:
             arr = arr.reshape(shape)
         else:
             raise ValueError(f"fn.constant: {arr.size} values do not fill shape {list(shape)}")
-    return np.ascontiguousarray(arr)
+    return arr.copy() if arr.ndim == 0 else np.ascontiguousarray(arr)  # (ascontiguousarray makes 0-d arrays 1-d)
 
 
 @CONSTANT.operator_class("cpu")

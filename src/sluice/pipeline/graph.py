@@ -90,8 +90,10 @@ class DataNode:
         return hash((self.op.id, self.index))
 
     def __bool__(self) -> bool:
-        raise TypeError("a DataNode stands for a batch that does not exist yet; it has no truth value. Use "
-                        "element-wise operators (&, |, ^) and comparisons instead of `and`, `or`, `if`.")
+        raise TypeError(f"{self!r} stands for a batch that does not exist yet; it has no truth value. To run `if`, "
+                        "`and`, `or`, `not` per sample, define the pipeline with "
+                        "pipeline_def(enable_conditionals=True); or choose per sample with element-wise operators "
+                        "(&, |, ^, comparisons) and operator arguments (e.g. mirror=fn.random.coin_flip()).")
 
     # ---- devices ----------------------------------------------------------------------------------------
     def gpu(self) -> DataNode:
@@ -232,6 +234,10 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
         want = (str(schema.min_inputs) if schema.min_inputs == schema.max_inputs
                 else f"{schema.min_inputs} to {schema.max_inputs}")
         raise ArgumentError(f"fn.{schema.name} takes {want} input(s), got {n}")
+    from sluice.pipeline.pipeline import Pipeline
+
+    current = Pipeline.current()
+    conditions = getattr(current, "_conditions", None)  # tracing a pipeline_def(enable_conditionals=True)
     nodes: list[DataNode] = []
     for i, x in enumerate(inputs):
         if isinstance(x, DataNode):
@@ -243,6 +249,8 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
             from sluice.schema import get_schema
 
             nodes.append(make_node(get_schema("constant"), [], {"value": np.asarray(x)}))  # type: ignore[arg-type]
+    if conditions is not None:  # inside an `if` on a DataNode: the inputs as this branch sees them (split)
+        nodes = [conditions.localize(x) for x in nodes]
     if device is None:
         device = "gpu" if any(x.device == "gpu" for x in nodes) and "gpu" in schema.devices else \
             schema.default_device
@@ -259,10 +267,11 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
     for key, node in arg_nodes.items():
         if node.device != "cpu":
             raise ArgumentError(f"fn.{schema.name}: argument input '{key}' must be a CPU DataNode; call .cpu() on it")
+    if conditions is not None:
+        arg_nodes = {key: conditions.localize(node) for key, node in arg_nodes.items()}
     op = OpNode(schema, device, nodes, const, arg_nodes, name)
-    from sluice.pipeline.pipeline import Pipeline
-
-    current = Pipeline.current()
+    if conditions is not None:
+        conditions.register(op.outputs, bool(nodes or arg_nodes))
     if current is not None:
         current._register_node(op)
     if schema.output_names is not None:

@@ -124,6 +124,7 @@ class Pipeline:
         self._checkpoint_to_restore = checkpoint
         self._outputs: list[DataNode] | None = None
         self._created_nodes: list[OpNode] = []
+        self._conditions: Any = None  # a ConditionStack while a pipeline_def(enable_conditionals=True) traces
         self._executor: Executor | None = None
         self._built = False
         self._graph_defined = False
@@ -471,7 +472,8 @@ def _record_stream(batch: Batch, stream: torch.cuda.Stream) -> None:
 _PIPELINE_ARGS = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}
 
 
-def pipeline_def(fn: Callable | None = None, **pipeline_kwargs: Any) -> Callable:
+def pipeline_def(fn: Callable | None = None, *, enable_conditionals: bool = False,
+                 **pipeline_kwargs: Any) -> Callable:
     """Decorate a function that returns DataNodes; calling it returns a :class:`Pipeline`.
 
     Pipeline arguments may be given to the decorator and overridden in the call::
@@ -482,6 +484,18 @@ def pipeline_def(fn: Callable | None = None, **pipeline_kwargs: Any) -> Callable
             return fn.decoders.image(files), labels
 
         p = pipe("/data", seed=1)
+
+    ``enable_conditionals=True`` lets ``if``/``elif``/``else``, ``and``, ``or``, ``not`` and ``x if c else y`` take
+    DataNodes of one boolean per sample, as in DALI: each branch runs on the samples it gets
+    (:mod:`sluice.pipeline.conditionals`)::
+
+        @pipeline_def(enable_conditionals=True, batch_size=8, num_threads=2, device_id=None)
+        def flip_some(root):
+            files, labels = fn.readers.file(file_root=root)
+            images = fn.decoders.image(files)
+            if fn.random.coin_flip(dtype=types.BOOL):
+                images = fn.flip(images)
+            return images, labels
     """
 
     def decorate(func: Callable) -> Callable:
@@ -492,8 +506,7 @@ def pipeline_def(fn: Callable | None = None, **pipeline_kwargs: Any) -> Callable
                 if key in _PIPELINE_ARGS and key not in inspect.signature(func).parameters:
                     pipe_args[key] = kwargs.pop(key)
             pipe = Pipeline(**pipe_args)
-            with pipe:
-                outputs = func(*args, **kwargs)
+            outputs = _trace(pipe, func, args, kwargs, enable_conditionals)
             if not isinstance(outputs, (list, tuple)):
                 outputs = [outputs]
             pipe.set_outputs(*outputs)
@@ -502,3 +515,13 @@ def pipeline_def(fn: Callable | None = None, **pipeline_kwargs: Any) -> Callable
         return create
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _trace(pipe: Pipeline, func: Callable, args: tuple, kwargs: dict, enable_conditionals: bool) -> Any:
+    """Run a pipeline function for ``pipe`` (rewritten for conditionals with ``enable_conditionals``)."""
+    if enable_conditionals:
+        from sluice.pipeline import conditionals
+
+        return conditionals.trace(pipe, func, args, kwargs)
+    with pipe:
+        return func(*args, **kwargs)

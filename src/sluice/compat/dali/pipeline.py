@@ -36,8 +36,9 @@ from sluice.compat._missing import public_names as _public_names
 from sluice.errors import PipelineError
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.graph import DataNode
+from sluice.pipeline.if_rewrite import do_not_convert
 
-__all__ = ["DataNode", "Pipeline", "pipeline_def"]
+__all__ = ["DataNode", "Pipeline", "do_not_convert", "pipeline_def"]
 
 
 class Pipeline(_core.Pipeline):
@@ -117,8 +118,9 @@ _PIPELINE_ARGS = set(inspect.signature(Pipeline.__init__).parameters) - {"self"}
 def pipeline_def(fn: Callable | None = None, *, enable_conditionals: bool = False, debug: bool = False,
                  **pipeline_kwargs: Any) -> Callable:
     """DALI's ``@pipeline_def``: calling the decorated function returns a built graph in a :class:`Pipeline`;
-    pipeline arguments go to the decorator or to the call (the call wins). ``enable_conditionals=True`` (Python
-    ``if`` on DataNodes) and ``debug=True`` (eager debug mode) are not supported.
+    pipeline arguments go to the decorator or to the call (the call wins). ``enable_conditionals=True`` runs
+    ``if``/``elif``/``else``, ``and``, ``or`` and ``not`` on DataNodes per sample, as DALI does
+    (:mod:`sluice.pipeline.conditionals`); ``debug=True`` (eager debug mode) is not supported.
 
     Example::
 
@@ -129,9 +131,6 @@ def pipeline_def(fn: Callable | None = None, *, enable_conditionals: bool = Fals
 
         p = pipe("/data", seed=1)
     """
-    if enable_conditionals:
-        missing("pipeline_def(enable_conditionals=True)", hint="Choose per sample with arithmetic or "
-                "fn.random.coin_flip arguments (e.g. mirror=) instead of Python `if` on DataNodes.")
     if debug:
         missing("pipeline_def(debug=True)", hint="Run the pipeline with exec_async=False to debug it in one thread.")
     unknown = set(pipeline_kwargs) - _PIPELINE_ARGS
@@ -146,8 +145,7 @@ def pipeline_def(fn: Callable | None = None, *, enable_conditionals: bool = Fals
             chosen = dict(pipeline_kwargs)
             chosen.update({k: kwargs.pop(k) for k in list(kwargs) if k in _PIPELINE_ARGS and k not in own_params})
             pipe = Pipeline(**chosen)
-            with pipe:
-                outputs = func(*args, **kwargs)
+            outputs = _core._trace(pipe, func, args, kwargs, enable_conditionals)
             pipe.set_outputs(*(outputs if isinstance(outputs, (list, tuple)) else [outputs]))
             return pipe
 

@@ -1,7 +1,7 @@
 """``nvidia.dali.plugin.pytorch`` on sluice: ``DALIGenericIterator``, ``DALIClassificationIterator``,
 ``LastBatchPolicy``, ``feed_ndarray`` and ``to_torch_type``; ``experimental.proxy`` holds the DataLoader proxy.
-``DALIRaggedIterator`` (dense and list outputs). ``TorchPythonFunction`` is not provided (NotImplementedError when
-used).
+``DALIRaggedIterator`` (dense and list outputs). ``fn.torch_python_function`` and the class ``TorchPythonFunction``
+run a function on torch tensors (:mod:`sluice.ops.python_function`).
 
 Example::
 
@@ -21,18 +21,22 @@ from sluice import types as _types
 from sluice.compat._missing import missing as _missing
 from sluice.compat._missing import module_getattr as _module_getattr
 from sluice.compat._missing import public_names as _public_names
-from sluice.compat._missing import unsupported_callable as _unsupported
-from sluice.compat.dali.plugin.pytorch import experimental
+from sluice.compat._build import function_first as _function_first
+from sluice.compat._legacy import make_class as _make_class
+from sluice.compat.dali.plugin.pytorch import experimental, fn
 from sluice.errors import ArgumentError
 from sluice.pipeline.batch import Batch
+from sluice.schema import get_schema as _get_schema
 from sluice.torch.iterator import DALIClassificationIterator, DALIGenericIterator, LastBatchPolicy
 
 __all__ = [
     "DALIClassificationIterator",
     "DALIGenericIterator",
     "LastBatchPolicy",
+    "TorchPythonFunction",
     "experimental",
     "feed_ndarray",
+    "fn",
     "to_torch_type",
 ]
 
@@ -40,8 +44,8 @@ to_torch_type: dict[Any, torch.dtype] = {t: _types.to_torch_dtype(t) for t in _t
                                          if t not in (_types.NO_TYPE, _types.STRING)}
 """DALI data type -> torch dtype."""
 
-TorchPythonFunction = _unsupported("nvidia.dali.plugin.pytorch.TorchPythonFunction",
-                                   hint="Run the function on the iterator's torch tensors instead.")
+TorchPythonFunction = _function_first(_make_class(_get_schema("torch_python_function"), "TorchPythonFunction"))
+TorchPythonFunction.__module__ = __name__
 
 
 class DALIRaggedIterator(DALIGenericIterator):
