@@ -151,22 +151,43 @@ class DataNode:
         return node.cpu() if device == "cpu" else node.gpu()
 
     def __getitem__(self, index: Any) -> DataNode:
-        """Per-sample subscript, as DALI's ``node[...]``: integers drop a dimension, slices keep it."""
+        """Per-sample subscript, as DALI's ``node[...]``: integers drop a dimension, slices keep it. An index or a
+        slice bound may be a CPU DataNode of one integer per sample: ``table[idx]`` picks row ``idx[i]`` of sample
+        ``i``."""
         if not isinstance(index, tuple):
             index = (index,)
-        spec = []
-        for item in index:
+        spec: list[tuple] = []
+        arg_nodes: dict[str, DataNode] = {}
+
+        def bound(value: Any, kind: str, position: int) -> Any:
+            if isinstance(value, DataNode):
+                name = f"{kind}_{position}"
+                arg_nodes[name] = value
+                return ("arg", name)
+            if value is None or isinstance(value, (int, np.integer)):
+                return None if value is None else int(value)
+            raise ArgumentError(f"DataNode subscripts take integers, slices, ... and DataNodes of integers, got "
+                                f"{type(value).__name__}")
+
+        for position, item in enumerate(index):
             if isinstance(item, slice):
                 if item.step not in (None, 1):
                     raise ArgumentError("DataNode subscripts support slices with step 1 only")
-                spec.append(("slice", item.start, item.stop))
+                spec.append(("slice", bound(item.start, "lo", position), bound(item.stop, "hi", position)))
             elif item is Ellipsis:
+                if arg_nodes or any(isinstance(x, DataNode) for x in index):
+                    raise ArgumentError("DataNode subscripts with DataNode indices cannot use ...")
                 spec.append(("ellipsis",))
-            elif isinstance(item, (int, np.integer)):
-                spec.append(("index", int(item)))
+            elif isinstance(item, (bool, np.bool_)):
+                raise ArgumentError("DataNode subscripts take integers, slices and ..., got bool")
             else:
-                raise ArgumentError(f"DataNode subscripts take integers, slices and ..., got {type(item).__name__}")
-        return _call("_subscript", [self], {"spec": spec}, device=self.device)
+                spec.append(("index", bound(item, "at", position)))
+        from sluice.ops.arithmetic import MAX_SUBSCRIPT_DIMS
+
+        if arg_nodes and len(index) > MAX_SUBSCRIPT_DIMS:
+            raise ArgumentError(f"DataNode subscripts with DataNode indices take at most {MAX_SUBSCRIPT_DIMS} "
+                                "positions")
+        return _call("_subscript", [self], {"spec": spec, **arg_nodes}, device=self.device)
 
 
 class Constant:
