@@ -82,6 +82,10 @@ def element_extract(input: DataNode, /, *, device: str | None = ..., name: str |
     """Extracts frames of sequences as samples: one output per index of ``element_map``, holding that frame of"""
     ...
 
+def equalize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Performs grayscale/per-channel histogram equalization of uint8 images (layouts HW, HWC, CHW) and"""
+    ...
+
 def erase(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., anchor: Sequence[float] | DataNode = ..., shape: Sequence[float] | DataNode = ..., axis_names: str = ..., axes: Sequence[int] | None = ..., fill_value: Sequence[float] = ..., normalized_anchor: bool = ..., normalized_shape: bool = ..., normalized: bool = ..., centered_anchor: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Erase rectangles (cutout / random erasing)."""
     ...
@@ -92,6 +96,10 @@ def expand_dims(data: DataNode, /, *, device: str | None = ..., name: str | None
 
 def external_source(*, device: str | None = ..., name: str | None = ..., source: Any | None = ..., num_outputs: int | None = ..., batch: bool | None = ..., batch_info: bool = ..., cycle: Any = ..., layout: Any | None = ..., dtype: Any | None = ..., ndim: Any | None = ..., no_copy: bool = ..., parallel: bool = ..., prefetch_queue_depth: int = ..., blocking: bool = ..., cuda_stream: Any | None = ..., use_copy_kernel: bool = ..., repeat_last: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Brings data from Python into the pipeline."""
+    ...
+
+def filter(data: DataNode, filter: DataNode, fill_value: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., anchor: Sequence[int] | DataNode = ..., border: str = ..., mode: str = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Convolves the image with the provided filter (computing a correlation: the filter is not flipped)."""
     ...
 
 def flip(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., horizontal: int | DataNode = ..., vertical: int | DataNode = ..., depthwise: int | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -412,4 +420,31 @@ class reductions:
     @staticmethod
     def variance(data: DataNode, mean: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., ddof: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Reduces each sample along ``axes`` (or ``axis_names``) to the variance of the elements around the given means."""
+        ...
+
+class transforms:
+    """sluice.fn.transforms"""
+    @staticmethod
+    def combine(input0: DataNode, input1: DataNode, /, *inputs: DataNode, device: str | None = ..., name: str | None = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Combines two or more affine transforms (all of one shape): the result applies them"""
+        ...
+    @staticmethod
+    def crop(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., from_start: Sequence[float] | DataNode = ..., from_end: Sequence[float] | DataNode = ..., to_start: Sequence[float] | DataNode = ..., to_end: Sequence[float] | DataNode = ..., absolute: bool = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces an affine transform matrix that maps the box ``from_start..from_end`` onto the box"""
+        ...
+    @staticmethod
+    def rotation(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., angle: float | DataNode, axis: Sequence[float] | DataNode | None = ..., center: Sequence[float] | DataNode | None = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces a rotation affine transform matrix: 2-D (``[[cos, -sin], [sin, cos]]``)"""
+        ...
+    @staticmethod
+    def scale(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., scale: Sequence[float] | DataNode, center: Sequence[float] | DataNode | None = ..., ndim: int | None = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces a scaling affine transform matrix (``diag(scale)``, about ``center``)."""
+        ...
+    @staticmethod
+    def shear(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., shear: Sequence[float] | DataNode | None = ..., angles: Sequence[float] | DataNode | None = ..., center: Sequence[float] | DataNode | None = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces a shear affine transform matrix."""
+        ...
+    @staticmethod
+    def translation(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., offset: Sequence[float] | DataNode, reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces a translation affine transform matrix ``[I | offset]``."""
         ...
