@@ -329,3 +329,44 @@ def subscript(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
             raise SampleError(i, data.source_info[i], e) from e
         out.append(sample[index])
     return Batch(out, layout)
+
+
+# ------------------------------------------------------------------------------------------------------------
+TABLE_ROW = OpSchema(
+    "_table_row",
+    doc="""Row ``index[i]`` of a constant ``table`` for sample ``i``: ``types.Constant(table)[index]`` in one node.
+    Made by :mod:`sluice.auto_aug` for its parameter look-ups; inside an ``if`` on DataNodes only the index is
+    split, not a batch of copies of the table.""",
+    inputs=0,
+    devices=("cpu", "gpu"),
+    args=[Arg("table", object, None, "The table (a NumPy array; its first axis is indexed)."),
+          Arg("index", int, 0, "The row of each sample (negative counts from the end).", per_sample=True)],
+    output_layout="",
+)
+
+
+@TABLE_ROW.operator_class("cpu")
+@TABLE_ROW.operator_class("gpu")
+class TableRow(Operator):
+    """Keeps the table on its device; a batch is one ``index_select``."""
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        self.table = torch.from_numpy(np.ascontiguousarray(spec.args["table"]))
+        if self.table.dim() == 0 or len(self.table) == 0:
+            raise ValueError(f"_table_row: the table must have at least one row, got shape {tuple(self.table.shape)}")
+        self._on: dict[torch.device, torch.Tensor] = {}
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
+        index = np.asarray(args["index"], np.int64).reshape(-1)
+        rows = len(self.table)
+        bad = np.flatnonzero((index < -rows) | (index >= rows))
+        if len(bad):
+            i = int(bad[0])
+            raise SampleError(i, ctx.source_info[i] if i < len(ctx.source_info) else "",
+                              IndexError(f"index {int(index[i])} is out of range for a table of {rows} rows"))
+        table = self._on.get(ctx.device)
+        if table is None:
+            table = self._on[ctx.device] = self.table.to(ctx.device)
+        picked = torch.from_numpy(index % rows).to(ctx.device, non_blocking=True)
+        return Batch.from_dense(table.index_select(0, picked))

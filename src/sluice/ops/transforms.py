@@ -107,12 +107,9 @@ SCHEMAS = [TRANSLATION, SCALE, ROTATION, SHEAR, CROP, COMBINE]
 # ---- helpers ------------------------------------------------------------------------------------------------
 def _values(args: BatchArgs, name: str, n: int) -> list[np.ndarray] | None:
     """The argument's value per sample as float64 arrays (None where it is not given)."""
-    if name not in args:
+    if name not in args or (args.is_const(name) and args.const(name) is None):
         return None
-    raw = args[name]
-    if all(v is None for v in raw):
-        return None
-    return [np.asarray(v, np.float64).reshape(-1) for v in raw]
+    return [np.asarray(v, np.float64).reshape(-1) for v in args[name]]
 
 
 def _stack(values: list[np.ndarray], ndim: int, name: str, op: str) -> np.ndarray:
@@ -252,7 +249,7 @@ def _shear(args: BatchArgs, n: int, in_ndim: int | None) -> np.ndarray:
     k = _ndim_of(given, name, "shear")
     if k not in (2, 6):
         raise ValueError(f"fn.transforms.shear: '{name}' needs 2 values (2-D) or 6 (3-D), got {k}")
-    f = np.stack(given)
+    f = np.stack(given) if given else np.zeros((0, k))
     if angles is not None:
         if ((f < -90) | (f > 90)).any():
             raise ValueError(f"fn.transforms.shear: the angles must be in [-90, 90], got {f[(f < -90) | (f > 90)][0]}")

@@ -194,21 +194,24 @@ class Constant:
     """A typed constant for arithmetic (DALI's ``types.Constant``): ``node * Constant([1, 2, 3], types.FLOAT)``."""
 
     def __init__(self, value: Any, dtype: Any = None, device: str | None = None):
-        from sluice import types
-
         self.dtype = dtype
         self.device = device
-        arr = np.asarray(value)
-        if dtype is not None:
-            arr = arr.astype(types.to_numpy_dtype(dtype))
-        elif arr.dtype == np.float64:
-            arr = arr.astype(np.float32)
-        elif arr.dtype == np.int64:
-            arr = arr.astype(np.int32)
-        self.value = arr
+        self.value = constant_array(value, dtype)
 
     def __repr__(self) -> str:
         return f"Constant({self.value!r})"
+
+
+def constant_array(value: Any, dtype: Any = None) -> np.ndarray:
+    """``value`` as the array of a DALI constant: of ``dtype`` when given, else its own type with 64-bit types made
+    32-bit (Python floats float32, ints int32), as DALI's ``types.Constant`` does."""
+    from sluice import types
+
+    arr = np.asarray(value)
+    if dtype is not None:
+        return arr.astype(types.to_numpy_dtype(dtype))
+    narrower = {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32, np.dtype(np.uint64): np.uint32}
+    return arr.astype(narrower[arr.dtype]) if arr.dtype in narrower else arr
 
 
 def arithmetic(op: str, *operands: Any) -> DataNode:
