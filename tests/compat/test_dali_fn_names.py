@@ -28,10 +28,6 @@ NOT_YET = {
     "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
     "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",
     "experimental.resize", "experimental.warp_perspective", "resize_crop_mirror", "tensor_resize",
-    # auto-augment
-    "equalize", "filter",
-    "transforms.combine", "transforms.crop", "transforms.rotation", "transforms.scale", "transforms.shear",
-    "transforms.translation",
     # video
     "experimental.inputs.video", "experimental.readers.video", "optical_flow",
     # legacy readers
