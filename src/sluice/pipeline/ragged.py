@@ -148,6 +148,10 @@ def _element_index(offsets: np.ndarray, shapes: np.ndarray, extent: tuple[int, .
     return index, mask
 
 
+#: Mean elements per sample from which 1-D samples are made padded by copies rather than by one gather.
+_COPY_FROM = 4096
+
+
 def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, fill: float | None = 0.0,
                      extent: tuple[int, ...] | None = None) -> torch.Tensor:
     """The padded form of a packed batch: sample ``i`` (``prod(shapes[i])`` elements from ``flat[offsets[i]]``,
@@ -166,6 +170,15 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
         start = int(offsets[0])
         return flat.as_strided((n, extent[0]), (int(offsets[1] - offsets[0]) if n > 1 else extent[0], 1),
                                flat.storage_offset() + start)
+    if ndim == 1 and int(shapes[:, 0].sum()) >= _COPY_FROM * n:
+        # long signals (audio): one copy per signal, made by one multi-tensor call, rather than an index of the
+        # padded form's size (8 bytes per element) for one gather
+        out = flat.new_empty((n, extent[0])) if fill is None else flat.new_full((n, extent[0]), fill)
+        starts, lengths = np.asarray(offsets, np.int64).tolist(), shapes[:, 0].tolist()
+        rows = [(out[i, :k], flat[o: o + k]) for i, (o, k) in enumerate(zip(starts, lengths)) if k]
+        if rows:
+            torch._foreach_copy_([r[0] for r in rows], [r[1] for r in rows], non_blocking=True)
+        return out
     if ndim == 1:
         # signals: the index of element t of row i is offsets[i] + min(t, length - 1) (a real element, whatever
         # lies past the signal), and the mask is the batch's cached one
