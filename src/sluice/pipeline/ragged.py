@@ -10,9 +10,10 @@ A ragged batch is one buffer plus a shape per sample (:class:`sluice.pipeline.ba
   case with no padding.
 
 :func:`packed_to_padded` and :func:`padded_to_packed` convert in one launch sequence for the whole batch (index
-arithmetic on the device, one gather or one scatter), whatever the rank and the spread of shapes; no loop over
-samples. The shapes live on the host (NumPy) where every size decision is made without waiting for the device;
-:func:`shape_table` puts them on the device once, asynchronously.
+arithmetic on the device, one gather or one scatter), whatever the rank and the spread of shapes; long signals
+(audio), whose index would be eight times their size, are copied row by row in one multi-tensor call instead. The
+shapes live on the host (NumPy), where every size decision is made without waiting for the device;
+:func:`shape_table` and :func:`valid_mask` put them on the device once per batch shape, asynchronously.
 
 Example::
 
@@ -156,7 +157,8 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
                      extent: tuple[int, ...] | None = None) -> torch.Tensor:
     """The padded form of a packed batch: sample ``i`` (``prod(shapes[i])`` elements from ``flat[offsets[i]]``,
     row-major) in the leading corner of row ``i`` of an ``(n, *extent)`` tensor (default: the largest shape), the
-    rest ``fill`` (None: left as it comes, for kernels that never read it). One gather on ``flat``'s device."""
+    rest ``fill`` (None: left as it comes, for kernels that never read it). One gather on ``flat``'s device, or one
+    multi-tensor copy for long signals."""
     shapes = np.asarray(shapes, dtype=np.int64)
     n, ndim = shapes.shape
     extent = largest(shapes) if extent is None else tuple(int(e) for e in extent)
@@ -199,7 +201,10 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
 
 def _evenly_spaced(offsets: np.ndarray, size: int) -> bool:
     offsets = np.asarray(offsets, np.int64)
-    return len(offsets) < 2 or (bool((np.diff(offsets) == offsets[1] - offsets[0]).all()) and offsets[1] - offsets[0] >= size)
+    if len(offsets) < 2:
+        return True
+    step = offsets[1] - offsets[0]
+    return bool((np.diff(offsets) == step).all()) and step >= size
 
 
 def padded_to_packed(padded: torch.Tensor, shapes: np.ndarray) -> torch.Tensor:
@@ -222,7 +227,7 @@ def padded_to_packed(padded: torch.Tensor, shapes: np.ndarray) -> torch.Tensor:
     return out[:total]
 
 
-def fill_padding(padded: torch.Tensor, shapes: np.ndarray | torch.Tensor, fill: float) -> torch.Tensor:
+def fill_padding(padded: torch.Tensor, shapes: np.ndarray, fill: float) -> torch.Tensor:
     """A copy of ``padded`` whose padding holds ``fill`` (the samples unchanged)."""
     mask = valid_mask(shapes, tuple(padded.shape[1:]), padded.device)
     return torch.where(mask, padded, torch.full((), fill, dtype=padded.dtype, device=padded.device))
