@@ -32,8 +32,6 @@ NOT_YET = {
     "experimental.inputs.video", "experimental.readers.video", "optical_flow",
     # legacy readers
     "readers.caffe", "readers.caffe2", "readers.mxnet",
-    # Python operators
-    "dl_tensor_python_function", "python_function",
 }
 
 
