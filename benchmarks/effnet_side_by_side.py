@@ -18,21 +18,27 @@ import time
 IMAGE_SIZE = 224
 
 
-def build(base: str, data_dir: str, policy: str, batch_size: int = 128, num_threads: int = 16, seed: int = 42):
-    """The pipeline, written against ``base`` (``nvidia.dali`` or ``sluice``)."""
+def build(base: str, data_dir: str, policy: str, batch_size: int = 128, num_threads: int = 16, seed: int = 42,
+          device: str = "gpu"):
+    """The pipeline, written against ``base`` (``nvidia.dali`` or ``sluice``); ``device="cpu"`` runs it without a
+    GPU (the CPU decoder, everything on the CPU: a smoke test, not the benchmark)."""
     pipeline_def = importlib.import_module(base).pipeline_def
     fn = importlib.import_module(base + ".fn")
     types = importlib.import_module(base + ".types")
     auto_augment = importlib.import_module(base + ".auto_aug.auto_augment")
     trivial_augment = importlib.import_module(base + ".auto_aug.trivial_augment")
 
-    @pipeline_def(enable_conditionals=True, batch_size=batch_size, num_threads=num_threads, device_id=0, seed=seed)
+    gpu = device == "gpu"
+
+    @pipeline_def(enable_conditionals=True, batch_size=batch_size, num_threads=num_threads,
+                  device_id=0 if gpu else None, seed=seed)
     def training_pipe():
         jpegs, labels = fn.readers.file(name="Reader", file_root=data_dir, random_shuffle=True, pad_last_batch=True)
-        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB,
+        images = fn.decoders.image_random_crop(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
                                                random_aspect_ratio=[0.75, 4.0 / 3.0], random_area=[0.08, 1.0])
         images = fn.resize(images, size=[IMAGE_SIZE, IMAGE_SIZE], interp_type=types.INTERP_LINEAR, antialias=False)
-        images = images.gpu()
+        if gpu:
+            images = images.gpu()
         rng = fn.random.coin_flip(probability=0.5)
         images = fn.flip(images, horizontal=rng)
         if policy == "autoaug":
