@@ -151,10 +151,8 @@ def posterize(data, mask):
 
 @augmentation(mag_range=(256, 0), param_device="auto")
 def solarize(data, threshold):
-    """Invert the values at or above ``threshold``."""
-    inverted = Constant(255, types.UINT8) - data
-    below = data < threshold
-    return below * data + (below ^ True) * inverted
+    """Invert the values at or above ``threshold`` (for uint8, ``255 - x`` is ``x ^ 255``)."""
+    return data ^ ((data >= threshold) * Constant(255, types.UINT8))
 
 
 def solarize_add_shift(shift: float) -> np.ndarray:
@@ -166,9 +164,8 @@ def solarize_add_shift(shift: float) -> np.ndarray:
 
 @augmentation(mag_range=(0, 110), param_device="auto", mag_to_param=solarize_add_shift)
 def solarize_add(data, shift):
-    """Add ``shift`` to the values below 128."""
-    below = data < Constant(128, types.UINT8)
-    return below * (data + shift) + (below ^ True) * data
+    """Add ``shift`` to the values below 128 (at most 127 + 110: no wrap-around)."""
+    return data + (data < Constant(128, types.UINT8)) * shift
 
 
 @augmentation
