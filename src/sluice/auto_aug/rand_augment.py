@@ -84,7 +84,7 @@ def apply_rand_augment(augmentations: list[_Augmentation], data: _DataNode, n: i
 
 
 def _apply_rand_augment(augmentations: list[_Augmentation], data: _DataNode, n: int, m: int,
-                       num_magnitude_bins: int = 31, seed: int | None = None, **kwargs: Any) -> _DataNode:
+                        num_magnitude_bins: int = 31, seed: int | None = None, **kwargs: Any) -> _DataNode:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"The number of augmentations n must be a non-negative integer, got {n!r}.")
     if isinstance(num_magnitude_bins, bool) or not isinstance(num_magnitude_bins, int) or num_magnitude_bins < 1:

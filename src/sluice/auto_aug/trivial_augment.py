@@ -69,7 +69,7 @@ def apply_trivial_augment(augmentations: list[_Augmentation], data: _DataNode, n
 
 
 def _apply_trivial_augment(augmentations: list[_Augmentation], data: _DataNode, num_magnitude_bins: int = 31,
-                          seed: int | None = None, **kwargs: Any) -> _DataNode:
+                           seed: int | None = None, **kwargs: Any) -> _DataNode:
     if isinstance(num_magnitude_bins, bool) or not isinstance(num_magnitude_bins, int) or num_magnitude_bins < 1:
         raise ValueError(f"num_magnitude_bins must be a positive integer, got {num_magnitude_bins!r}.")
     if not augmentations:

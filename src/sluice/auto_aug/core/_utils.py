@@ -11,7 +11,8 @@ from sluice.auto_aug.core._augmentation import Augmentation
 from sluice.auto_aug.core._select import select
 from sluice.pipeline.graph import DataNode
 
-__all__ = ["warp_kwargs", "max_translate_hw", "parse_validate_offset", "get_translations", "pretty_select", "require_conditionals"]
+__all__ = ["warp_kwargs", "max_translate_hw", "parse_validate_offset", "get_translations", "pretty_select",
+           "require_conditionals"]
 
 
 def warp_kwargs(shape: Any, fill_value: Any, interp_type: Any) -> dict[str, Any]:
