@@ -19,6 +19,7 @@ import torch
 
 from sluice import types
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.ragged import host_to_device
 from sluice.errors import SampleError
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -315,7 +316,7 @@ def subscript(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
                 if len(bad):
                     raise SampleError(int(bad[0]), data.source_info[int(bad[0])], IndexError(
                         f"index {int(values[bad[0]])} is out of range for a dimension of size {dim}"))
-                index.append(torch.from_numpy(values % dim).to(dense.device, non_blocking=True))
+                index.append(host_to_device(values % dim, dense.device))
             else:
                 index.append(i)
         return Batch.from_dense(dense[tuple(index)], layout)
@@ -368,5 +369,5 @@ class TableRow(Operator):
         table = self._on.get(ctx.device)
         if table is None:
             table = self._on[ctx.device] = self.table.to(ctx.device)
-        picked = torch.from_numpy(index % rows).to(ctx.device, non_blocking=True)
+        picked = host_to_device(index % rows, ctx.device)
         return Batch.from_dense(table.index_select(0, picked))

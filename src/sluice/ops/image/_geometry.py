@@ -308,28 +308,32 @@ def warp_affine_padded(x: torch.Tensor, hw: np.ndarray, matrices: np.ndarray, ou
     """
     from sluice.kernels.resample import cast_round
 
+    from sluice.pipeline.ragged import host_to_device, valid_mask
+
     n, hmax, wmax, c = x.shape
     dev = x.device
-    hw_t = torch.from_numpy(np.ascontiguousarray(hw, np.int64)).to(dev)
-    inside = ((torch.arange(hmax, device=dev).view(1, hmax, 1) < hw_t[:, 0].view(n, 1, 1))
-              & (torch.arange(wmax, device=dev).view(1, 1, wmax) < hw_t[:, 1].view(n, 1, 1)))
+    hw = np.asarray(hw, np.int64).reshape(n, 2)
+    inside = valid_mask(hw, (hmax, wmax), dev).expand(n, hmax, wmax)
     planes = torch.cat([x.permute(0, 3, 1, 2).to(torch.float32), inside.unsqueeze(1).to(torch.float32)], 1)
     oh, ow = int(out_sizes[:, 0].max()), int(out_sizes[:, 1].max())
-    m = torch.as_tensor(np.asarray(matrices, dtype=np.float64).reshape(n, 2, 3), device=dev)
+    # the matrices and the sizes in one asynchronous copy (a pageable one would wait for the stream)
+    table = host_to_device(np.concatenate([np.asarray(matrices, np.float64).reshape(n, 6), hw[:, ::-1]], 1), dev)
+    m = table[:, :6].view(n, 2, 3)
     ys, xs = torch.meshgrid(torch.arange(oh, device=dev, dtype=torch.float64) + 0.5,
                             torch.arange(ow, device=dev, dtype=torch.float64) + 0.5, indexing="ij")
     pts = torch.stack([xs, ys, torch.ones_like(xs)], dim=-1).reshape(1, -1, 3)
     src = torch.einsum("nij,npj->npi", m, pts.expand(n, -1, -1))  # (N, P, 2) as (x, y)
     if fill is None:
-        sizes = hw_t.flip(1).to(torch.float64).view(n, 1, 2)  # (w, h)
-        src = torch.minimum(torch.maximum(src, torch.full_like(src, 0.5)), sizes - 0.5)
-    grid = (2.0 * src / torch.tensor([wmax, hmax], device=dev, dtype=torch.float64) - 1.0).to(torch.float32)
+        sizes = table[:, 6:].view(n, 1, 2)  # (w, h)
+        src = torch.minimum(src.clamp_min(0.5), sizes - 0.5)
+    grid = torch.stack([src[..., 0] * (2.0 / wmax), src[..., 1] * (2.0 / hmax)], -1).sub_(1.0).to(torch.float32)
     mode = {"nn": "nearest", "linear": "bilinear", "cubic": "bicubic"}[interp]
     y = torch.nn.functional.grid_sample(planes, grid.reshape(n, oh, ow, 2), mode=mode, padding_mode="zeros",
                                         align_corners=False)
     if fill is not None:
-        f = torch.tensor(list(fill) * (c if len(fill) == 1 else 1), dtype=torch.float32, device=dev)[:c]
-        y = y[:, :c] + (1.0 - y[:, c:c + 1]) * f.view(1, c, 1, 1)
+        f = float(fill[0]) if len(fill) == 1 else \
+            host_to_device(np.asarray(fill, np.float32)[:c], dev).view(1, c, 1, 1)
+        y = y[:, :c] + (1.0 - y[:, c:c + 1]) * f
     else:
         y = y[:, :c] / y[:, c:c + 1].clamp_min(1e-6) if mode != "nearest" else y[:, :c]
     return cast_round(y.permute(0, 2, 3, 1), dtype).contiguous()

@@ -19,6 +19,7 @@ import torch
 
 from sluice.ops.image._geometry import channel_last_padded, from_channel_last
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.ragged import valid_mask
 from sluice.schema import BatchArgs, BatchContext, OpSchema
 
 __all__ = ["SCHEMA", "equalize_luts"]
@@ -70,11 +71,8 @@ def equalize(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
     dev = hwc.device
     key = hwc.to(torch.int32) + (torch.arange(groups, device=dev, dtype=torch.int32) * 256).view(n, 1, 1, c)
     if images.dense is None:  # padding: into bin `groups * 256`, whose table entry is never read back into a sample
-        hh, ww = hwc.shape[1], hwc.shape[2]
-        h = torch.from_numpy(np.ascontiguousarray(hw[:, 0])).to(dev).view(n, 1, 1, 1)
-        w = torch.from_numpy(np.ascontiguousarray(hw[:, 1])).to(dev).view(n, 1, 1, 1)
-        inside = ((torch.arange(hh, device=dev).view(1, hh, 1, 1) < h)
-                  & (torch.arange(ww, device=dev).view(1, 1, ww, 1) < w))
+        extent = tuple(hwc.shape[1:])
+        inside = valid_mask(np.concatenate([hw, np.full((n, 1), c, np.int64)], 1), extent, dev)
         key = torch.where(inside, key, torch.full_like(key, groups * 256))
     hist = torch.bincount(key.reshape(-1), minlength=groups * 256 + 1)[: groups * 256].view(groups, 256)
     lut = torch.cat([equalize_luts(hist).reshape(-1), torch.zeros(1, device=dev, dtype=torch.uint8)])

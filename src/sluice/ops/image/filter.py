@@ -26,6 +26,7 @@ from sluice import types
 from sluice.ops.image._geometry import channel_last_padded, from_channel_last, reject_volume
 from sluice.ops.tensor._util import convert_saturate
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.ragged import host_to_device
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
 __all__ = ["SCHEMA", "BORDERS", "border_index", "filter_padded"]
@@ -83,10 +84,8 @@ def filter_padded(x: torch.Tensor, hw: np.ndarray, kernels: torch.Tensor, anchor
     n, hh, ww, _ = x.shape
     r, s = kernels.shape[1], kernels.shape[2]
     dev = x.device
-    h = torch.from_numpy(np.ascontiguousarray(hw[:, 0])).to(dev).view(n, 1)
-    w = torch.from_numpy(np.ascontiguousarray(hw[:, 1])).to(dev).view(n, 1)
-    ay = torch.from_numpy(np.ascontiguousarray(anchors[:, 0])).to(dev).view(n, 1)
-    ax = torch.from_numpy(np.ascontiguousarray(anchors[:, 1])).to(dev).view(n, 1)
+    table = host_to_device(np.concatenate([hw, anchors], 1).astype(np.int64), dev)  # one asynchronous copy
+    h, w, ay, ax = (table[:, k].view(n, 1) for k in range(4))
     ty = torch.arange(hh + r - 1, device=dev).view(1, -1) - ay  # (n, H + R - 1) source rows
     tx = torch.arange(ww + s - 1, device=dev).view(1, -1) - ax
     rows, cols = border_index(ty, h, border), border_index(tx, w, border)
