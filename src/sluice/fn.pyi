@@ -126,6 +126,10 @@ def jitter(input: DataNode, /, *, device: str | None = ..., name: str | None = .
     """Random pixel jitter."""
     ...
 
+def laplacian(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., window_size: Sequence[int] | DataNode = ..., smoothing_size: Sequence[int] | DataNode | None = ..., scale: Sequence[float] | DataNode = ..., normalized_kernel: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Computes the Laplacian: the sum of the second-order partial derivatives along the spatial axes (every"""
+    ...
+
 def lookup_table(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., keys: Sequence[int] = ..., values: Sequence[float] = ..., default_value: float = ..., dtype: types.DALIDataType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Maps integer inputs through a lookup table: ``out = values[keys.index(x)]`` for a key ``x``, else"""
     ...

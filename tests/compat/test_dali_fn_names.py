@@ -25,7 +25,7 @@ NOT_YET = {
     "decoders.numpy",
     "experimental.readers.fits",
     # effects
-    "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
+    "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "sphere", "water",
     "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",
     "experimental.resize", "experimental.warp_perspective", "resize_crop_mirror", "tensor_resize",
     # auto-augment
@@ -36,8 +36,6 @@ NOT_YET = {
     "experimental.inputs.video", "experimental.readers.video", "optical_flow",
     # legacy readers
     "readers.caffe", "readers.caffe2", "readers.mxnet",
-    # Python operators
-    "dl_tensor_python_function", "python_function",
 }
 
 
