@@ -38,6 +38,10 @@ def cat(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name: s
     """Concatenates the inputs along an existing axis."""
     ...
 
+def clahe(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., tiles_x: int, tiles_y: int, clip_limit: float, bins: int = ..., luma_only: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Contrast Limited Adaptive Histogram Equalization (OpenCV's algorithm) of uint8 grey (``HW``, ``HWC``"""
+    ...
+
 def color_space_conversion(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., image_type: types.DALIImageType, output_type: types.DALIImageType, dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Converts channel-last images between colour spaces: RGB, BGR, GRAY (1 channel) and YCbCr (BT.601)."""
     ...

@@ -25,7 +25,7 @@ NOT_YET = {
     "decoders.numpy",
     "experimental.readers.fits",
     # effects
-    "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "sphere", "water",
+    "debayer", "grid_mask", "jpeg_compression_distortion", "sphere", "water",
     "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",
     "experimental.resize", "experimental.warp_perspective", "resize_crop_mirror", "tensor_resize",
     # auto-augment
