@@ -301,6 +301,21 @@ class decoders:
         """Decodes chosen frames of encoded videos into FHWC uint8 RGB sequences."""
         ...
 
+class experimental:
+    """sluice.fn.experimental"""
+    @staticmethod
+    def dilate(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., mask_size: Sequence[int] | DataNode = ..., anchor: Sequence[int] | DataNode = ..., iterations: int = ..., border_mode: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Dilation of images over a rectangular window (OpenCV's ``dilate`` with a rectangular structuring"""
+        ...
+    @staticmethod
+    def erode(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., mask_size: Sequence[int] | DataNode = ..., anchor: Sequence[int] | DataNode = ..., iterations: int = ..., border_mode: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Erosion of images over a rectangular window (OpenCV's ``erode`` with a rectangular structuring"""
+        ...
+    @staticmethod
+    def median_blur(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., window_size: Sequence[int] | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Median blur: each pixel becomes the median of the ``window_size`` = (width, height) window centred on it"""
+        ...
+
 class io:
     """sluice.fn.io"""
     class file:

@@ -26,7 +26,7 @@ NOT_YET = {
     "experimental.readers.fits",
     # effects
     "debayer", "grid_mask", "jpeg_compression_distortion", "sphere", "water",
-    "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",
+    "experimental.remap",
     "experimental.resize", "experimental.warp_perspective", "resize_crop_mirror", "tensor_resize",
     # auto-augment
     "equalize", "filter",
