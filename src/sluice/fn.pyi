@@ -242,6 +242,10 @@ def spectrogram(input: DataNode, /, *, device: str | None = ..., name: str | Non
     """Produces a spectrogram from a 1-D signal: ``(nfft // 2 + 1, windows)`` for layout ``"ft"``."""
     ...
 
+def sphere(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., mask: int | DataNode = ..., interp_type: types.DALIInterpType = ..., fill_value: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """A sphere effect: the image seen as if bulging out of a sphere; pixels at distance ``r`` from the middle"""
+    ...
+
 def squeeze(data: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | DataNode | None = ..., axis_names: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Removes the dimensions ``axes`` (or the layout letters ``axis_names``), which must have extent 1 (or"""
     ...
@@ -264,6 +268,10 @@ def transpose(input: DataNode, /, *, device: str | None = ..., name: str | None 
 
 def warp_affine(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., matrix: Sequence[float] | DataNode | None = ..., size: Sequence[float] | DataNode | None = ..., fill_value: float | None = ..., interp_type: types.DALIInterpType = ..., inverse_map: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Warp images with an affine transform."""
+    ...
+
+def water(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., ampl_x: float | DataNode = ..., ampl_y: float | DataNode = ..., freq_x: float | DataNode = ..., freq_y: float | DataNode = ..., phase_x: float | DataNode = ..., phase_y: float | DataNode = ..., mask: int | DataNode = ..., interp_type: types.DALIInterpType = ..., fill_value: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Makes images look as seen through water: each pixel is read from a position moved by a sine wave along"""
     ...
 
 def zeros(*, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., layout: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -314,6 +322,14 @@ class experimental:
     @staticmethod
     def median_blur(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., window_size: Sequence[int] | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Median blur: each pixel becomes the median of the ``window_size`` = (width, height) window centred on it"""
+        ...
+    @staticmethod
+    def remap(input: DataNode, mapx: DataNode, mapy: DataNode, /, *, device: str | None = ..., name: str | None = ..., pixel_origin: str = ..., interp: types.DALIInterpType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Remaps images: ``output(x, y) = input(mapx(x, y), mapy(x, y))``."""
+        ...
+    @staticmethod
+    def warp_perspective(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., matrix: Sequence[float] | DataNode | None = ..., size: Sequence[float] | DataNode | None = ..., border_mode: str = ..., interp_type: types.DALIInterpType = ..., pixel_origin: str = ..., fill_value: Sequence[float] | None = ..., inverse_map: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Perspective warp of images by a 3 x 3 matrix, as OpenCV's ``warpPerspective``."""
         ...
 
 class io:

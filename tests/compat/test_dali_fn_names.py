@@ -25,9 +25,9 @@ NOT_YET = {
     "decoders.numpy",
     "experimental.readers.fits",
     # effects
-    "debayer", "grid_mask", "jpeg_compression_distortion", "sphere", "water",
-    "experimental.remap",
-    "experimental.resize", "experimental.warp_perspective", "resize_crop_mirror", "tensor_resize",
+    "debayer", "grid_mask", "jpeg_compression_distortion",
+   
+    "experimental.resize", "resize_crop_mirror", "tensor_resize",
     # auto-augment
     "equalize", "filter",
     "transforms.combine", "transforms.crop", "transforms.rotation", "transforms.scale", "transforms.shear",

@@ -197,8 +197,9 @@ def sample2d(x: torch.Tensor, extents: torch.Tensor, px: torch.Tensor, py: torch
              mode: str = "constant", fill: float | Sequence[float] | torch.Tensor = 0.0) -> torch.Tensor:
     """Resample a channel-first float batch ``x`` (``(n, C, H, W)``, sample ``b`` in its leading ``extents[b]``
     = (h, w)) at OpenCV coordinates ``px``, ``py`` (``(n, Ho, Wo)``; pixel ``i`` centred at ``i``): ``nn``
-    (the nearest pixel, halves up), ``linear`` (2 x 2 taps) or ``cubic`` (4 x 4 taps, OpenCV's a = -0.75). A tap
+    (the nearest pixel), ``linear`` (2 x 2 taps) or ``cubic`` (4 x 4 taps, OpenCV's a = -0.75). A tap
     outside the sample reads through border ``mode``; ``constant`` reads ``fill`` (one value or one per channel).
+    ``nn`` rounds halves to even, as OpenCV's ``saturate_cast`` does.
     Returns ``(n, C, Ho, Wo)`` float."""
     n, c, hmax, wmax = x.shape
     flat = x.reshape(n, c, hmax * wmax)
@@ -218,7 +219,7 @@ def sample2d(x: torch.Tensor, extents: torch.Tensor, px: torch.Tensor, py: torch
         return vals
 
     if interp == "nn":
-        out = tap(torch.floor(py + 0.5).long(), torch.floor(px + 0.5).long())
+        out = tap(torch.round(py).long(), torch.round(px).long())
         return out.reshape(n, c, ho, wo)
     fy0, fx0 = torch.floor(py), torch.floor(px)
     fy, fx = (py - fy0).reshape(n, 1, ho * wo), (px - fx0).reshape(n, 1, ho * wo)

@@ -17,7 +17,7 @@ from sluice.ops.tensor._util import convert_saturate
 from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
 
-__all__ = ["channels_first", "from_channels_first", "extents_on", "image_layout"]
+__all__ = ["channels_first", "from_channels_first", "extents_on", "image_layout", "output_grid", "resampled"]
 
 _LAYOUTS = ("HWC", "CHW", "HW")
 
@@ -71,3 +71,24 @@ def from_channels_first(y: torch.Tensor, hw: np.ndarray, layout: str, dtype: tor
         t = y.contiguous()
         shapes = np.concatenate([np.full((n, 1), c, np.int64), hw], axis=1)
     return Batch.from_padded(t, shapes, layout)
+
+
+def output_grid(out_hw: np.ndarray, device: torch.device, dtype: torch.dtype = torch.float64
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The OpenCV coordinates (x, y) of every pixel of the padded output, each ``(1, Hmax, Wmax)``."""
+    oh, ow = int(out_hw[:, 0].max()), int(out_hw[:, 1].max())
+    ys, xs = torch.meshgrid(torch.arange(oh, device=device, dtype=dtype), torch.arange(ow, device=device, dtype=dtype),
+                            indexing="ij")
+    return xs.unsqueeze(0), ys.unsqueeze(0)
+
+
+def resampled(x: torch.Tensor, hw: np.ndarray, layout: str, px: torch.Tensor, py: torch.Tensor, out_hw: np.ndarray,
+              interp: str, mode: str = "constant", fill=0.0, dtype: torch.dtype | None = None) -> Batch:
+    """The channel-first batch ``x`` (sample ``i`` in its leading ``hw[i]``) sampled at OpenCV coordinates ``px``,
+    ``py`` (``(n, Ho, Wo)``, any float type) by :func:`sluice.kernels.image2d.sample2d`: a Batch in ``layout``,
+    sample ``i`` of ``out_hw[i]``, rounded and saturated into ``dtype`` (default ``x``'s)."""
+    from sluice.kernels.image2d import sample2d
+
+    y = sample2d(x.to(torch.float32), extents_on(hw, x.device), px.to(torch.float32), py.to(torch.float32), interp,
+                 mode, fill)
+    return from_channels_first(y, out_hw, layout, dtype or x.dtype)
