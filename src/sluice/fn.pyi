@@ -218,6 +218,10 @@ def resize(input: DataNode, /, *, device: str | None = ..., name: str | None = .
     """Resize images."""
     ...
 
+def resize_crop_mirror(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., resize_x: float | DataNode = ..., resize_y: float | DataNode = ..., size: Sequence[float] | DataNode | None = ..., resize_shorter: float | DataNode = ..., resize_longer: float | DataNode = ..., max_size: Sequence[float] | None = ..., mode: str = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., crop: Sequence[float] | DataNode | None = ..., crop_h: float | DataNode = ..., crop_w: float | DataNode = ..., crop_pos_x: float | DataNode = ..., crop_pos_y: float | DataNode = ..., rounding: str = ..., mirror: int | DataNode = ..., dtype: types.DALIDataType | None = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Resize, crop and mirror in one operation: the result of ``resize`` followed by ``crop`` and ``flip``,"""
+    ...
+
 def rotate(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., angle: float | DataNode, fill_value: float | None = ..., keep_size: bool = ..., size: Sequence[float] | DataNode | None = ..., interp_type: types.DALIInterpType = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Rotate images counter-clockwise by ``angle`` degrees."""
     ...
@@ -252,6 +256,10 @@ def squeeze(data: DataNode, /, *, device: str | None = ..., name: str | None = .
 
 def stack(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name: str | None = ..., axis: int = ..., axis_name: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Stacks the inputs along a new axis."""
+    ...
+
+def tensor_resize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., sizes: Sequence[float] | DataNode | None = ..., scales: Sequence[float] | DataNode | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., size_rounding: str = ..., alignment: Sequence[float] | DataNode | None = ..., mode: str = ..., max_size: Sequence[float] | None = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., dtype: types.DALIDataType | None = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Resizes tensors along the given axes (default: all) with resize's resampling filters."""
     ...
 
 def to_decibels(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., multiplier: float = ..., reference: float = ..., cutoff_db: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:

@@ -27,7 +27,7 @@ NOT_YET = {
     # effects
     "debayer", "grid_mask", "jpeg_compression_distortion",
    
-    "experimental.resize", "resize_crop_mirror", "tensor_resize",
+   
     # auto-augment
     "equalize", "filter",
     "transforms.combine", "transforms.crop", "transforms.rotation", "transforms.scale", "transforms.shear",
