@@ -16,11 +16,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sluice import types
 from sluice.kernels.batched import resample_batch
 from sluice.ops.image._geometry import crop_windows_batch, reject_volume, resize_params_batch, spatial_dims
 from sluice.ops.image.crop import CROP_ARGS
-from sluice.ops.image.resize import RESIZE_ARGS, _check_dtype, filters, resize_sample_params
+from sluice.ops.image.resize import RESIZE_ARGS, _check_dtype, filters, resampling_args, resize_sample_params
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
@@ -45,10 +44,7 @@ SCHEMA = OpSchema(
     args=RESIZE_ARGS + _CROP + [
         Arg("mirror", int, 0, "Flip bit mask: 1 horizontal, 2 vertical, 3 both (4, depthwise, applies to volumes "
             "only).", per_sample=True, min=0, max=7),
-        Arg("dtype", types.DALIDataType, None, "Output type: the input's (default) or FLOAT."),
-        Arg("minibatch_size", int, 32, "Accepted for DALI compatibility; the GPU kernel takes the whole batch."),
-        Arg("temp_buffer_hint", int, 0, "Accepted for DALI compatibility."),
-    ],
+    ] + [a for a in resampling_args() if a.name not in {r.name for r in RESIZE_ARGS}],
 )
 
 

@@ -22,6 +22,7 @@ import torch
 from sluice import types
 from sluice.kernels.resample import cast_round, filter_id, filter_tables_batch, resample_axis_batch
 from sluice.ops.image._geometry import _adjust_output_size, round_half_away
+from sluice.ops.image.resize import resampling_args
 from sluice.ops.tensor._util import as_float_list, resolve_axes
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
@@ -61,15 +62,7 @@ SCHEMA = OpSchema(
             per_sample=True),
         Arg("roi_relative", bool, False, "The region is given as fractions of the input size."),
         Arg("subpixel_scale", bool, True, "Keep the exact fractional scale by stretching the region."),
-        Arg("interp_type", types.DALIInterpType, types.INTERP_LINEAR, "Interpolation, for both min_filter and "
-            "mag_filter unless those are given."),
-        Arg("min_filter", types.DALIInterpType, None, "Filter when shrinking (default: interp_type)."),
-        Arg("mag_filter", types.DALIInterpType, None, "Filter when enlarging (default: interp_type)."),
-        Arg("antialias", bool, True, "Widen the filter when shrinking."),
-        Arg("dtype", types.DALIDataType, None, "Output type: the input's (default) or FLOAT."),
-        Arg("minibatch_size", int, 32, "Accepted for DALI compatibility."),
-        Arg("temp_buffer_hint", int, 0, "Accepted for DALI compatibility."),
-    ],
+    ] + resampling_args(),
 )
 
 
