@@ -74,6 +74,10 @@ def crop_mirror_normalize(input: DataNode, /, *, device: str | None = ..., name:
     """Crop, mirror, normalise, transpose and cast images."""
     ...
 
+def debayer(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., blue_position: Sequence[int] | DataNode, algorithm: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Demosaics single-channel Bayer images into RGB (``HWC``)."""
+    ...
+
 def dl_tensor_python_function(*inputs: DataNode, device: str | None = ..., name: str | None = ..., function: Any, num_outputs: int = ..., batch_processing: bool = ..., output_layouts: Sequence[str] | None = ..., preserve: bool = ..., seed: int = ..., synchronize_stream: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Runs a Python function on DLPack capsules (one per sample), for any library that reads DLPack."""
     ...

@@ -25,7 +25,7 @@ NOT_YET = {
     "decoders.numpy",
     "experimental.readers.fits",
     # effects
-    "debayer", "grid_mask", "jpeg_compression_distortion",
+    "grid_mask", "jpeg_compression_distortion",
    
    
     # auto-augment

@@ -47,7 +47,8 @@ def run_kernel(op: str, kernel, samples, layout: str, *, per_sample: dict | None
     constant arguments ``const`` (checked by the schema) and per-sample values ``per_sample``; ``extra``: more
     input batches (lists of arrays)."""
     schema = get_schema(op)
-    values, _ = schema.validate(const, lambda v: False)
+    node = object()  # stands for the DataNode that would feed a per-sample argument
+    values, _ = schema.validate({**const, **{k: node for k in per_sample or {}}}, lambda v: v is node)
     n = len(samples)
     dev = torch.device("cuda" if device == "gpu" else device)
     ctx = BatchContext(op, n, [""] * n, [layout], dev, None, seed, 0)
