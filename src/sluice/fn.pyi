@@ -122,6 +122,10 @@ def get_property(input: DataNode, /, *, device: str | None = ..., name: str | No
     """Returns a property of each input sample as a 1-D uint8 tensor of UTF-8 bytes: ``key="source_info"``"""
     ...
 
+def grid_mask(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., tile: int | DataNode = ..., ratio: float | DataNode = ..., angle: float | DataNode = ..., shift_x: float | DataNode = ..., shift_y: float | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """GridMask: zeroes pixels in a grid of squares repeating every ``tile`` pixels in x and y, squares of side"""
+    ...
+
 def hsv(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., hue: float | DataNode = ..., saturation: float | DataNode = ..., value: float | DataNode = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Adjusts hue, saturation and value (brightness) of RGB images."""
     ...
