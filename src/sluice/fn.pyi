@@ -138,6 +138,10 @@ def jitter(input: DataNode, /, *, device: str | None = ..., name: str | None = .
     """Random pixel jitter."""
     ...
 
+def jpeg_compression_distortion(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., quality: int | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Introduces JPEG compression artefacts into RGB images: each image is JPEG-encoded at ``quality`` and"""
+    ...
+
 def laplacian(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., window_size: Sequence[int] | DataNode = ..., smoothing_size: Sequence[int] | DataNode | None = ..., scale: Sequence[float] | DataNode = ..., normalized_kernel: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Computes the Laplacian: the sum of the second-order partial derivatives along the spatial axes (every"""
     ...

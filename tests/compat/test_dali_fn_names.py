@@ -25,7 +25,7 @@ NOT_YET = {
     "decoders.numpy",
     "experimental.readers.fits",
     # effects
-    "jpeg_compression_distortion",
+   
    
    
     # auto-augment
