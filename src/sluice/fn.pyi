@@ -351,6 +351,12 @@ class experimental:
     def warp_perspective(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., matrix: Sequence[float] | DataNode | None = ..., size: Sequence[float] | DataNode | None = ..., border_mode: str = ..., interp_type: types.DALIInterpType = ..., pixel_origin: str = ..., fill_value: Sequence[float] | None = ..., inverse_map: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Perspective warp of images by a 3 x 3 matrix, as OpenCV's ``warpPerspective``."""
         ...
+    class readers:
+        """sluice.fn.experimental.readers"""
+        @staticmethod
+        def video(*, device: str | None = ..., name: str | None = ..., filenames: Sequence[str] | None = ..., labels: Sequence[int] | None = ..., file_root: str | None = ..., file_list: str | None = ..., file_list_format: str = ..., file_list_rounding: str = ..., file_list_include_end: bool = ..., sequence_length: int, step: int = ..., stride: int = ..., uniform_sample: bool = ..., pad_mode: str = ..., fill_value: Sequence[int] = ..., enable_frame_num: Any = ..., enable_timestamps: bool = ..., image_type: types.DALIImageType = ..., dtype: types.DALIDataType = ..., normalized: bool = ..., channels: int = ..., additional_decode_surfaces: int = ..., require_constant_frame_rate: bool = ..., skip_unreadable_files: bool = ..., random_shuffle: bool = ..., initial_fill: int = ..., shuffle_after_epoch: bool = ..., seed: int = ..., shard_id: int | None = ..., num_shards: int | None = ..., stick_to_shard: bool = ..., pad_last_batch: bool = ..., prefetch_queue_depth: int = ..., read_ahead: bool = ..., lazy_init: bool = ..., skip_cached_images: bool = ..., dont_use_mmap: bool = ..., tensor_init_bytes: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+            """Loads and decodes sequences of frames from video files (DALI's experimental video reader)."""
+            ...
 
 class io:
     """sluice.fn.io"""

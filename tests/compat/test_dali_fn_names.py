@@ -33,7 +33,7 @@ NOT_YET = {
     "transforms.combine", "transforms.crop", "transforms.rotation", "transforms.scale", "transforms.shear",
     "transforms.translation",
     # video
-    "experimental.inputs.video", "experimental.readers.video", "optical_flow",
+    "experimental.inputs.video", "optical_flow",
     # legacy readers
     "readers.caffe", "readers.caffe2", "readers.mxnet",
 }
