@@ -351,6 +351,12 @@ class experimental:
     def warp_perspective(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., matrix: Sequence[float] | DataNode | None = ..., size: Sequence[float] | DataNode | None = ..., border_mode: str = ..., interp_type: types.DALIInterpType = ..., pixel_origin: str = ..., fill_value: Sequence[float] | None = ..., inverse_map: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Perspective warp of images by a 3 x 3 matrix, as OpenCV's ``warpPerspective``."""
         ...
+    class inputs:
+        """sluice.fn.experimental.inputs"""
+        @staticmethod
+        def video(*, device: str | None = ..., name: str | None = ..., sequence_length: int, last_sequence_policy: str = ..., affine: bool = ..., blocking: bool = ..., no_copy: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+            """Streams and decodes videos given by ``Pipeline.feed_input``: batches of consecutive sequences of"""
+            ...
     class readers:
         """sluice.fn.experimental.readers"""
         @staticmethod
