@@ -178,6 +178,10 @@ def ones_like(data_like: DataNode, /, *, device: str | None = ..., name: str | N
     """New samples of the shape, type and layout of ``data_like``, filled with ones."""
     ...
 
+def optical_flow(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., preset: float = ..., output_grid: int = ..., hint_grid: int = ..., enable_temporal_hints: bool = ..., enable_external_hints: bool = ..., image_type: types.DALIImageType = ..., output_format: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Computes the optical flow between consecutive frames of sequences (FHWC uint8, RGB, BGR or grey)."""
+    ...
+
 def pad(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., fill_value: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., align: Sequence[int] | DataNode | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Pads all samples with ``fill_value`` at the end of the chosen axes to a common (or given) extent."""
     ...

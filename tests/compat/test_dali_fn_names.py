@@ -33,7 +33,7 @@ NOT_YET = {
     "transforms.combine", "transforms.crop", "transforms.rotation", "transforms.scale", "transforms.shear",
     "transforms.translation",
     # video
-    "optical_flow",
+   
     # legacy readers
     "readers.caffe", "readers.caffe2", "readers.mxnet",
 }
