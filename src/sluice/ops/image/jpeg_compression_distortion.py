@@ -107,6 +107,9 @@ def jpeg_compression_distortion_gpu(ctx: BatchContext, images: Batch, *, args: B
             for q in sorted(set(qualities)):
                 idx = [i for i in range(n) if qualities[i] == q]
                 encoded = encode_jpeg([samples[i].permute(2, 0, 1).contiguous() for i in idx], quality=q)
+                if encoded and encoded[0].is_cuda:  # decode_jpeg reads its input from host memory: one copy
+                    sizes = [e.numel() for e in encoded]
+                    encoded = list(torch.cat(encoded).cpu().split(sizes))
                 decoded = decode_jpeg(encoded, device=samples[0].device)
                 for i, d in zip(idx, decoded):
                     out[i] = d.permute(1, 2, 0)

@@ -136,7 +136,7 @@ def warp_perspective_gpu(ctx: BatchContext, images: Batch, mats: Batch | None = 
         return images
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
     x, hw, layout = channels_first(images, layout, "experimental.warp_perspective", fill=None, supported=_LAYOUTS)
-    m = _matrices(args.sample, None if mats is None else [t.cpu() for t in mats.samples], n)
+    m = _matrices(args.sample, None if mats is None else mats.as_cpu().samples, n)  # one copy of all matrices
     if not args.const("inverse_map"):
         m = np.linalg.inv(m)
     out_hw = np.array([_out_size(a.get("size"), int(h), int(w)) for a, (h, w) in zip(args.samples(), hw.tolist())],
