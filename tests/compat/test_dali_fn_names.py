@@ -25,15 +25,15 @@ NOT_YET = {
     "decoders.numpy",
     "experimental.readers.fits",
     # effects
-    "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
-    "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",
-    "experimental.resize", "experimental.warp_perspective", "resize_crop_mirror", "tensor_resize",
+   
+   
+   
     # auto-augment
     "equalize", "filter",
     "transforms.combine", "transforms.crop", "transforms.rotation", "transforms.scale", "transforms.shear",
     "transforms.translation",
     # video
-    "experimental.inputs.video", "experimental.readers.video", "optical_flow",
+   
     # legacy readers
     "readers.caffe", "readers.caffe2", "readers.mxnet",
 }
