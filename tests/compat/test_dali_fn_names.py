@@ -24,12 +24,6 @@ NOT_YET = {
     "decoders.inflate",
     "decoders.numpy",
     "experimental.readers.fits",
-    # effects
-    "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
-    "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",
-    "experimental.resize", "experimental.warp_perspective", "resize_crop_mirror", "tensor_resize",
-    # video
-    "experimental.inputs.video", "experimental.readers.video", "optical_flow",
     # legacy readers
     "readers.caffe", "readers.caffe2", "readers.mxnet",
 }
