@@ -135,6 +135,8 @@ def main() -> None:
             return BatchContext(name, a.batch, list(paths), [""], device, pool, seed=a.seed, iteration=it)
 
         dec = ops[True]._get_decoder(ctx())
+        if it == 0:
+            print(f"decoder: {dec.backend_name}; batch lane {'on' if dec.takes_whole_jpeg_batches else 'OFF'}")
         # the lane's plan (what _start_whole does before start_batch)
         t0 = time.perf_counter()
         region, offsets, sizes = batch_region(data)

@@ -248,7 +248,7 @@ class GpuImageDecoder:
     side-by-side programs slower (share 0 against the rate-balanced share of about 0.16, one lease: `decode`
     22.4k against 19.5-20.1k images/s, `train` 20.9k against 17.9-20.1k): the cores that decode are those that
     read and parse the next batch. With ``adaptive=True`` (or SLUICE_IMAGE_ADAPTIVE=1) batches of plain JPEGs
-    (:meth:`start_jpegs`) give the CPU the share that keeps it in step with the GPU
+    (:meth:`start_batch`) give the CPU the share that keeps it in step with the GPU
     (:class:`~sluice.backends.image.hybrid.HybridShare`), and the general path's shares are hill-climbed on the
     measured batch speed (off by default: the exploration cost more than it found).
     """
@@ -329,12 +329,12 @@ class GpuImageDecoder:
         self._ahead = ThreadPoolExecutor(AHEAD_BATCHES, thread_name_prefix="sluice-decode-ahead")
         self._ahead_streams: list = []
         self._nv_locks = {"hw": threading.Lock(), "cuda": threading.Lock()}
-        # Completion time of the last torchvision call of start_jpegs: the batches started ahead call it at the same
+        # Completion time of the last torchvision call of start_batch: the batches started ahead call it at the same
         # time (two calls overlap their host and device phases: 17.1k -> 20.5k images/s on the H200), so a call's
         # own duration overstates its cost; its share is the time since the previous call ended.
         self._tv_clock = threading.Lock()
         self._tv_last_end = 0.0
-        #: the CPU's share of the batches of plain JPEGs (start_jpegs)
+        #: the CPU's share of the batch lane's GPU JPEGs (start_batch)
         self.hybrid = HybridShare(fixed=None if adaptive and fixed is None else cpu_load)
         self._started = 0
         self._last_end: float | None = None

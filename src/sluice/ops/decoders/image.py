@@ -382,6 +382,8 @@ def _make_mixed_operator(op: str) -> type[Operator]:
 
         def close(self) -> None:
             if self._decoder is not None:
+                logger.info("%s (mixed): samples by decoding path %s", op,
+                            {k: v for k, v in self._decoder.stats.items() if v})
                 self._decoder.close()
 
     MixedImageDecoder.__name__ = "".join(p.title() for p in op.split(".")[-1].split("_")) + "_mixed"
