@@ -14,8 +14,9 @@ training program (side_by_side.py ``train``) plans it:
   files the core cannot read, the windows), against the general path's (a Python probe and window per sample, then
   ``GpuImageDecoder.decode``'s routing);
 * ``decode ms``: one batch decoded on its own (prepare + run, then a device synchronise) by the lane and by the
-  general path. Without CUDA the GPU calls and kernels are stubs that do nothing (so the time is the host's: the
-  CPU's files and the Python around them), and the general path's GPU assembly is left out.
+  general path, in turns (whichever decodes a batch first pays for its cold caches). Without CUDA the GPU calls
+  and kernels are stubs that do nothing (so the time is the host's: the CPU's files and the Python around them),
+  and the general path's GPU assembly is left out.
 
 At the end: the decoder's counters (``path_stats``). Run it on the GPU machine beside
 ``python benchmarks/peers/side_by_side.py train sluice DIR``.
@@ -164,7 +165,7 @@ def main() -> None:
               f"general path would send {len(eligible)} to the GPU")
         print(f"  plan ms: lane {1e3 * t_plan:.1f} (headers+scans in the core, routing, {sum(i is not None for i in plan.infos)} "
               f"probes, windows) | general {1e3 * t_general:.1f} ({a.batch} probes and windows, routing)")
-        for lane in (True, False):
+        for lane in ((False, True) if it % 2 else (True, False)):
             op = ops[lane]
             restore = None
             if not lane:
