@@ -18,6 +18,14 @@ def bb_flip(input: DataNode, /, *, device: str | None = ..., name: str | None = 
     """Flips normalised bounding boxes (``[l, t, r, b]`` with ``ltrb=True``, else ``[x, y, w, h]``)."""
     ...
 
+def bbox_paste(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., ratio: float | DataNode | None = ..., ltrb: bool = ..., paste_x: float | DataNode = ..., paste_y: float | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Transforms normalised boxes so that they stay on their objects after ``fn.paste`` puts the image on a"""
+    ...
+
+def box_encoder(boxes: DataNode, labels: DataNode, /, *, device: str | None = ..., name: str | None = ..., anchors: Sequence[float] = ..., criteria: float = ..., offset: bool = ..., scale: float = ..., means: Sequence[float] = ..., stds: Sequence[float] = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Encodes bounding boxes and labels against a set of anchors (SSD)."""
+    ...
+
 def brightness(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., brightness: float | DataNode = ..., brightness_shift: float | DataNode = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Adjusts the brightness of images: ``out = brightness_shift * max_out + brightness * in``."""
     ...
