@@ -218,6 +218,10 @@ def resize(input: DataNode, /, *, device: str | None = ..., name: str | None = .
     """Resize images."""
     ...
 
+def roi_random_crop(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., crop_shape: Sequence[int] | DataNode, roi_start: Sequence[int] | DataNode, roi_end: Sequence[int] | DataNode | None = ..., roi_shape: Sequence[int] | DataNode | None = ..., in_shape: Sequence[int] | DataNode | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Produces the start of a fixed-shape crop window (``crop_shape``) placed at random so that as much of the"""
+    ...
+
 def rotate(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., angle: float | DataNode, fill_value: float | None = ..., keep_size: bool = ..., size: Sequence[float] | DataNode | None = ..., interp_type: types.DALIInterpType = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Rotate images counter-clockwise by ``angle`` degrees."""
     ...
@@ -420,4 +424,15 @@ class reductions:
     @staticmethod
     def variance(data: DataNode, mean: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., ddof: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Reduces each sample along ``axes`` (or ``axis_names``) to the variance of the elements around the given means."""
+        ...
+
+class segmentation:
+    """sluice.fn.segmentation"""
+    @staticmethod
+    def random_mask_pixel(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., value: int | DataNode | None = ..., threshold: float | DataNode | None = ..., foreground: int | DataNode = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Selects a random pixel of a mask: among the foreground pixels (``value`` or ``threshold``) when"""
+        ...
+    @staticmethod
+    def random_object_bbox(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., background: int | DataNode | None = ..., classes: Sequence[int] | DataNode | None = ..., class_weights: Sequence[float] | DataNode | None = ..., foreground_prob: float | DataNode = ..., ignore_class: bool = ..., k_largest: int | None = ..., threshold: Sequence[int] | DataNode | None = ..., format: str = ..., output_class: bool = ..., cache_objects: bool = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+        """Randomly selects an object (a connected blob of one label) of a segmentation map and returns its"""
         ...

@@ -17,9 +17,6 @@ NOT_YET = {
     # detection and geometry
     "bbox_rotate", "coord_transform", "multi_paste", "random_crop_generator",
     # 3D and segmentation
-    "roi_random_crop",
-    "segmentation.random_mask_pixel",
-    "segmentation.random_object_bbox",
     "segmentation.select_masks",
     "decoders.inflate",
     "decoders.numpy",
