@@ -301,6 +301,14 @@ class decoders:
         """Decodes images and keeps a window: given by anchor and shape inputs, or by start/end/shape arguments."""
         ...
     @staticmethod
+    def inflate(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode, algorithm: str = ..., chunk_offsets: Sequence[int] | DataNode | None = ..., chunk_sizes: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., layout: str = ..., sequence_axis_name: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Decompresses each sample (1-D uint8: one compressed chunk, or several given by ``chunk_offsets`` /"""
+        ...
+    @staticmethod
+    def numpy(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Decodes NumPy arrays from the bytes of ``.npy`` files (1-D uint8 samples). The output has the array's"""
+        ...
+    @staticmethod
     def video(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., frames: Sequence[int] | DataNode | None = ..., timestamps: Sequence[float] | DataNode | None = ..., start_frame: int | DataNode = ..., end_frame: int | DataNode | None = ..., stride: int | DataNode = ..., sequence_length: int | DataNode | None = ..., pad_mode: str = ..., fill_value: Sequence[int] = ..., enable_timestamps: bool = ..., enable_frame_num: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
         """Decodes chosen frames of encoded videos into FHWC uint8 RGB sequences."""
         ...

@@ -18,8 +18,6 @@ NOT_YET = {
     "bbox_rotate", "coord_transform", "multi_paste", "random_crop_generator",
     # 3D and segmentation
     "segmentation.select_masks",
-    "decoders.inflate",
-    "decoders.numpy",
     "experimental.readers.fits",
     # effects
     "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
