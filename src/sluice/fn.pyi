@@ -22,6 +22,10 @@ def bbox_paste(input: DataNode, /, *, device: str | None = ..., name: str | None
     """Transforms normalised boxes so that they stay on their objects after ``fn.paste`` puts the image on a"""
     ...
 
+def bbox_rotate(bboxes: DataNode, labels: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., angle: float | DataNode, input_shape: Sequence[int] | DataNode, shape_layout: str = ..., bbox_layout: str = ..., bbox_normalized: bool = ..., keep_size: bool = ..., size: Sequence[float] | DataNode | None = ..., mode: str = ..., remove_threshold: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Transforms boxes so that they stay on their objects after ``fn.rotate`` (call it with the image's"""
+    ...
+
 def box_encoder(boxes: DataNode, labels: DataNode, /, *, device: str | None = ..., name: str | None = ..., anchors: Sequence[float] = ..., criteria: float = ..., offset: bool = ..., scale: float = ..., means: Sequence[float] = ..., stds: Sequence[float] = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Encodes bounding boxes and labels against a set of anchors (SSD)."""
     ...
@@ -64,6 +68,10 @@ def contrast(input: DataNode, /, *, device: str | None = ..., name: str | None =
 
 def coord_flip(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., layout: str | None = ..., flip_x: int | DataNode = ..., flip_y: int | DataNode = ..., flip_z: int | DataNode = ..., center_x: float | DataNode = ..., center_y: float | DataNode = ..., center_z: float | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Flips normalised coordinates (rows of x, y[, z]) around ``center_*`` where ``flip_*`` is set."""
+    ...
+
+def coord_transform(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., M: Sequence[float] | DataNode | None = ..., T: Sequence[float] | DataNode | None = ..., MT: Sequence[float] | DataNode | None = ..., dtype: types.DALIDataType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Applies ``out = M @ in + T`` to the points (innermost dimension) of each sample."""
     ...
 
 def copy(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -200,6 +208,10 @@ def python_function(*inputs: DataNode, device: str | None = ..., name: str | Non
 
 def random_bbox_crop(boxes: DataNode, labels: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., aspect_ratio: Sequence[float] = ..., thresholds: Sequence[float] = ..., scaling: Sequence[float] = ..., bbox_layout: str | None = ..., ltrb: bool = ..., shape_layout: str = ..., allow_no_crop: bool = ..., num_attempts: int = ..., total_num_attempts: int = ..., bbox_prune_threshold: float | None = ..., threshold_type: str = ..., all_boxes_above_threshold: bool = ..., crop_shape: Sequence[float] | None = ..., input_shape: Sequence[float] | None = ..., output_bbox_indices: bool = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Chooses a random crop window constrained by the bounding boxes and crops the boxes (and labels) to it."""
+    ...
+
+def random_crop_generator(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., random_area: Sequence[float] = ..., random_aspect_ratio: Sequence[float] = ..., num_attempts: int = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Produces a crop window of random area and aspect ratio for each input shape (1-D: HW or HWC):"""
     ...
 
 def random_resized_crop(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., size: Sequence[float] | None = ..., random_area: Sequence[float] = ..., random_aspect_ratio: Sequence[float] = ..., num_attempts: int = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., dtype: types.DALIDataType | None = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
