@@ -154,6 +154,10 @@ def mfcc(input: DataNode, /, *, device: str | None = ..., name: str | None = ...
     """Computes Mel Frequency Cepstral Coefficients (MFCC) from a mel spectrogram."""
     ...
 
+def multi_paste(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name: str | None = ..., in_ids: Sequence[int] | DataNode | None = ..., in_anchors: Sequence[int] | DataNode | None = ..., in_anchors_rel: Sequence[float] | DataNode | None = ..., shapes: Sequence[int] | DataNode | None = ..., shapes_rel: Sequence[float] | DataNode | None = ..., out_anchors: Sequence[int] | DataNode | None = ..., out_anchors_rel: Sequence[float] | DataNode | None = ..., output_size: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Pastes regions of input images into each output canvas (mosaic). With ``in_ids`` one input batch,"""
+    ...
+
 def nonsilent_region(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., cutoff_db: float = ..., reference_power: float = ..., reset_interval: int = ..., window_length: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Performs leading and trailing silence detection in an audio buffer."""
     ...
@@ -455,4 +459,8 @@ class segmentation:
     @staticmethod
     def random_object_bbox(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., background: int | DataNode | None = ..., classes: Sequence[int] | DataNode | None = ..., class_weights: Sequence[float] | DataNode | None = ..., foreground_prob: float | DataNode = ..., ignore_class: bool = ..., k_largest: int | None = ..., threshold: Sequence[int] | DataNode | None = ..., format: str = ..., output_class: bool = ..., cache_objects: bool = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
         """Randomly selects an object (a connected blob of one label) of a segmentation map and returns its"""
+        ...
+    @staticmethod
+    def select_masks(mask_ids: DataNode, polygons: DataNode, vertices: DataNode, /, *, device: str | None = ..., name: str | None = ..., reindex_masks: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+        """Selects the polygons of the masks listed in ``mask_ids`` and their vertices; outputs polygons and"""
         ...

@@ -14,10 +14,7 @@ NAMES = [line.strip() for line in (Path(__file__).parent / "dali_fn_names.txt").
 
 # Grouped as issue 39 groups them; take a name off when sluice provides it.
 NOT_YET = {
-    # detection and geometry
-    "multi_paste",
     # 3D and segmentation
-    "segmentation.select_masks",
     "experimental.readers.fits",
     # effects
     "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
