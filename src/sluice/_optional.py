@@ -36,9 +36,12 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "PyNvVideoCodec": ("PyNvVideoCodec", "gpu"),
     "nvidia.nvimgcodec": ("nvidia-nvimgcodec-cu13", "gpu"),
     "jax": ("jax", "jax"),
+    "scipy.ndimage": ("scipy", "segmentation"),
+    "lmdb": ("lmdb", "lmdb"),
+    "lz4.block": ("lz4", "lz4"),
 }
 
-_NAMES = {"av": "PyAV", "cv2": "OpenCV", "PIL": "Pillow", "nvidia.nvimgcodec": "nvImageCodec"}
+_NAMES = {"scipy.ndimage": "SciPy", "lz4.block": "lz4", "av": "PyAV", "cv2": "OpenCV", "PIL": "Pillow", "nvidia.nvimgcodec": "nvImageCodec"}
 
 _lock = threading.Lock()
 _imported: dict[str, ModuleType | BaseException] = {}

@@ -18,6 +18,18 @@ def bb_flip(input: DataNode, /, *, device: str | None = ..., name: str | None = 
     """Flips normalised bounding boxes (``[l, t, r, b]`` with ``ltrb=True``, else ``[x, y, w, h]``)."""
     ...
 
+def bbox_paste(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., ratio: float | DataNode | None = ..., ltrb: bool = ..., paste_x: float | DataNode = ..., paste_y: float | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Transforms normalised boxes so that they stay on their objects after ``fn.paste`` puts the image on a"""
+    ...
+
+def bbox_rotate(bboxes: DataNode, labels: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., angle: float | DataNode, input_shape: Sequence[int] | DataNode, shape_layout: str = ..., bbox_layout: str = ..., bbox_normalized: bool = ..., keep_size: bool = ..., size: Sequence[float] | DataNode | None = ..., mode: str = ..., remove_threshold: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Transforms boxes so that they stay on their objects after ``fn.rotate`` (call it with the image's"""
+    ...
+
+def box_encoder(boxes: DataNode, labels: DataNode, /, *, device: str | None = ..., name: str | None = ..., anchors: Sequence[float] = ..., criteria: float = ..., offset: bool = ..., scale: float = ..., means: Sequence[float] = ..., stds: Sequence[float] = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Encodes bounding boxes and labels against a set of anchors (SSD)."""
+    ...
+
 def brightness(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., brightness: float | DataNode = ..., brightness_shift: float | DataNode = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Adjusts the brightness of images: ``out = brightness_shift * max_out + brightness * in``."""
     ...
@@ -62,15 +74,19 @@ def coord_flip(input: DataNode, /, *, device: str | None = ..., name: str | None
     """Flips normalised coordinates (rows of x, y[, z]) around ``center_*`` where ``flip_*`` is set."""
     ...
 
+def coord_transform(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., M: Sequence[float] | DataNode | None = ..., T: Sequence[float] | DataNode | None = ..., MT: Sequence[float] | DataNode | None = ..., dtype: types.DALIDataType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Applies ``out = M @ in + T`` to the points (innermost dimension) of each sample."""
+    ...
+
 def copy(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Copies the data (a new buffer with the same contents)."""
     ...
 
-def crop(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., crop: Sequence[float] | DataNode | None = ..., crop_h: float | DataNode = ..., crop_w: float | DataNode = ..., crop_pos_x: float | DataNode = ..., crop_pos_y: float | DataNode = ..., out_of_bounds_policy: str = ..., fill_values: Sequence[float] = ..., rounding: str = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+def crop(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., crop: Sequence[float] | DataNode | None = ..., crop_d: float | DataNode = ..., crop_h: float | DataNode = ..., crop_w: float | DataNode = ..., crop_pos_x: float | DataNode = ..., crop_pos_y: float | DataNode = ..., crop_pos_z: float | DataNode = ..., out_of_bounds_policy: str = ..., fill_values: Sequence[float] = ..., rounding: str = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Crop images with a window of fixed size at a relative position."""
     ...
 
-def crop_mirror_normalize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., crop: Sequence[float] | DataNode | None = ..., crop_h: float | DataNode = ..., crop_w: float | DataNode = ..., crop_pos_x: float | DataNode = ..., crop_pos_y: float | DataNode = ..., out_of_bounds_policy: str = ..., fill_values: Sequence[float] = ..., rounding: str = ..., mirror: int | DataNode = ..., mean: Sequence[float] | DataNode = ..., std: Sequence[float] | DataNode = ..., scale: float = ..., shift: float = ..., dtype: types.DALIDataType = ..., output_layout: str = ..., pad_output: bool = ..., image_type: types.DALIImageType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+def crop_mirror_normalize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., crop: Sequence[float] | DataNode | None = ..., crop_d: float | DataNode = ..., crop_h: float | DataNode = ..., crop_w: float | DataNode = ..., crop_pos_x: float | DataNode = ..., crop_pos_y: float | DataNode = ..., crop_pos_z: float | DataNode = ..., out_of_bounds_policy: str = ..., fill_values: Sequence[float] = ..., rounding: str = ..., mirror: int | DataNode = ..., mean: Sequence[float] | DataNode = ..., std: Sequence[float] | DataNode = ..., scale: float = ..., shift: float = ..., dtype: types.DALIDataType = ..., output_layout: str = ..., pad_output: bool = ..., image_type: types.DALIImageType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Crop, mirror, normalise, transpose and cast images."""
     ...
 
@@ -166,6 +182,10 @@ def mfcc(input: DataNode, /, *, device: str | None = ..., name: str | None = ...
     """Computes Mel Frequency Cepstral Coefficients (MFCC) from a mel spectrogram."""
     ...
 
+def multi_paste(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name: str | None = ..., in_ids: Sequence[int] | DataNode | None = ..., in_anchors: Sequence[int] | DataNode | None = ..., in_anchors_rel: Sequence[float] | DataNode | None = ..., shapes: Sequence[int] | DataNode | None = ..., shapes_rel: Sequence[float] | DataNode | None = ..., out_anchors: Sequence[int] | DataNode | None = ..., out_anchors_rel: Sequence[float] | DataNode | None = ..., output_size: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Pastes regions of input images into each output canvas (mosaic). With ``in_ids`` one input batch,"""
+    ...
+
 def nonsilent_region(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., cutoff_db: float = ..., reference_power: float = ..., reset_interval: int = ..., window_length: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Performs leading and trailing silence detection in an audio buffer."""
     ...
@@ -226,6 +246,10 @@ def random_bbox_crop(boxes: DataNode, labels: DataNode | None = ..., /, *, devic
     """Chooses a random crop window constrained by the bounding boxes and crops the boxes (and labels) to it."""
     ...
 
+def random_crop_generator(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., random_area: Sequence[float] = ..., random_aspect_ratio: Sequence[float] = ..., num_attempts: int = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+    """Produces a crop window of random area and aspect ratio for each input shape (1-D: HW or HWC):"""
+    ...
+
 def random_resized_crop(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., size: Sequence[float] | None = ..., random_area: Sequence[float] = ..., random_aspect_ratio: Sequence[float] = ..., num_attempts: int = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., dtype: types.DALIDataType | None = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Crop a random window (``random_area`` of the image, aspect ratio in ``random_aspect_ratio``) and resize"""
     ...
@@ -238,12 +262,16 @@ def reshape(data: DataNode, shape_input: DataNode | None = ..., /, *, device: st
     """Gives each sample a new shape with the same number of elements; nothing is copied."""
     ...
 
-def resize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., resize_x: float | DataNode = ..., resize_y: float | DataNode = ..., size: Sequence[float] | DataNode | None = ..., resize_shorter: float | DataNode = ..., resize_longer: float | DataNode = ..., max_size: Sequence[float] | None = ..., mode: str = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., dtype: types.DALIDataType | None = ..., save_attrs: bool = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+def resize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., resize_x: float | DataNode = ..., resize_y: float | DataNode = ..., resize_z: float | DataNode = ..., size: Sequence[float] | DataNode | None = ..., resize_shorter: float | DataNode = ..., resize_longer: float | DataNode = ..., max_size: Sequence[float] | None = ..., mode: str = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., dtype: types.DALIDataType | None = ..., save_attrs: bool = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Resize images."""
     ...
 
-def resize_crop_mirror(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., resize_x: float | DataNode = ..., resize_y: float | DataNode = ..., size: Sequence[float] | DataNode | None = ..., resize_shorter: float | DataNode = ..., resize_longer: float | DataNode = ..., max_size: Sequence[float] | None = ..., mode: str = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., crop: Sequence[float] | DataNode | None = ..., crop_h: float | DataNode = ..., crop_w: float | DataNode = ..., crop_pos_x: float | DataNode = ..., crop_pos_y: float | DataNode = ..., rounding: str = ..., mirror: int | DataNode = ..., dtype: types.DALIDataType | None = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+def resize_crop_mirror(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., resize_x: float | DataNode = ..., resize_y: float | DataNode = ..., resize_z: float | DataNode = ..., size: Sequence[float] | DataNode | None = ..., resize_shorter: float | DataNode = ..., resize_longer: float | DataNode = ..., max_size: Sequence[float] | None = ..., mode: str = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., crop: Sequence[float] | DataNode | None = ..., crop_d: float | DataNode = ..., crop_h: float | DataNode = ..., crop_w: float | DataNode = ..., crop_pos_x: float | DataNode = ..., crop_pos_y: float | DataNode = ..., crop_pos_z: float | DataNode = ..., rounding: str = ..., mirror: int | DataNode = ..., dtype: types.DALIDataType | None = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Resize, crop and mirror in one operation: the result of ``resize`` followed by ``crop`` and ``flip``,"""
+    ...
+
+def roi_random_crop(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., crop_shape: Sequence[int] | DataNode, roi_start: Sequence[int] | DataNode, roi_end: Sequence[int] | DataNode | None = ..., roi_shape: Sequence[int] | DataNode | None = ..., in_shape: Sequence[int] | DataNode | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Produces the start of a fixed-shape crop window (``crop_shape``) placed at random so that as much of the"""
     ...
 
 def rotate(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., angle: float | DataNode, fill_value: float | None = ..., keep_size: bool = ..., size: Sequence[float] | DataNode | None = ..., interp_type: types.DALIInterpType = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -335,6 +363,14 @@ class decoders:
     @staticmethod
     def image_slice(data: DataNode, anchor: DataNode | None = ..., shape_input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., output_type: types.DALIImageType = ..., dtype: types.DALIDataType = ..., adjust_orientation: bool = ..., hw_decoder_load: float = ..., use_fast_idct: bool = ..., jpeg_fancy_upsampling: bool = ..., preallocate_width_hint: int = ..., preallocate_height_hint: int = ..., affine: bool = ..., device_memory_padding: int = ..., host_memory_padding: int = ..., device_memory_padding_jpeg2k: int = ..., host_memory_padding_jpeg2k: int = ..., hybrid_huffman_threshold: int = ..., axis_names: str = ..., axes: Sequence[int] | None = ..., normalized_anchor: bool = ..., normalized_shape: bool = ..., start: Sequence[float] | DataNode | None = ..., rel_start: Sequence[float] | DataNode | None = ..., end: Sequence[float] | DataNode | None = ..., rel_end: Sequence[float] | DataNode | None = ..., shape: Sequence[float] | DataNode | None = ..., rel_shape: Sequence[float] | DataNode | None = ..., out_of_bounds_policy: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Decodes images and keeps a window: given by anchor and shape inputs, or by start/end/shape arguments."""
+        ...
+    @staticmethod
+    def inflate(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode, algorithm: str = ..., chunk_offsets: Sequence[int] | DataNode | None = ..., chunk_sizes: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., layout: str = ..., sequence_axis_name: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Decompresses each sample (1-D uint8: one compressed chunk, or several given by ``chunk_offsets`` /"""
+        ...
+    @staticmethod
+    def numpy(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Decodes NumPy arrays from the bytes of ``.npy`` files (1-D uint8 samples). The output has the array's"""
         ...
     @staticmethod
     def video(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., frames: Sequence[int] | DataNode | None = ..., timestamps: Sequence[float] | DataNode | None = ..., start_frame: int | DataNode = ..., end_frame: int | DataNode | None = ..., stride: int | DataNode = ..., sequence_length: int | DataNode | None = ..., pad_mode: str = ..., fill_value: Sequence[int] = ..., enable_timestamps: bool = ..., enable_frame_num: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
@@ -495,6 +531,21 @@ class reductions:
     @staticmethod
     def variance(data: DataNode, mean: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., keep_dims: bool = ..., ddof: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
         """Reduces each sample along ``axes`` (or ``axis_names``) to the variance of the elements around the given means."""
+        ...
+
+class segmentation:
+    """sluice.fn.segmentation"""
+    @staticmethod
+    def random_mask_pixel(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., value: int | DataNode | None = ..., threshold: float | DataNode | None = ..., foreground: int | DataNode = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Selects a random pixel of a mask: among the foreground pixels (``value`` or ``threshold``) when"""
+        ...
+    @staticmethod
+    def random_object_bbox(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., background: int | DataNode | None = ..., classes: Sequence[int] | DataNode | None = ..., class_weights: Sequence[float] | DataNode | None = ..., foreground_prob: float | DataNode = ..., ignore_class: bool = ..., k_largest: int | None = ..., threshold: Sequence[int] | DataNode | None = ..., format: str = ..., output_class: bool = ..., cache_objects: bool = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+        """Randomly selects an object (a connected blob of one label) of a segmentation map and returns its"""
+        ...
+    @staticmethod
+    def select_masks(mask_ids: DataNode, polygons: DataNode, vertices: DataNode, /, *, device: str | None = ..., name: str | None = ..., reindex_masks: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+        """Selects the polygons of the masks listed in ``mask_ids`` and their vertices; outputs polygons and"""
         ...
 
 class transforms:

@@ -14,15 +14,7 @@ NAMES = [line.strip() for line in (Path(__file__).parent / "dali_fn_names.txt").
 
 # Grouped as issue 39 groups them; take a name off when sluice provides it.
 NOT_YET = {
-    # detection and geometry
-    "bbox_paste", "bbox_rotate", "box_encoder", "coord_transform", "multi_paste", "random_crop_generator",
     # 3D and segmentation
-    "roi_random_crop",
-    "segmentation.random_mask_pixel",
-    "segmentation.random_object_bbox",
-    "segmentation.select_masks",
-    "decoders.inflate",
-    "decoders.numpy",
     "experimental.readers.fits",
     # legacy readers
     "readers.caffe", "readers.caffe2", "readers.mxnet",

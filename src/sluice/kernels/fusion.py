@@ -77,6 +77,8 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
 
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "") or "HWC"
     n = len(images)
+    if "D" in layout:  # volumes: the operators' own whole-batch kernels
+        return _unfused(ctx, images, args, bool(args.const("has_crop")), layout)
     out_layout = frame_output_layout(args.const("c.output_layout"))
     if n == 0:
         return Batch([], out_layout)
@@ -144,12 +146,14 @@ class _Args:
 
 def _unfused(ctx, images: Batch, args, has_crop: bool, layout: str) -> Batch:
     """The original kernels one after the other (windows outside the image, unusual layouts)."""
-    from sluice.ops.image.crop import _crop_one
+    from sluice.ops.image.crop import _crop_one, crop_volumes
     from sluice.ops.image.crop_mirror_normalize import crop_mirror_normalize_gpu
     from sluice.ops.image.resize import resize_gpu
 
     x = images if images.layout() else Batch(images.samples, layout)
-    if has_crop:
+    if has_crop and "D" in layout:
+        x = crop_volumes(x, layout, _Args(args, "k."))
+    elif has_crop:
         crop_args = _Args(args, "k.")
         x = Batch([_crop_one(s, x.layout(), crop_args.sample(i)) for i, s in enumerate(x.samples)], x.layout())
     x = resize_gpu(ctx, x, args=_Args(args, "r."))

@@ -253,7 +253,7 @@ def test_gpu_kernels_take_sequences(op):
 
 
 # --- layouts of clips and volumes (DALI's lists: crop_mirror_normalize and resize take HWC, CHW, FHWC, FCHW, CFHW
-# and the volumes DHWC, CDHW, FDHWC, FCDHW, CFDHW; volumes are not implemented here and must say so) ----------------
+# and the volumes DHWC, CDHW, FDHWC, FCDHW, CFDHW; operators without volumes must say so) ----------------
 CMN_CLIP = {"crop": (6, 8), "mean": MEAN, "std": STD, "dtype": types.FLOAT}
 
 
@@ -317,25 +317,21 @@ def test_cmn_frame_layout_for_an_image_raises():
         _run("crop_mirror_normalize", _clips(), "FHWC", {"output_layout": "FCWH2"}, {})
 
 
-VOLUME_OPS = {"crop_mirror_normalize": CASES["crop_mirror_normalize"][0], "resize": CASES["resize"][0],
-              "random_resized_crop": CASES["random_resized_crop"][0], "rotate": {"angle": 10.0},
+VOLUME_OPS = {"random_resized_crop": CASES["random_resized_crop"][0], "rotate": {"angle": 10.0},
               "warp_affine": CASES["warp_affine"][0]}
 
 
 @pytest.mark.parametrize("op", sorted(VOLUME_OPS))
 @pytest.mark.parametrize("layout", ["DHWC", "CDHW", "FDHWC", "CFDHW"])
 def test_volumes_raise_naming_operator_and_layout(op, layout):
-    """Volumetric resize, crop_mirror_normalize, rotate and warp are not implemented: an error that says so (not
-    a 2-D result with the depth taken for rows)."""
+    """Volumetric random_resized_crop, rotate and warp are not implemented: an error that says so (not a 2-D
+    result with the depth taken for rows). Volumetric crop, crop_mirror_normalize and resize: tests/ops/image/
+    test_volumes_scipy_compat.py."""
     dims = {"F": 2, "D": 3, "H": 8, "W": 10, "C": 3}
     vol = np.zeros([dims[c] for c in layout], np.uint8)
     with pytest.raises(Exception, match=rf"fn\.{op}: volumetric input \(layout '\w*D\w*'\) is not implemented"):
         _run(op, [vol], layout, VOLUME_OPS[op], {})
 
-
-def test_volumetric_crop_window_raises():
-    with pytest.raises(Exception, match=r"volumetric crop \(crop_d, crop_h, crop_w\) is not implemented"):
-        _run("crop", [np.zeros((3, 8, 10, 3), np.uint8)], "DHWC", {"crop": (2, 4, 4)}, {})
 
 
 def test_flip_depthwise_volumes(device="cpu"):

@@ -23,7 +23,7 @@ import torch
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params", "spatial_dims",
            "reject_volume", "as_list", "flip_dims", "flip_image", "out_dtype", "warp_affine_images", "fill_channels",
            "resize_params_batch", "crop_windows_batch", "warp_affine_padded",
-           "channel_last_padded", "from_channel_last"]
+           "channel_last_padded", "from_channel_last", "region_and_size"]
 
 _MODES = ("default", "stretch", "not_larger", "not_smaller")
 
@@ -151,18 +151,29 @@ def resize_params(in_h: int, in_w: int, *, resize_x: float = 0.0, resize_y: floa
             rs = [rs[0] * in_h, rs[1] * in_w]
             re_ = [re_[0] * in_h, re_[1] * in_w]
         lo, hi = list(rs), list(re_)
+    lo, hi, out = region_and_size(lo, hi, req, mode, max_l, in_h == 0 or in_w == 0, subpixel_scale)
+    return (lo[0], lo[1], hi[0], hi[1]), (out[0], out[1])
+
+
+def region_and_size(lo: list[float], hi: list[float], req: list[float], mode: str, max_size: list[float] | None,
+                    empty: bool, subpixel_scale: bool) -> tuple[list[float], list[float], list[int]]:
+    """DALI's last steps of a resize, in any number of dimensions: a region given backwards (``lo > hi``) flips
+    the requested size, :func:`_adjust_output_size` fills it in, sizes round half away from zero (at least 1 unless
+    the input is ``empty``), a negative size swaps the region back, and with ``subpixel_scale`` a fractional size
+    keeps its exact scale by scaling the region around its centre. Returns the region and the output size."""
+    lo, hi, req = list(lo), list(hi), list(req)
+    nd = len(req)
     in_size = []
-    for d in range(2):
+    for d in range(nd):
         sz = hi[d] - lo[d]
         if sz < 0:
             lo[d], hi[d] = hi[d], lo[d]
             req[d] = -req[d]
             sz = -sz
         in_size.append(sz)
-    _adjust_output_size(req, in_size, mode, max_l)
-    empty = in_h == 0 or in_w == 0
+    _adjust_output_size(req, in_size, mode, max_size)
     out = []
-    for d in range(2):
+    for d in range(nd):
         if lo[d] == hi[d] and req[d] != 0:
             raise ValueError("Cannot produce a non-empty output from an empty region of interest.")
         n = max(0 if empty else 1, round_half_away(abs(req[d])))
@@ -174,7 +185,7 @@ def resize_params(in_h: int, in_w: int, *, resize_x: float = 0.0, resize_y: floa
             lo[d] = centre + (lo[d] - centre) * adj
             hi[d] = centre + (hi[d] - centre) * adj
         out.append(n)
-    return (lo[0], lo[1], hi[0], hi[1]), (out[0], out[1])
+    return lo, hi, out
 
 
 def crop_window(in_h: int, in_w: int, crop_h: float, crop_w: float, pos_y: float = 0.5, pos_x: float = 0.5,

@@ -4,6 +4,9 @@ The window is ``crop = (crop_h, crop_w)`` (or ``crop_h``/``crop_w``) placed at t
 ``crop_pos_y``/``crop_pos_x`` in [0, 1]: ``y0 = round(crop_pos_y * (H - crop_h))``. A window that leaves the
 image raises (``out_of_bounds_policy='error'``), is padded with ``fill_values`` (``'pad'``) or is intersected
 with the image (``'trim_to_shape'``). Inside the image the result is a view (no copy) on both devices.
+
+Volumes (layouts with ``D``: ``DHWC``, ``CDHW``) take ``crop=(d, h, w)`` or ``crop_d`` with ``crop_pos_z``; the
+whole batch is then cut in one gather over its padded form (:mod:`sluice.ops.image._volume`).
 """
 
 from __future__ import annotations
@@ -12,18 +15,25 @@ import torch
 
 from sluice import types
 from sluice.kernels.resample import cast_round
+from sluice.errors import SampleError
 from sluice.ops.image._geometry import apply_crop, as_list, crop_window, out_dtype, spatial_dims
-from sluice.schema import Arg, OpSchema
+from sluice.ops.image._volume import apply_policy, crop_windows_nd, gather_windows, is_volume
+from sluice.pipeline.batch import Batch
+from sluice.pipeline.pool import map_all
+from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
-__all__ = ["SCHEMA", "CROP_ARGS", "window_of"]
+__all__ = ["SCHEMA", "CROP_ARGS", "window_of", "crop_volumes"]
 
 CROP_ARGS = [
-    Arg("crop", "float_list", None, "Window size (crop_h, crop_w); excludes crop_h/crop_w.", per_sample=True, min=0),
+    Arg("crop", "float_list", None, "Window size (crop_h, crop_w), or (crop_d, crop_h, crop_w) for volumes; "
+        "excludes crop_d/crop_h/crop_w.", per_sample=True, min=0),
+    Arg("crop_d", float, 0.0, "Window depth of volumes (layouts with D; 0: the whole depth).", per_sample=True, min=0),
     Arg("crop_h", float, 0.0, "Window height in pixels (0: the whole height).", per_sample=True, min=0),
     Arg("crop_w", float, 0.0, "Window width in pixels (0: the whole width).", per_sample=True, min=0),
     Arg("crop_pos_x", float, 0.5, "Relative horizontal anchor in [0, 1]: x0 = round(pos * (W - crop_w)).",
         per_sample=True),
     Arg("crop_pos_y", float, 0.5, "Relative vertical anchor in [0, 1].", per_sample=True),
+    Arg("crop_pos_z", float, 0.5, "Relative depth anchor in [0, 1] (volumes).", per_sample=True),
     Arg("out_of_bounds_policy", str, "error", "Window outside the image: 'error', 'pad' or 'trim_to_shape'.",
         choices=("error", "pad", "trim_to_shape")),
     Arg("fill_values", "float_list", [0.0], "Padding value(s), one or one per channel."),
@@ -48,8 +58,8 @@ def window_of(shape: tuple[int, ...], layout: str, args: dict) -> tuple[int, int
     """``(y0, x0, h, w)`` of the crop window of one sample."""
     hd, wd, _ = spatial_dims(layout, len(shape))
     if len(as_list(args.get("crop"))) == 3:
-        raise ValueError(f"Invalid crop ({as_list(args.get('crop'))}): a volumetric crop (crop_d, crop_h, crop_w) is "
-                         f"not implemented (input layout '{layout}'); give (crop_h, crop_w), volumes keep their depth.")
+        raise ValueError(f"Invalid crop ({as_list(args.get('crop'))}): a volumetric crop (crop_d, crop_h, crop_w) needs "
+                         f"a volume (a layout with D, e.g. DHWC or CDHW); the input layout is '{layout}'.")
     crop = as_list(args.get("crop"), 2, "crop")
     if crop and (args.get("crop_h") or args.get("crop_w")):
         raise ValueError("crop is incompatible with crop_h and crop_w; give one or the other.")
@@ -58,15 +68,51 @@ def window_of(shape: tuple[int, ...], layout: str, args: dict) -> tuple[int, int
                        args.get("crop_pos_x", 0.5), args.get("rounding") or "round")
 
 
+def crop_volumes(volumes: Batch, layout: str, args) -> Batch:
+    """A batch of volumes (``layout`` with D, H, W): DALI's 3-D windows cut in one gather on the batch's device;
+    windows outside a volume follow ``out_of_bounds_policy``."""
+    n = len(volumes)
+    shapes = volumes.shapes_array()
+    anchors, sizes = crop_windows_nd(shapes, layout, args)
+    anchors, sizes = apply_policy(shapes, anchors, sizes, args["out_of_bounds_policy"][0] or "error", "fn.crop")
+    data, _ = volumes.padded(fill=None)
+    c = layout.find("C")
+    out, out_shapes, _ = gather_windows(data, shapes, anchors, sizes, fill=as_list(args["fill_values"][0] if n else 0),
+                                        channel_dim=c if c >= 0 else None)
+    dtype = out_dtype(args["dtype"][0] if n else None, out.dtype)
+    if dtype != out.dtype:
+        out = cast_round(out.to(torch.float32), dtype)
+    return Batch.from_padded(out, out_shapes, layout)
+
+
 def _crop_one(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
+    if is_volume(layout):
+        return crop_volumes(Batch([image], layout), layout, BatchArgs(args, {}, 1))[0]
     win = window_of(tuple(image.shape), layout, args)
     out = apply_crop(image, win, layout, args.get("out_of_bounds_policy") or "error", args.get("fill_values"))
     dtype = out_dtype(args.get("dtype"), image.dtype)
     return out if dtype == image.dtype else cast_round(out.to(torch.float32), dtype)
 
 
-@SCHEMA.sample_kernel("cpu")
-@SCHEMA.sample_kernel("gpu")
-def crop(ctx, image: torch.Tensor, **args) -> torch.Tensor:
-    """One sample, on its device: a view of the window (a copy only when padding or casting)."""
-    return _crop_one(image, ctx.layout or ("HWC" if image.dim() == 3 else "HW"), args)
+@SCHEMA.batch_kernel("cpu")
+@SCHEMA.batch_kernel("gpu")
+def crop(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
+    """Images: a view of each window (a copy only when padding or casting), in the pool's threads on the CPU.
+    Volumes: the whole batch in one gather (:func:`crop_volumes`)."""
+    n = len(images)
+    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    if n == 0:
+        return Batch([], layout)
+    if is_volume(layout):
+        return crop_volumes(images, layout, args)
+    samples = images.samples
+
+    def one(i: int) -> torch.Tensor:
+        s = samples[i]
+        try:
+            return _crop_one(s, layout or ("HWC" if s.dim() == 3 else "HW"), args.sample(i))
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the sample
+            raise SampleError(i, ctx.source_info[i] if ctx.source_info else "", exc) from exc
+
+    pool = ctx.thread_pool if ctx.device.type == "cpu" else None
+    return Batch(map_all(pool, one, list(range(n))), layout)

@@ -5,8 +5,10 @@ rounded (halves away from zero) and saturated for integer ``dtype``. ``mirror`` 
 ``output_layout`` is a permutation of the input layout: images ``HWC``/``CHW``, clips ``FHWC``/``FCHW``/``CFHW``
 (``FHWC`` clips to ``FCHW`` for video classification, or to ``CFHW``, channels before frames, for 3-D
 convolutions); a clip given an image layout (``'CHW'``, the default) keeps its frames in front (``FCHW``). The frames
-of a clip share their sample's crop window and mirror flag. Volumes (``DHWC``, ``CDHW``, ``FDHWC``...) are not
-implemented and raise.
+of a clip share their sample's crop window and mirror flag. Volumes (``DHWC``, ``CDHW``, ``DHW``, and the frames of
+``FDHWC``) take ``crop=(d, h, w)`` / ``crop_d`` / ``crop_pos_z``; their output layout is a permutation of the
+input's, and the default ``'CHW'`` means channels first (``CDHW``). A batch of volumes runs as one gather over its
+padded form, then normalisation, permutation and cast, alike on the CPU and the GPU.
 ``pad_output`` pads the channels to a power of two with ``fill_values``; padding outside the image (policy
 ``'pad'``) writes ``fill_values`` as output values. On the GPU the whole batch is one Triton pass pair
 (:func:`sluice.kernels.batched.resample_batch` with an identity nearest-neighbour map), writing a dense
@@ -20,16 +22,17 @@ import torch
 
 from sluice import types
 from sluice.kernels.batched import resample_batch
-from sluice.kernels.resample import epilogue
-from sluice.ops.image._geometry import apply_crop, as_list, crop_windows_batch, norm_params, out_dtype, reject_volume
+from sluice.kernels.resample import cast_round, epilogue
+from sluice.ops.image._geometry import apply_crop, as_list, crop_windows_batch, norm_params, out_dtype
+from sluice.ops.image._volume import apply_policy, crop_windows_nd, gather_windows, is_volume
 from sluice.ops.image.crop import CROP_ARGS, window_of
 from sluice.pipeline.batch import Batch
-from sluice.schema import Arg, OpSchema
+from sluice.schema import Arg, BatchArgs, OpSchema
 
 __all__ = ["SCHEMA", "CMN_ARGS", "cmn_sample", "check_output_layout", "output_layout_of", "frame_output_layout",
-           "norm_batch"]
+           "norm_batch", "cmn_volumes", "volume_output_layout"]
 
-LAYOUTS = "HWC, CHW, HW and the sequences FHWC, FCHW, CFHW"
+LAYOUTS = "HWC, CHW, HW, the sequences FHWC, FCHW, CFHW, and the volumes DHWC, CDHW, DHW (FDHWC)"
 
 CMN_ARGS = [
     Arg("mirror", int, 0, "Flip horizontally (per sample, e.g. fn.random.coin_flip()).", per_sample=True),
@@ -76,7 +79,10 @@ def output_layout_of(requested: str | None, input_layout: str) -> str:
     """The layout of crop_mirror_normalize's output for ``input_layout`` and the ``output_layout`` argument: the
     argument, a permutation of the input layout; for sequences an image layout gets ``F`` in front."""
     out = requested or "CHW"
-    reject_volume("crop_mirror_normalize", input_layout, LAYOUTS)
+    if is_volume(input_layout):
+        frame = input_layout.replace("F", "", 1)
+        volume = volume_output_layout(requested, frame)
+        return ("F" + volume) if "F" in input_layout and "F" not in volume else volume
     if "F" in (input_layout or ""):
         frame_output_layout(out)
         return out if "F" in out else "F" + out
@@ -86,13 +92,68 @@ def output_layout_of(requested: str | None, input_layout: str) -> str:
     return check_output_layout(out)
 
 
+def volume_output_layout(requested: str | None, layout: str) -> str:
+    """The output layout of one volume (``layout`` with D, H, W and maybe C): ``requested`` when it permutes
+    ``layout``; the default ``'CHW'`` puts the channels first (``DHWC`` -> ``CDHW``)."""
+    if requested in (None, "", "CHW"):
+        return ("C" if "C" in layout else "") + layout.replace("C", "")
+    if sorted(requested) != sorted(layout):
+        raise ValueError(f"Invalid output_layout ('{requested}') for the volume layout '{layout}': give a permutation "
+                         "of it, e.g. 'CDHW' or 'DHWC'.")
+    return requested
+
+
+def cmn_volumes(volumes: Batch, layout: str, args) -> Batch:
+    """A batch of volumes: crop windows (:func:`sluice.ops.image._volume.crop_windows_nd`), mirror along W,
+    ``(x - mean) * scale / std + shift`` per channel (padded channels and padding outside the volume: fill
+    values), permute to the output layout and cast; one gather and a few whole-batch operations."""
+    n = len(volumes)
+    out_layout = volume_output_layout(args["output_layout"][0] if n else None, layout)
+    if n == 0:
+        return Batch([], out_layout)
+    shapes = volumes.shapes_array()
+    anchors, sizes = crop_windows_nd(shapes, layout, args)
+    anchors, sizes = apply_policy(shapes, anchors, sizes, args["out_of_bounds_policy"][0] or "error",
+                                  "fn.crop_mirror_normalize")
+    data, _ = volumes.padded(fill=None)
+    cdim = layout.find("C")
+    mirror = np.array([bool(m) for m in args["mirror"]])
+    x, out_shapes, inside = gather_windows(data, shapes, anchors, sizes, mirror_dim=layout.find("W"), mirror=mirror)
+    if cdim < 0:  # a channel axis to normalise along, dropped again below
+        x, inside, cdim = x.unsqueeze(-1), inside.unsqueeze(-1), len(layout)
+        out_shapes = np.concatenate([out_shapes, np.ones((n, 1), np.int64)], 1)
+    x = x.movedim(cdim + 1, -1).to(torch.float32)
+    inside = inside.movedim(cdim + 1, -1)[..., :1]  # channels are never cropped: one flag for all of them
+    channels = int(x.shape[-1])
+    norm = torch.tensor(norm_batch(channels, args, n)).to(x.device, non_blocking=True)  # (n, C_out, 3)
+    cout = norm.shape[1]
+    view = (n,) + (1,) * (x.dim() - 2) + (cout,)
+    if cout > channels:
+        x = torch.cat([x, x.new_zeros(*x.shape[:-1], cout - channels)], -1)
+    y = (x - norm[:, :, 0].reshape(view)) * norm[:, :, 1].reshape(view) + norm[:, :, 2].reshape(view)
+    if not bool(np.all((anchors >= 0) & (anchors + sizes <= shapes))):
+        fill = as_list(args["fill_values"][0]) or [0.0]
+        fill = fill * cout if len(fill) == 1 else (fill + [0.0] * cout)[:cout]
+        y = torch.where(inside, y, torch.tensor(fill, dtype=torch.float32, device=y.device))
+    out_shapes = out_shapes.copy()
+    out_shapes[:, cdim] = cout
+    moved = [d for d in range(out_shapes.shape[1]) if d != cdim] + [cdim]  # the order y's sample axes are in
+    frame = layout if "C" in layout else layout + "C"
+    order = [moved.index(frame.index(c)) for c in (out_layout if "C" in layout else out_layout + "C")]
+    y = y.permute(0, *(o + 1 for o in order))
+    out_shapes = out_shapes[:, [moved[o] for o in order]]
+    if "C" not in layout:
+        y, out_shapes = y[..., 0], out_shapes[:, :-1]
+    dtype = out_dtype(args["dtype"][0], torch.float32)
+    return Batch.from_padded(cast_round(y, dtype).contiguous(), out_shapes, out_layout)
+
+
 def frame_output_layout(requested: str | None) -> str:
     """The output layout of one image or frame: ``output_layout`` without its ``F``."""
     return check_output_layout((requested or "CHW").replace("F", "", 1), requested)
 
 
 def _hwc(image: torch.Tensor, layout: str) -> torch.Tensor:
-    reject_volume("crop_mirror_normalize", layout, LAYOUTS)
     if image.dim() == 2:
         return image.unsqueeze(2)
     if layout == "CHW":
@@ -117,6 +178,8 @@ def norm_batch(channels: int, args, n: int) -> np.ndarray:
 
 def cmn_sample(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
     """One sample, on whatever device it lives (the CPU kernel, and the GPU fallback for padded windows)."""
+    if is_volume(layout):
+        return cmn_volumes(Batch([image], layout), layout, BatchArgs(args, {}, 1))[0]
     x = _hwc(image, layout)
     out_layout = frame_output_layout(args.get("output_layout"))
     dtype = out_dtype(args.get("dtype"), torch.float32)
@@ -151,6 +214,8 @@ def crop_mirror_normalize_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 def crop_mirror_normalize_gpu(ctx, images: Batch, *, args) -> Batch:
     """The batch in one Triton pass pair; padded out-of-bounds windows take the per-sample path."""
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    if is_volume(layout):
+        return cmn_volumes(images, layout, args)
     out_layout = frame_output_layout(args.const("output_layout"))
     samples = images.samples
     n = len(samples)

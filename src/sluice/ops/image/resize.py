@@ -21,26 +21,29 @@ import torch
 from sluice import types
 from sluice.errors import SampleError
 from sluice.kernels.batched import resample_batch
-from sluice.kernels.resample import filter_id, resample
+from sluice.kernels.resample import cast_round, filter_id, resample
 from sluice.native.resize import resize as native_resize
-from sluice.ops.image._geometry import out_dtype, reject_volume, resize_params, resize_params_batch, spatial_dims
+from sluice.ops.image._geometry import out_dtype, resize_params, resize_params_batch, spatial_dims
+from sluice.ops.image._volume import is_volume, resample_volumes, resize_params_3d, spatial_axes
 from sluice.ops.readers.file import _host_buffer, map_all
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema
 
-__all__ = ["SCHEMA", "resize_sample_params", "resize_sample", "RESIZE_ARGS"]
+__all__ = ["SCHEMA", "resize_sample_params", "resize_sample", "RESIZE_ARGS", "resize_volumes"]
 
 RESIZE_ARGS = [
     Arg("resize_x", float, 0.0, "Output width; 0 keeps the aspect ratio from the other extents. Negative flips.",
         per_sample=True),
     Arg("resize_y", float, 0.0, "Output height; 0 keeps the aspect ratio. Negative flips.", per_sample=True),
-    Arg("size", "float_list", None, "Output size (H, W), or one value for both; 0 extents keep the aspect ratio.",
+    Arg("resize_z", float, 0.0, "Output depth of volumes (layouts with D); 0 keeps the aspect ratio. Negative flips.",
         per_sample=True),
+    Arg("size", "float_list", None, "Output size (H, W), or (D, H, W) for volumes, or one value for all; 0 extents "
+        "keep the aspect ratio.", per_sample=True),
     Arg("resize_shorter", float, 0.0, "Length of the shorter side (mode 'not_smaller' on all extents).",
         per_sample=True, min=0),
     Arg("resize_longer", float, 0.0, "Length of the longer side (mode 'not_larger' on all extents).",
         per_sample=True, min=0),
-    Arg("max_size", "float_list", None, "Upper limit of the output extents (one value or (H, W)).", min=0),
+    Arg("max_size", "float_list", None, "Upper limit of the output extents (one value, (H, W) or (D, H, W)).", min=0),
     Arg("mode", str, "default", "How the requested extents combine: 'default' (missing extents take the mean "
         "scale), 'stretch' (missing extents keep their size), 'not_larger', 'not_smaller' (keep the aspect ratio).",
         choices=("default", "stretch", "not_larger", "not_smaller")),
@@ -49,8 +52,10 @@ RESIZE_ARGS = [
     Arg("min_filter", types.DALIInterpType, None, "Filter when shrinking (default: interp_type)."),
     Arg("mag_filter", types.DALIInterpType, None, "Filter when enlarging (default: interp_type)."),
     Arg("antialias", bool, True, "Widen the filter when shrinking (no effect with INTERP_NN)."),
-    Arg("roi_start", "float_list", None, "Start (y, x) of the input region of interest.", per_sample=True),
-    Arg("roi_end", "float_list", None, "End (y, x) of the region of interest; start > end flips.", per_sample=True),
+    Arg("roi_start", "float_list", None, "Start (y, x), or (z, y, x) for volumes, of the input region of interest.",
+        per_sample=True),
+    Arg("roi_end", "float_list", None, "End (y, x) or (z, y, x) of the region of interest; start > end flips.",
+        per_sample=True),
     Arg("roi_relative", bool, False, "ROI coordinates are fractions of the input size."),
     Arg("subpixel_scale", bool, True, "Keep the exact fractional scale by adjusting the ROI around its centre."),
 ]
@@ -62,9 +67,11 @@ SCHEMA = OpSchema(
 
     Give the size one way: ``resize_x``/``resize_y``, ``size``, ``resize_shorter`` or ``resize_longer``;
     ``mode`` and ``max_size`` refine it as in DALI. Layouts HWC, CHW and HW, and the sequences FHWC, FCHW and
-    CFHW (every frame resized alike); volumes (DHWC, CDHW...) are not implemented. Example::
+    CFHW (every frame resized alike); volumes DHWC, CDHW and DHW with ``resize_z`` or a 3-value ``size``
+    (separable filters along D, H and W). Example::
 
         images = fn.resize(images, resize_shorter=256, max_size=512)
+        volumes = fn.resize(volumes, size=(64, 128, 128), interp_type=types.INTERP_LINEAR)   # DHWC
         thumbs = fn.resize(images, size=(64, 64), interp_type=types.INTERP_CUBIC, device="gpu")
     """,
     devices=("cpu", "gpu"),
@@ -72,7 +79,8 @@ SCHEMA = OpSchema(
     output_layout=lambda a, lay: [lay[0] if lay else "", ""] if a.get("save_attrs") else (lay[0] if lay else ""),
     args=RESIZE_ARGS + [
         Arg("dtype", types.DALIDataType, None, "Output type: the input's (default) or FLOAT."),
-        Arg("save_attrs", bool, False, "Add a second output with each sample's output size (H, W) as int32."),
+        Arg("save_attrs", bool, False, "Add a second output with each sample's output size (H, W; D, H, W for "
+            "volumes) as int32."),
         Arg("minibatch_size", int, 32, "Accepted for DALI compatibility; the GPU kernel takes the whole batch."),
         Arg("temp_buffer_hint", int, 0, "Accepted for DALI compatibility."),
     ],
@@ -122,6 +130,40 @@ def resize_sample(image: torch.Tensor, layout: str, args: dict):
     return y
 
 
+_SIZE_KEYS = ("resize_x", "resize_y", "resize_z", "size", "resize_shorter", "resize_longer", "roi_start", "roi_end")
+
+
+def resize_volumes(volumes: Batch, layout: str, args) -> Batch | tuple[Batch, Batch]:
+    """A batch of volumes: DALI's 3-D output sizes per sample, then the separable filters along D, H and W over
+    the padded batch (one gather and weighted sum per axis, :func:`sluice.ops.image._volume.resample_volumes`),
+    alike on the CPU and the GPU."""
+    n = len(volumes)
+    save = args["save_attrs"][0] if n else False
+    if n == 0:
+        return (Batch([], layout), Batch([])) if save else Batch([], layout)
+    shapes = volumes.shapes_array()
+    axes = spatial_axes(layout)
+    lo, hi, outs = np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3), np.int64)
+    for i in range(n):
+        a = args.sample(i)
+        try:
+            lo[i], hi[i], outs[i] = resize_params_3d(
+                shapes[i, list(axes)], **{k: a[k] for k in _SIZE_KEYS if a.get(k) is not None},
+                max_size=a.get("max_size"), mode=a.get("mode") or "default", roi_relative=bool(a.get("roi_relative")),
+                subpixel_scale=a.get("subpixel_scale", True))
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the sample
+            raise SampleError(i, volumes.source_info[i], exc) from exc
+    fmin, fmag = (filter_id(f) for f in filters({k: args[k][0] for k in ("interp_type", "min_filter", "mag_filter")}))
+    data, _ = volumes.padded(fill=0)
+    dtype = _check_dtype(args["dtype"][0], data)
+    y, out_shapes = resample_volumes(data.to(torch.float32), shapes, axes, lo, hi, outs, fmin, fmag,
+                                     bool(args["antialias"][0]))
+    out = Batch.from_padded(cast_round(y, dtype), out_shapes, layout)
+    if save:
+        return out, Batch.from_dense(torch.from_numpy(outs.astype(np.int32)))
+    return out
+
+
 @SCHEMA.operator_class("cpu")
 class ResizeCpu(Operator):
     """The batch on the CPU: uint8 HWC / HW images (the common case) in at most ``num_threads`` calls of the
@@ -132,7 +174,8 @@ class ResizeCpu(Operator):
     def run(self, ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch | tuple[Batch, Batch]:
         n = len(images)
         layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-        reject_volume("resize", layout)
+        if is_volume(layout):
+            return resize_volumes(images, layout, args)
         if n and not layout:
             layout = "HWC" if images[0].dim() == 3 else "HW"
         arrays = _native_inputs(images, layout, args)
@@ -205,7 +248,8 @@ def resize_gpu(ctx, images: Batch, *, args) -> Batch | tuple[Batch, Batch]:
     """The whole batch in two kernel launches (Triton) on the pipeline's stream."""
     n = len(images)
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-    reject_volume("resize", layout)
+    if is_volume(layout):
+        return resize_volumes(images, layout, args)
     samples = images.samples
     if not layout and samples:
         layout = "HWC" if samples[0].dim() == 3 else "HW"

@@ -1,0 +1,174 @@
+"""``fn.box_encoder``: SSD's matching of ground-truth boxes to a fixed set of anchors, as DALI's ``fn.box_encoder``.
+
+Per sample (boxes ``M x 4`` in ``[l, t, r, b]``, labels ``M``), with ``A`` anchors (``[l, t, r, b]``):
+
+1. the IoU of every box with every anchor; each box's best anchor (ties: the last) gets IoU 2, so that every box
+   is matched to at least one anchor;
+2. each anchor takes its best box (ties: the last); it is matched when that IoU exceeds ``criteria``;
+3. a matched anchor outputs its box as ``[cx, cy, w, h]`` and the box's label; an unmatched one outputs itself as
+   ``[cx, cy, w, h]`` and label 0.
+
+With ``offset=True`` a matched anchor outputs, instead of the box, SSD's normalised offsets (eq. 2 of the SSD
+paper, every value first multiplied by ``scale``)::
+
+    ((cx_box - cx_anchor) / w_anchor - means[0]) / stds[0]      (and y alike)
+    (log(w_box / w_anchor) - means[2]) / stds[2]                 (and h alike)
+
+and unmatched anchors output zeros. The outputs have ``A`` rows whatever ``M`` is, so the batch is dense; the whole
+batch is one sequence of tensor operations on the padded boxes (``n x M_max x A`` IoUs), the same code on the CPU
+and the GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sluice.pipeline.batch import Batch
+from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
+
+__all__ = ["SCHEMA", "encode_boxes", "iou_matrix"]
+
+SCHEMA = OpSchema(
+    "box_encoder",
+    doc="""Encodes bounding boxes and labels against a set of anchors (SSD).
+
+    Inputs: boxes ``M x 4`` as ``[l, t, r, b]`` (float) and labels ``M`` (int). Outputs: ``A x 4`` boxes as
+    ``[cx, cy, w, h]`` (or normalised offsets with ``offset=True``) and ``A`` labels, 0 for anchors no box matched.
+
+    Example::
+
+        boxes, labels = fn.box_encoder(boxes, labels, anchors=default_boxes_ltrb, criteria=0.5, offset=True,
+                                       scale=300, stds=[0.1, 0.1, 0.2, 0.2], device="gpu")
+    """,
+    inputs=2,
+    input_names=("boxes", "labels"),
+    outputs=2,
+    devices=("cpu", "gpu"),
+    output_layout="",
+    args=[
+        Arg("anchors", "float_list", [], "The anchors, flattened [l, t, r, b] rows (4 values each)."),
+        Arg("criteria", float, 0.5, "IoU above which an anchor is matched to its best box.", min=0, max=1),
+        Arg("offset", bool, False, "Output normalised offsets to the anchors instead of the boxes."),
+        Arg("scale", float, 1.0, "Factor applied to boxes and anchors before the offsets are computed."),
+        Arg("means", "float_list", [0.0, 0.0, 0.0, 0.0], "[x, y, w, h] means subtracted from the offsets."),
+        Arg("stds", "float_list", [1.0, 1.0, 1.0, 1.0], "[x, y, w, h] standard deviations dividing the offsets."),
+    ],
+)
+
+
+def iou_matrix(boxes: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """IoU of ltrb ``boxes (..., M, 4)`` with ltrb ``anchors (A, 4)``: ``(..., M, A)`` (0 where the union is empty)."""
+    b = boxes.unsqueeze(-2)
+    lo = torch.maximum(b[..., :2], anchors[..., :2])
+    hi = torch.minimum(b[..., 2:], anchors[..., 2:])
+    wh = (hi - lo).clamp_min(0)
+    inter = wh[..., 0] * wh[..., 1]
+    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+    area_a = (anchors[:, 2] - anchors[:, 0]) * (anchors[:, 3] - anchors[:, 1])
+    union = area_b + area_a - inter
+    return torch.where(union > 0, inter / torch.where(union > 0, union, torch.ones_like(union)),
+                       torch.zeros_like(inter))
+
+
+def _last_argmax(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max and the index of its LAST occurrence along ``dim`` (DALI's ``>=`` scans)."""
+    flipped = x.flip(dim)
+    value, idx = flipped.max(dim)
+    return value, x.shape[dim] - 1 - idx
+
+
+def _center_wh(ltrb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return (ltrb[..., :2] + ltrb[..., 2:]) * 0.5, ltrb[..., 2:] - ltrb[..., :2]
+
+
+def encode_boxes(boxes: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor, anchors: torch.Tensor, *,
+                 criteria: float = 0.5, offset: bool = False, scale: float = 1.0,
+                 means=(0.0, 0.0, 0.0, 0.0), stds=(1.0, 1.0, 1.0, 1.0)) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encode a padded batch: ``boxes (n, M, 4)`` ltrb float32 of which the first ``counts[i]`` rows are sample
+    ``i``'s, ``labels (n, M)``, ``anchors (A, 4)`` ltrb. Returns ``(n, A, 4)`` float32 and ``(n, A)`` labels.
+
+    Example::
+
+        out, lab = encode_boxes(torch.tensor([[[0.1, 0.1, 0.5, 0.5]]]), torch.tensor([1]),
+                                torch.tensor([[3]]), torch.tensor([[0.1, 0.1, 0.5, 0.5], [0.5, 0.5, 1, 1]]))
+        # out[0] = [[0.3, 0.3, 0.4, 0.4], [0.75, 0.75, 0.5, 0.5]], lab[0] = [3, 0]
+    """
+    n, m = boxes.shape[:2]
+    a = anchors.shape[0]
+    dev = boxes.device
+    a_center, a_wh = _center_wh(anchors)
+    valid = torch.arange(m, device=dev).unsqueeze(0) < counts.view(n, 1)  # (n, M)
+    if m == 0 or a == 0:
+        matched = torch.zeros((n, a), dtype=torch.bool, device=dev)
+        best_box = torch.zeros((n, a), dtype=torch.int64, device=dev)
+    else:
+        ious = iou_matrix(boxes, anchors)  # (n, M, A)
+        _, best_anchor = _last_argmax(ious, 2)  # (n, M): each box's best anchor, forced to IoU 2
+        ious = ious.scatter(2, best_anchor.unsqueeze(2), 2.0)
+        ious = torch.where(valid.unsqueeze(2), ious, torch.full_like(ious, -1.0))
+        best_iou, best_box = _last_argmax(ious, 1)  # (n, A): each anchor's best box
+        matched = best_iou > criteria
+    gathered = torch.gather(boxes, 1, best_box.unsqueeze(2).expand(n, a, 4)) if m else \
+        torch.zeros((n, a, 4), dtype=boxes.dtype, device=dev)
+    lab = torch.gather(labels, 1, best_box) if m else torch.zeros((n, a), dtype=labels.dtype, device=dev)
+    out_labels = torch.where(matched, lab, torch.zeros_like(lab))
+    b_center, b_wh = _center_wh(gathered)
+    if offset:
+        mean = torch.tensor(list(means), dtype=torch.float32, device=dev)
+        std = torch.tensor(list(stds), dtype=torch.float32, device=dev)
+        s = torch.tensor(float(scale), dtype=torch.float32, device=dev)
+        bc, bw, ac, aw = b_center * s, b_wh * s, a_center * s, a_wh * s
+        xy = ((bc - ac) / aw - mean[:2]) / std[:2]
+        wh = (torch.log(bw / aw) - mean[2:]) / std[2:]
+        enc = torch.cat([xy, wh], -1)
+        out = torch.where(matched.unsqueeze(2), enc, torch.zeros_like(enc))
+    else:
+        anchor_rows = torch.cat([a_center, a_wh], -1).expand(n, a, 4)
+        out = torch.where(matched.unsqueeze(2), torch.cat([b_center, b_wh], -1), anchor_rows)
+    return out, out_labels
+
+
+def _anchors(args: BatchArgs, device: torch.device) -> torch.Tensor:
+    values = args.const("anchors") or []
+    if not values or len(values) % 4:
+        raise ValueError(f"box_encoder: anchors must be a non-empty list of [l, t, r, b] rows (a multiple of 4 "
+                         f"values), got {len(values)} values")
+    return torch.tensor(np.asarray(values, np.float32).reshape(-1, 4), device=device)
+
+
+@SCHEMA.batch_kernel("cpu")
+@SCHEMA.batch_kernel("gpu")
+def box_encoder(ctx: BatchContext, boxes: Batch, labels: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
+    """The whole batch: boxes and labels padded to the largest count, one IoU tensor, gathers and selects."""
+    n = len(boxes)
+    dev = boxes.torch_device
+    anchors = _anchors(args, dev)
+    for name in ("means", "stds"):
+        if len(args.const(name)) != 4:
+            raise ValueError(f"box_encoder: {name} must have 4 values ([x, y, w, h]), got {args.const(name)}")
+    if any(s == 0 for s in args.const("stds")):
+        raise ValueError(f"box_encoder: stds must be non-zero, got {args.const('stds')}")
+    if n == 0:
+        return Batch([]), Batch([])
+    bshapes = boxes.shapes_array()
+    lshapes = labels.shapes_array()
+    if bshapes.shape[1] != 2 or (len(bshapes) and (bshapes[:, 1] != 4).any()):
+        i = int(np.argmax(bshapes[:, -1] != 4)) if bshapes.shape[1] else 0
+        raise ValueError(f"box_encoder: boxes must be M x 4 [l, t, r, b], got shape {tuple(bshapes[i])} in sample "
+                         f"{i}")
+    counts = bshapes[:, 0]
+    lcounts = lshapes[:, 0] if lshapes.shape[1] else np.ones(n, np.int64)
+    if (lcounts != counts).any() or lshapes.shape[1] not in (1, 2) or (lshapes.shape[1] == 2 and
+                                                                        (lshapes[:, 1] != 1).any()):
+        i = int(np.argmax(lcounts != counts)) if (lcounts != counts).any() else 0
+        raise ValueError(f"box_encoder: sample {i} has {counts[i]} boxes but labels of shape {tuple(lshapes[i])}; "
+                         "give one label per box (M or M x 1)")
+    padded_boxes, _ = boxes.padded(fill=0.0)
+    padded_labels, _ = labels.padded(fill=0)
+    lab = padded_labels.reshape(n, -1)
+    out, out_labels = encode_boxes(padded_boxes.to(torch.float32).reshape(n, -1, 4),
+                                   torch.from_numpy(counts).to(dev, non_blocking=True), lab, anchors,
+                                   criteria=args.const("criteria"), offset=args.const("offset"),
+                                   scale=args.const("scale"), means=args.const("means"), stds=args.const("stds"))
+    return Batch.from_dense(out), Batch.from_dense(out_labels)
