@@ -28,7 +28,9 @@ def _pipe(policy, images=IMAGES, seed=5, device="cpu", conditionals=True):
                          device_id=0 if device == "gpu" else None, seed=seed)
     def pipe():
         x = fn.external_source(source=lambda: images, layout="HWC")
-        return policy(x.gpu() if device == "gpu" else x)
+        data = x.gpu() if device == "gpu" else x
+        # a policy given (data, shape) gets the images' shapes as a CPU node, as DALI needs them for argument inputs
+        return policy(data, fn.shapes(x)) if policy.__code__.co_argcount == 2 else policy(data)
 
     return pipe()
 
@@ -65,13 +67,13 @@ def test_select_gives_each_sample_its_operation():
 
 
 POLICIES = {
-    "auto_augment": lambda x: auto_augment.auto_augment_image_net(x, shape=fn.shapes(x)),
+    "auto_augment": lambda x, shape: auto_augment.auto_augment_image_net(x, shape=shape),
     "auto_augment_svhn": lambda x: auto_augment.auto_augment(x, "svhn", max_translate_abs=10, fill_value=None),
     "rand_augment": lambda x: rand_augment.rand_augment(x, n=2, m=9),
-    "rand_augment_non_monotonic": lambda x: rand_augment.rand_augment(x, n=1, m=20, monotonic_mag=False,
-                                                                      shape=fn.shapes(x)),
-    "trivial_augment": lambda x: trivial_augment.trivial_augment_wide(x, shape=fn.shapes(x),
-                                                                      interp_type=types.INTERP_NN),
+    "rand_augment_non_monotonic": lambda x, shape: rand_augment.rand_augment(x, n=1, m=20, monotonic_mag=False,
+                                                                             shape=shape),
+    "trivial_augment": lambda x, shape: trivial_augment.trivial_augment_wide(x, shape=shape,
+                                                                             interp_type=types.INTERP_NN),
 }
 
 
@@ -211,7 +213,9 @@ def test_videos_every_frame_of_a_clip_gets_the_same_operations(name):
     @sluice.pipeline_def(enable_conditionals=True, batch_size=6, num_threads=2, device_id=None, seed=3)
     def pipe():
         x = fn.external_source(source=lambda: clips, layout="FHWC")
-        return POLICIES[name](x) if name != "auto_augment" else auto_augment.auto_augment_image_net(x)
+        policy = POLICIES[name]
+        return auto_augment.auto_augment_image_net(x) if name == "auto_augment" else \
+            policy(x, fn.shapes(x)) if policy.__code__.co_argcount == 2 else policy(x)
 
     (out,) = pipe().run()
     assert out.layout() == "FHWC"

@@ -68,7 +68,7 @@ def test_whole_batches_equal_the_general_path(tmp_path, monkeypatch, op, kw, gra
         return out
     monkeypatch.setattr(GpuImageDecoder, "start_batch", spy)
     fast, labels_fast = _run(root, op, gray, monkeypatch=monkeypatch, **kw)
-    assert len(started) == 3, "the batch lane was not taken"
+    assert len(started) >= 3, "the batch lane was not taken"   # the pipeline may decode a batch ahead
     assert all(sum(s.values()) == 6 for s in started)
     cpu = sum(s["cpu_core"] + s["cpu_codec"] for s in started)
     assert (cpu > 0) == mixed  # a quarter of the mixed files are no GPU work, yet no batch drops off the lane
