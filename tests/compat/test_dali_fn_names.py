@@ -26,8 +26,6 @@ NOT_YET = {
     "transforms.translation",
     # video
     "experimental.inputs.video", "experimental.readers.video", "optical_flow",
-    # legacy readers
-    "readers.caffe", "readers.caffe2", "readers.mxnet",
 }
 
 
