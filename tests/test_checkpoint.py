@@ -210,6 +210,20 @@ def _b_readers_caffe2(tmp):
     return tuple(fn.readers.caffe2(path=_lmdb(tmp, values), random_shuffle=True, initial_fill=4, name="R"))
 
 
+def _b_readers_fits(tmp):
+    def hdu(cards, data=b""):
+        head = b"".join(c.ljust(80).encode() for c in cards + ["END"])
+        return head + b" " * (-len(head) % 2880) + data + b"\0" * (-len(data) % 2880)
+
+    for i in range(7):
+        data = np.full(i + 1, i, ">i2").tobytes()
+        (tmp / f"{i}.fits").write_bytes(
+            hdu(["SIMPLE  =                    T", "BITPIX  =                    8", "NAXIS   =                    0"])
+            + hdu(["XTENSION= 'IMAGE   '", "BITPIX  =                   16", "NAXIS   =                    1",
+                   f"NAXIS1  = {i + 1:>20}", "PCOUNT  =                    0", "GCOUNT  =                    1"], data))
+    return fn.experimental.readers.fits(file_root=str(tmp), random_shuffle=True, initial_fill=3, name="R")
+
+
 def _masks(tmp):
     masks = [np.random.default_rng(i).integers(0, 3, (8, 9), dtype=np.uint8) for i in range(BATCH)]
     return fn.external_source(source=lambda: masks)
@@ -239,6 +253,7 @@ BUILDERS = {
     "readers.coco": _b_readers_coco,
     "readers.nemo_asr": _b_readers_nemo_asr,
     "readers.mxnet": _b_readers_mxnet,
+    "experimental.readers.fits": _b_readers_fits,
     "readers.caffe": _b_readers_caffe,
     "readers.caffe2": _b_readers_caffe2,
     "segmentation.random_object_bbox": _b_random_object_bbox,

@@ -329,6 +329,15 @@ class decoders:
         """Decodes chosen frames of encoded videos into FHWC uint8 RGB sequences."""
         ...
 
+class experimental:
+    """sluice.fn.experimental"""
+    class readers:
+        """sluice.fn.experimental.readers"""
+        @staticmethod
+        def fits(*, device: str | None = ..., name: str | None = ..., file_root: str | None = ..., file_filter: str = ..., file_list: str | None = ..., files: Sequence[str] | None = ..., hdu_indices: Sequence[int] = ..., dtypes: Sequence[str] | None = ..., use_o_direct: bool = ..., random_shuffle: bool = ..., initial_fill: int = ..., shuffle_after_epoch: bool = ..., seed: int = ..., shard_id: int | None = ..., num_shards: int | None = ..., stick_to_shard: bool = ..., pad_last_batch: bool = ..., prefetch_queue_depth: int = ..., read_ahead: bool = ..., lazy_init: bool = ..., skip_cached_images: bool = ..., dont_use_mmap: bool = ..., tensor_init_bytes: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+            """Reads image HDUs of FITS files: one output per entry of ``hdu_indices`` (1-based; default the first"""
+            ...
+
 class io:
     """sluice.fn.io"""
     class file:

@@ -14,8 +14,6 @@ NAMES = [line.strip() for line in (Path(__file__).parent / "dali_fn_names.txt").
 
 # Grouped as issue 39 groups them; take a name off when sluice provides it.
 NOT_YET = {
-    # 3D and segmentation
-    "experimental.readers.fits",
     # effects
     "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
     "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",
