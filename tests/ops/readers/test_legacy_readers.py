@@ -10,7 +10,6 @@ from _legacy_data import (BYTE, FLOAT, INT32, INT64, STRING, datum, rec_payload,
                           write_lmdb, write_rec)
 
 from sluice import fn
-from sluice.testing import run_pipeline
 
 MAGIC_BYTES = (0xCED7230A).to_bytes(4, "little")
 
