@@ -6,7 +6,8 @@
 # Workloads over data of real shape: speech (speech_side_by_side.py, Jasper's preprocessing over 2048 utterances of
 # LibriSpeech's spread of lengths, 16 kHz WAV), speech_flac (the same files as FLAC), whisper (whisper_side_by_side.py,
 # 5-45 s clips), train_real (side_by_side.py's train program over make_imagenet_real.py's JPEGs of ImageNet's sizes
-# and kinds). `real` names these four.
+# and kinds). `real` names these four. effnet_autoaug and effnet_trivial: effnet_side_by_side.py, DALI's EfficientNet
+# training input with auto_augment / trivial_augment_wide, over the JPEGs of `train`.
 # Video workloads are named <program>_<seconds>s (video_frames_60s, video_reader_600s; `video` names all six): the
 # program of side_by_side.py on a barcoded 720p60 H.264 file of that length (made once by gen_video.py: gen.py's
 # frames, encoded in parallel segments), NCLIPS (64) clips of 16 frames, every frame checked by its barcode.
@@ -61,6 +62,8 @@ for w in $works; do
           "$top"/.whl/*/av-*.whl >/dev/null 2>&1;; esac
       case $w in
         speech|speech_flac) cmd=("$here/speech_side_by_side.py" "$impl" "$d" --name "$w");;
+        effnet_autoaug) cmd=("$here/effnet_side_by_side.py" "$impl" "$d" --policy autoaug);;
+        effnet_trivial) cmd=("$here/effnet_side_by_side.py" "$impl" "$d" --policy trivial);;
         whisper) cmd=("$here/whisper_side_by_side.py" "$impl" "$d");;
         *) cmd=("$here/peers/side_by_side.py" "$prog" "$impl" "$d");;
       esac

@@ -96,7 +96,7 @@ def _b_video_reader(name, **extra):
         path = tmp / "v.mp4"
         if not path.exists():  # once: the round trip's pipelines must read the same file, not two encodes of it
             write_barcode_video(path, num_frames=16, width=32, height=32)
-        reader = getattr(fn.readers, name)
+        reader = fn.experimental.readers.video if name == "experimental" else getattr(fn.readers, name)
         return reader(filenames=[str(path)], sequence_length=2, random_shuffle=True, initial_fill=3, device="cpu",
                       name="R", **extra)
     return build
@@ -272,6 +272,7 @@ BUILDERS = {
     "readers.sequence": _b_readers_sequence,
     "readers.video": _b_video_reader("video"),
     "readers.video_resize": _b_video_reader("video_resize", resize_x=16, resize_y=16),
+    "experimental.readers.video": _b_video_reader("experimental", step=1),
 }
 
 STATEFUL = sorted(name for name, schema in REGISTRY.items() if schema.stateful)

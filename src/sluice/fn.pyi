@@ -50,6 +50,10 @@ def cat(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name: s
     """Concatenates the inputs along an existing axis."""
     ...
 
+def clahe(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., tiles_x: int, tiles_y: int, clip_limit: float, bins: int = ..., luma_only: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Contrast Limited Adaptive Histogram Equalization (OpenCV's algorithm) of uint8 grey (``HW``, ``HWC``"""
+    ...
+
 def color_space_conversion(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., image_type: types.DALIImageType, output_type: types.DALIImageType, dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Converts channel-last images between colour spaces: RGB, BGR, GRAY (1 channel) and YCbCr (BT.601)."""
     ...
@@ -86,6 +90,10 @@ def crop_mirror_normalize(input: DataNode, /, *, device: str | None = ..., name:
     """Crop, mirror, normalise, transpose and cast images."""
     ...
 
+def debayer(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., blue_position: Sequence[int] | DataNode, algorithm: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Demosaics single-channel Bayer images into RGB (``HWC``)."""
+    ...
+
 def dl_tensor_python_function(*inputs: DataNode, device: str | None = ..., name: str | None = ..., function: Any, num_outputs: int = ..., batch_processing: bool = ..., output_layouts: Sequence[str] | None = ..., preserve: bool = ..., seed: int = ..., synchronize_stream: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Runs a Python function on DLPack capsules (one per sample), for any library that reads DLPack."""
     ...
@@ -98,6 +106,10 @@ def element_extract(input: DataNode, /, *, device: str | None = ..., name: str |
     """Extracts frames of sequences as samples: one output per index of ``element_map``, holding that frame of"""
     ...
 
+def equalize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Performs grayscale/per-channel histogram equalization of uint8 images (layouts HW, HWC, CHW) and"""
+    ...
+
 def erase(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., anchor: Sequence[float] | DataNode = ..., shape: Sequence[float] | DataNode = ..., axis_names: str = ..., axes: Sequence[int] | None = ..., fill_value: Sequence[float] = ..., normalized_anchor: bool = ..., normalized_shape: bool = ..., normalized: bool = ..., centered_anchor: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Erase rectangles (cutout / random erasing)."""
     ...
@@ -108,6 +120,10 @@ def expand_dims(data: DataNode, /, *, device: str | None = ..., name: str | None
 
 def external_source(*, device: str | None = ..., name: str | None = ..., source: Any | None = ..., num_outputs: int | None = ..., batch: bool | None = ..., batch_info: bool = ..., cycle: Any = ..., layout: Any | None = ..., dtype: Any | None = ..., ndim: Any | None = ..., no_copy: bool = ..., parallel: bool = ..., prefetch_queue_depth: int = ..., blocking: bool = ..., cuda_stream: Any | None = ..., use_copy_kernel: bool = ..., repeat_last: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
     """Brings data from Python into the pipeline."""
+    ...
+
+def filter(data: DataNode, filter: DataNode, fill_value: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., anchor: Sequence[int] | DataNode = ..., border: str = ..., mode: str = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Convolves the image with the provided filter (computing a correlation: the filter is not flipped)."""
     ...
 
 def flip(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., horizontal: int | DataNode = ..., vertical: int | DataNode = ..., depthwise: int | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -130,6 +146,10 @@ def get_property(input: DataNode, /, *, device: str | None = ..., name: str | No
     """Returns a property of each input sample as a 1-D uint8 tensor of UTF-8 bytes: ``key="source_info"``"""
     ...
 
+def grid_mask(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., tile: int | DataNode = ..., ratio: float | DataNode = ..., angle: float | DataNode = ..., shift_x: float | DataNode = ..., shift_y: float | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """GridMask: zeroes pixels in a grid of squares repeating every ``tile`` pixels in x and y, squares of side"""
+    ...
+
 def hsv(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., hue: float | DataNode = ..., saturation: float | DataNode = ..., value: float | DataNode = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Adjusts hue, saturation and value (brightness) of RGB images."""
     ...
@@ -140,6 +160,14 @@ def hue(input: DataNode, /, *, device: str | None = ..., name: str | None = ...,
 
 def jitter(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., nDegree: int = ..., fill_value: float = ..., interp_type: types.DALIInterpType = ..., mask: int | DataNode = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Random pixel jitter."""
+    ...
+
+def jpeg_compression_distortion(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., quality: int | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Introduces JPEG compression artefacts into RGB images: each image is JPEG-encoded at ``quality`` and"""
+    ...
+
+def laplacian(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., window_size: Sequence[int] | DataNode = ..., smoothing_size: Sequence[int] | DataNode | None = ..., scale: Sequence[float] | DataNode = ..., normalized_kernel: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Computes the Laplacian: the sum of the second-order partial derivatives along the spatial axes (every"""
     ...
 
 def lookup_table(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., keys: Sequence[int] = ..., values: Sequence[float] = ..., default_value: float = ..., dtype: types.DALIDataType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -176,6 +204,10 @@ def ones(*, device: str | None = ..., name: str | None = ..., shape: Sequence[in
 
 def ones_like(data_like: DataNode, /, *, device: str | None = ..., name: str | None = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """New samples of the shape, type and layout of ``data_like``, filled with ones."""
+    ...
+
+def optical_flow(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., preset: float = ..., output_grid: int = ..., hint_grid: int = ..., enable_temporal_hints: bool = ..., enable_external_hints: bool = ..., image_type: types.DALIImageType = ..., output_format: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Computes the optical flow between consecutive frames of sequences (FHWC uint8, RGB, BGR or grey)."""
     ...
 
 def pad(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., fill_value: float | DataNode = ..., shape: Sequence[int] | DataNode | None = ..., align: Sequence[int] | DataNode | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -234,6 +266,10 @@ def resize(input: DataNode, /, *, device: str | None = ..., name: str | None = .
     """Resize images."""
     ...
 
+def resize_crop_mirror(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., resize_x: float | DataNode = ..., resize_y: float | DataNode = ..., resize_z: float | DataNode = ..., size: Sequence[float] | DataNode | None = ..., resize_shorter: float | DataNode = ..., resize_longer: float | DataNode = ..., max_size: Sequence[float] | None = ..., mode: str = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., crop: Sequence[float] | DataNode | None = ..., crop_d: float | DataNode = ..., crop_h: float | DataNode = ..., crop_w: float | DataNode = ..., crop_pos_x: float | DataNode = ..., crop_pos_y: float | DataNode = ..., crop_pos_z: float | DataNode = ..., rounding: str = ..., mirror: int | DataNode = ..., dtype: types.DALIDataType | None = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Resize, crop and mirror in one operation: the result of ``resize`` followed by ``crop`` and ``flip``,"""
+    ...
+
 def roi_random_crop(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., crop_shape: Sequence[int] | DataNode, roi_start: Sequence[int] | DataNode, roi_end: Sequence[int] | DataNode | None = ..., roi_shape: Sequence[int] | DataNode | None = ..., in_shape: Sequence[int] | DataNode | None = ..., seed: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Produces the start of a fixed-shape crop window (``crop_shape``) placed at random so that as much of the"""
     ...
@@ -262,12 +298,20 @@ def spectrogram(input: DataNode, /, *, device: str | None = ..., name: str | Non
     """Produces a spectrogram from a 1-D signal: ``(nfft // 2 + 1, windows)`` for layout ``"ft"``."""
     ...
 
+def sphere(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., mask: int | DataNode = ..., interp_type: types.DALIInterpType = ..., fill_value: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """A sphere effect: the image seen as if bulging out of a sphere; pixels at distance ``r`` from the middle"""
+    ...
+
 def squeeze(data: DataNode, /, *, device: str | None = ..., name: str | None = ..., axes: Sequence[int] | DataNode | None = ..., axis_names: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Removes the dimensions ``axes`` (or the layout letters ``axis_names``), which must have extent 1 (or"""
     ...
 
 def stack(input: DataNode, /, *inputs: DataNode, device: str | None = ..., name: str | None = ..., axis: int = ..., axis_name: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Stacks the inputs along a new axis."""
+    ...
+
+def tensor_resize(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., sizes: Sequence[float] | DataNode | None = ..., scales: Sequence[float] | DataNode | None = ..., axes: Sequence[int] | None = ..., axis_names: str | None = ..., size_rounding: str = ..., alignment: Sequence[float] | DataNode | None = ..., mode: str = ..., max_size: Sequence[float] | None = ..., roi_start: Sequence[float] | DataNode | None = ..., roi_end: Sequence[float] | DataNode | None = ..., roi_relative: bool = ..., subpixel_scale: bool = ..., interp_type: types.DALIInterpType = ..., min_filter: types.DALIInterpType | None = ..., mag_filter: types.DALIInterpType | None = ..., antialias: bool = ..., dtype: types.DALIDataType | None = ..., minibatch_size: int = ..., temp_buffer_hint: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Resizes tensors along the given axes (default: all) with resize's resampling filters."""
     ...
 
 def to_decibels(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., multiplier: float = ..., reference: float = ..., cutoff_db: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -284,6 +328,10 @@ def transpose(input: DataNode, /, *, device: str | None = ..., name: str | None 
 
 def warp_affine(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., matrix: Sequence[float] | DataNode | None = ..., size: Sequence[float] | DataNode | None = ..., fill_value: float | None = ..., interp_type: types.DALIInterpType = ..., inverse_map: bool = ..., dtype: types.DALIDataType | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
     """Warp images with an affine transform."""
+    ...
+
+def water(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., ampl_x: float | DataNode = ..., ampl_y: float | DataNode = ..., freq_x: float | DataNode = ..., freq_y: float | DataNode = ..., phase_x: float | DataNode = ..., phase_y: float | DataNode = ..., mask: int | DataNode = ..., interp_type: types.DALIInterpType = ..., fill_value: float = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+    """Makes images look as seen through water: each pixel is read from a position moved by a sine wave along"""
     ...
 
 def zeros(*, device: str | None = ..., name: str | None = ..., shape: Sequence[int] | DataNode | None = ..., dtype: types.DALIDataType = ..., layout: str | None = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
@@ -331,11 +379,41 @@ class decoders:
 
 class experimental:
     """sluice.fn.experimental"""
+    @staticmethod
+    def dilate(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., mask_size: Sequence[int] | DataNode = ..., anchor: Sequence[int] | DataNode = ..., iterations: int = ..., border_mode: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Dilation of images over a rectangular window (OpenCV's ``dilate`` with a rectangular structuring"""
+        ...
+    @staticmethod
+    def erode(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., mask_size: Sequence[int] | DataNode = ..., anchor: Sequence[int] | DataNode = ..., iterations: int = ..., border_mode: str = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Erosion of images over a rectangular window (OpenCV's ``erode`` with a rectangular structuring"""
+        ...
+    @staticmethod
+    def median_blur(input: DataNode, /, *, device: str | None = ..., name: str | None = ..., window_size: Sequence[int] | DataNode = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Median blur: each pixel becomes the median of the ``window_size`` = (width, height) window centred on it"""
+        ...
+    @staticmethod
+    def remap(input: DataNode, mapx: DataNode, mapy: DataNode, /, *, device: str | None = ..., name: str | None = ..., pixel_origin: str = ..., interp: types.DALIInterpType = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Remaps images: ``output(x, y) = input(mapx(x, y), mapy(x, y))``."""
+        ...
+    @staticmethod
+    def warp_perspective(input0: DataNode, input1: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., matrix: Sequence[float] | DataNode | None = ..., size: Sequence[float] | DataNode | None = ..., border_mode: str = ..., interp_type: types.DALIInterpType = ..., pixel_origin: str = ..., fill_value: Sequence[float] | None = ..., inverse_map: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Perspective warp of images by a 3 x 3 matrix, as OpenCV's ``warpPerspective``."""
+        ...
+    class inputs:
+        """sluice.fn.experimental.inputs"""
+        @staticmethod
+        def video(*, device: str | None = ..., name: str | None = ..., sequence_length: int, last_sequence_policy: str = ..., affine: bool = ..., blocking: bool = ..., no_copy: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+            """Streams and decodes videos given by ``Pipeline.feed_input``: batches of consecutive sequences of"""
+            ...
     class readers:
         """sluice.fn.experimental.readers"""
         @staticmethod
         def fits(*, device: str | None = ..., name: str | None = ..., file_root: str | None = ..., file_filter: str = ..., file_list: str | None = ..., files: Sequence[str] | None = ..., hdu_indices: Sequence[int] = ..., dtypes: Sequence[str] | None = ..., use_o_direct: bool = ..., random_shuffle: bool = ..., initial_fill: int = ..., shuffle_after_epoch: bool = ..., seed: int = ..., shard_id: int | None = ..., num_shards: int | None = ..., stick_to_shard: bool = ..., pad_last_batch: bool = ..., prefetch_queue_depth: int = ..., read_ahead: bool = ..., lazy_init: bool = ..., skip_cached_images: bool = ..., dont_use_mmap: bool = ..., tensor_init_bytes: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
             """Reads image HDUs of FITS files: one output per entry of ``hdu_indices`` (1-based; default the first"""
+            ...
+        @staticmethod
+        def video(*, device: str | None = ..., name: str | None = ..., filenames: Sequence[str] | None = ..., labels: Sequence[int] | None = ..., file_root: str | None = ..., file_list: str | None = ..., file_list_format: str = ..., file_list_rounding: str = ..., file_list_include_end: bool = ..., sequence_length: int, step: int = ..., stride: int = ..., uniform_sample: bool = ..., pad_mode: str = ..., fill_value: Sequence[int] = ..., enable_frame_num: Any = ..., enable_timestamps: bool = ..., image_type: types.DALIImageType = ..., dtype: types.DALIDataType = ..., normalized: bool = ..., channels: int = ..., additional_decode_surfaces: int = ..., require_constant_frame_rate: bool = ..., skip_unreadable_files: bool = ..., random_shuffle: bool = ..., initial_fill: int = ..., shuffle_after_epoch: bool = ..., seed: int = ..., shard_id: int | None = ..., num_shards: int | None = ..., stick_to_shard: bool = ..., pad_last_batch: bool = ..., prefetch_queue_depth: int = ..., read_ahead: bool = ..., lazy_init: bool = ..., skip_cached_images: bool = ..., dont_use_mmap: bool = ..., tensor_init_bytes: int = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
+            """Loads and decodes sequences of frames from video files (DALI's experimental video reader)."""
             ...
 
 class io:
@@ -484,4 +562,31 @@ class segmentation:
     @staticmethod
     def select_masks(mask_ids: DataNode, polygons: DataNode, vertices: DataNode, /, *, device: str | None = ..., name: str | None = ..., reindex_masks: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> Any:
         """Selects the polygons of the masks listed in ``mask_ids`` and their vertices; outputs polygons and"""
+        ...
+
+class transforms:
+    """sluice.fn.transforms"""
+    @staticmethod
+    def combine(input0: DataNode, input1: DataNode, /, *inputs: DataNode, device: str | None = ..., name: str | None = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Combines two or more affine transforms (all of one shape): the result applies them"""
+        ...
+    @staticmethod
+    def crop(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., from_start: Sequence[float] | DataNode = ..., from_end: Sequence[float] | DataNode = ..., to_start: Sequence[float] | DataNode = ..., to_end: Sequence[float] | DataNode = ..., absolute: bool = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces an affine transform matrix that maps the box ``from_start..from_end`` onto the box"""
+        ...
+    @staticmethod
+    def rotation(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., angle: float | DataNode, axis: Sequence[float] | DataNode | None = ..., center: Sequence[float] | DataNode | None = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces a rotation affine transform matrix: 2-D (``[[cos, -sin], [sin, cos]]``)"""
+        ...
+    @staticmethod
+    def scale(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., scale: Sequence[float] | DataNode, center: Sequence[float] | DataNode | None = ..., ndim: int | None = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces a scaling affine transform matrix (``diag(scale)``, about ``center``)."""
+        ...
+    @staticmethod
+    def shear(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., shear: Sequence[float] | DataNode | None = ..., angles: Sequence[float] | DataNode | None = ..., center: Sequence[float] | DataNode | None = ..., reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces a shear affine transform matrix."""
+        ...
+    @staticmethod
+    def translation(input: DataNode | None = ..., /, *, device: str | None = ..., name: str | None = ..., offset: Sequence[float] | DataNode, reverse_order: bool = ..., preserve: bool = ..., bytes_per_sample_hint: Sequence[int] | None = ...) -> DataNode:
+        """Produces a translation affine transform matrix ``[I | offset]``."""
         ...

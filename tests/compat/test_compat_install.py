@@ -52,6 +52,22 @@ def test_install_is_idempotent_and_import_forms_work(isolated_imports):
     assert compat_dali.fn.readers.__spec__ is None or compat_dali.fn.readers.__spec__.name.startswith("sluice")
 
 
+def test_auto_aug_resolves_to_sluice_auto_aug(isolated_imports):
+    sluice.compat.install()
+    import nvidia.dali.auto_aug.core.policy
+    from nvidia.dali.auto_aug import augmentations, auto_augment, rand_augment, trivial_augment
+    from nvidia.dali.auto_aug.core import Policy, augmentation, select, signed_bin
+
+    from sluice import auto_aug as sluice_auto_aug
+
+    core = sluice_auto_aug.core
+    assert auto_augment is sluice_auto_aug.auto_augment and rand_augment is sluice_auto_aug.rand_augment
+    assert trivial_augment is sluice_auto_aug.trivial_augment and augmentations is sluice_auto_aug.augmentations
+    assert Policy is nvidia.dali.auto_aug.core.policy.Policy is core.Policy
+    assert (augmentation, select, signed_bin) == (core.augmentation, core.select, core.signed_bin)
+    assert auto_augment.__spec__.name == "sluice.auto_aug.auto_augment"  # its own identity kept
+
+
 def test_missing_submodule_is_a_clear_import_error(isolated_imports):
     sluice.compat.install()
     with pytest.raises(ModuleNotFoundError, match="nvidia.dali.plugin.tf is not provided by sluice"):

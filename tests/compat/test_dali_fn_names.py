@@ -13,18 +13,7 @@ NAMES = [line.strip() for line in (Path(__file__).parent / "dali_fn_names.txt").
          if line.strip() and not line.startswith("#")]
 
 # Grouped as issue 39 groups them; take a name off when sluice provides it.
-NOT_YET = {
-    # effects
-    "clahe", "debayer", "grid_mask", "jpeg_compression_distortion", "laplacian", "sphere", "water",
-    "experimental.dilate", "experimental.erode", "experimental.median_blur", "experimental.remap",
-    "experimental.resize", "experimental.warp_perspective", "resize_crop_mirror", "tensor_resize",
-    # auto-augment
-    "equalize", "filter",
-    "transforms.combine", "transforms.crop", "transforms.rotation", "transforms.scale", "transforms.shear",
-    "transforms.translation",
-    # video
-    "experimental.inputs.video", "experimental.readers.video", "optical_flow",
-}
+NOT_YET: set[str] = set()
 
 
 def _resolve(name: str):

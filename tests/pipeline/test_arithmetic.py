@@ -118,3 +118,44 @@ def test_datanode_shape_and_bool_for_int_arguments():
     from sluice import ops
 
     assert ops.MFCC.__name__ == "MFCC" and ops.RandomBBoxCrop.__name__ == "RandomBBoxCrop"
+
+
+def test_subscripts_with_datanode_indices(device_id):
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = [np.arange(24).reshape(2, 3, 4) + 100 * i for i in range(4)]
+
+    @sluice.pipeline_def(batch_size=4, num_threads=1, device_id=device_id, seed=3)
+    def pipe():
+        idx = fn.random.uniform(values=[0, 1, 2], dtype=types.INT32)
+        lo = fn.random.uniform(values=[0, 1], dtype=types.INT32)
+        rows = fn.constant(value=table, device="gpu" if device_id is not None else "cpu")
+        x = fn.external_source(source=lambda: a, layout="HWC")
+        return idx, lo, rows[idx], rows[idx, 1], x[:, idx], x[0, lo:3]
+
+    idx, lo, row, elem, col, part = (b.as_cpu() for b in pipe().run())
+    for i in range(4):
+        k = int(idx.at(i))
+        np.testing.assert_array_equal(row.at(i), table[k])
+        assert elem.at(i) == table[k, 1]
+        np.testing.assert_array_equal(col.at(i), a[i][:, k])
+        np.testing.assert_array_equal(part.at(i), a[i][0, int(lo.at(i)):3])  # per-sample bounds: ragged
+    assert col.layout() == "HC"
+
+    @sluice.pipeline_def(batch_size=2, num_threads=1, device_id=None, seed=3)
+    def bad():
+        return fn.constant(value=table)[fn.random.uniform(values=[3, 4], dtype=types.INT32)]
+
+    with pytest.raises(Exception, match="out of range"):
+        bad().run()
+
+
+def test_ragged_operands_on_the_padded_batch():
+    a = [np.arange(6, dtype=np.uint8).reshape(2, 3, 1) * 40, np.full((4, 1, 1), 7, np.uint8)]
+    m = [np.uint8(0xF0), np.uint8(0x0F)]
+    per_channel = [np.array([[[2.0]]], np.float32), np.array([[[0.5]]], np.float32)]
+    (masked, scaled, div) = _run(lambda x, y, z: (x & y, x * z, x // y), [a, m, per_channel])
+    for i in range(2):
+        np.testing.assert_array_equal(masked.at(i), a[i] & m[i])
+        np.testing.assert_array_equal(scaled.at(i), a[i] * per_channel[i])
+        np.testing.assert_array_equal(div.at(i), a[i] // m[i])
+    assert masked.shape() == [(2, 3, 1), (4, 1, 1)] and masked.at(0).dtype == np.uint8

@@ -129,6 +129,40 @@ def test_return_in_branches_and_helper_functions_branching_on_datanodes():
         np.testing.assert_array_equal(out.at(i), img[::-1] if i % 2 == 0 else img[:, ::-1])
 
 
+def _add_by_index(images, index, lo, hi):
+    """A module function that calls itself, splitting the batch by ``index`` (a binary search, as DALI's
+    auto_aug select): each sample gets ``lo + index`` added."""
+    if lo == hi:
+        return images + sluice.Constant(lo, types.UINT8)
+    mid = (lo + hi) // 2
+    if index <= mid:
+        out = _add_by_index(images, index, lo, mid)
+    else:
+        out = _add_by_index(images, index, mid + 1, hi)
+    return out
+
+
+def test_recursive_helpers_branching_on_datanodes():
+    def countdown(images, index, k):  # a nested function calling itself (its own name is a closure variable)
+        if k < 0:
+            return images
+        if index == k:
+            images = images * sluice.Constant(0, types.UINT8)
+        return countdown(images, index, k - 1)
+
+    values = [i % 5 for i in range(N)]
+
+    @sluice.pipeline_def(enable_conditionals=True, **_kw())
+    def pipe():
+        images, index = _source(IMAGES), _labels(values)
+        return _add_by_index(images, index, 0, 4), countdown(images, index, 2)
+
+    added, zeroed = pipe().run()
+    for i, img in enumerate(IMAGES):
+        np.testing.assert_array_equal(added.at(i), img + np.uint8(values[i]))
+        np.testing.assert_array_equal(zeroed.at(i), img * 0 if values[i] <= 2 else img)
+
+
 def test_functions_defined_inside_are_rewritten_when_traced_not_when_run():
     kept = []
 

@@ -108,3 +108,16 @@ def test_offsets_batch_crosses_to_the_gpu_as_the_span_it_covers():
     assert [s.cpu().tolist() for s in moved.samples] == [list(range(50, 55)), [20.0, 21.0, 22.0]]
     padded, _ = moved.padded(fill=0.0)
     assert padded.is_cuda and padded[1].tolist() == [20, 21, 22, 0, 0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_long_signals_are_made_padded_by_copies_with_the_same_values(device):
+    samples = [s.to(device) for s in samples_of([(9000,), (0,), (20000,), (4097,)])]
+    shapes = np.array([s.shape for s in samples])
+    flat = torch.cat(samples)
+    for fill in (None, 2.5):
+        padded = ragged.packed_to_padded(flat, ragged.packed_offsets(shapes), shapes, fill=fill)
+        for row, s in zip(padded, samples):
+            torch.testing.assert_close(row[: s.numel()], s, rtol=0, atol=0)
+            if fill is not None:
+                assert bool((row[s.numel():] == fill).all())

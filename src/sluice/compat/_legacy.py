@@ -176,9 +176,14 @@ OPS_ALIASES: dict[str, tuple[str, str | None]] = {
 # DALI class names that are not the CamelCase of the function name
 # DALI names, current (not deprecated), that differ from sluice's: DALI name -> sluice operator
 FN_OTHER_NAMES: dict[str, str] = {"experimental.decoders.video": "decoders.video",
-                                  "experimental.peek_image_shape": "peek_image_shape"}
+                                  "experimental.peek_image_shape": "peek_image_shape",
+                                  "experimental.equalize": "equalize", "experimental.filter": "filter",
+                                  # DALI's CV-CUDA resize takes resize's arguments and gives its results
+                                  "experimental.resize": "resize"}
 OPS_OTHER_NAMES: dict[str, str] = {"experimental.decoders.Video": "decoders.video",
-                                   "experimental.PeekImageShape": "peek_image_shape"}
+                                   "experimental.PeekImageShape": "peek_image_shape",
+                                   "experimental.Equalize": "equalize", "experimental.Filter": "filter",
+                                   "experimental.Resize": "resize"}
 
 
 def class_path(op_name: str) -> str:

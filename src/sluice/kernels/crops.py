@@ -56,17 +56,24 @@ def _triton_kernel():
 _KERNEL: list = []
 
 
-def gather_hwc_crops(images: list[torch.Tensor], windows: np.ndarray,
-                     out: torch.Tensor | None = None) -> tuple[torch.Tensor, list[int]]:
+def gather_hwc_crops(images: list[torch.Tensor], windows: np.ndarray, out: torch.Tensor | None = None,
+                     offsets: np.ndarray | None = None) -> tuple[torch.Tensor, list[int]]:
     """Crops ``windows[i] = (y, x, h, w)`` of the contiguous CHW ``images`` (one device, one dtype uint8, one
     channel count) as HWC images back to back in one uint8 buffer on the current stream: ``(buffer, sizes)``, crop
     ``i`` being ``buffer.split(sizes)[i].view(h, w, C)``. The windows must lie inside their images. ``out``: the
-    buffer to fill (1-D uint8, at least the crops' size), else a new one."""
+    buffer to fill (1-D uint8, at least the crops' size), else a new one. ``offsets``: where each crop starts in
+    ``out`` (given with ``out``; e.g. the places of some samples of a batch whose others come from elsewhere),
+    instead of back to back from 0. A ``(1, 1, k)`` "image" with the window ``(0, 0, 1, k)`` is a plain copy of
+    ``k`` bytes: contiguous HWC pieces are placed that way (C = 1)."""
     n = len(images)
     windows = np.asarray(windows, dtype=np.int64).reshape(n, 4)
     c = int(images[0].shape[0]) if n else 1
     sizes = (windows[:, 2] * windows[:, 3] * c).astype(np.int64)
     device = images[0].device if n else torch.device("cpu")
+    if offsets is not None and out is None:
+        raise ValueError("gather_hwc_crops: offsets need the buffer they refer to (out)")
+    starts = (np.concatenate([[0], np.cumsum(sizes)[:-1]]) if offsets is None
+              else np.asarray(offsets, dtype=np.int64).reshape(n))
     if out is None:
         out = torch.empty(int(sizes.sum()), dtype=torch.uint8, device=device)
     if n == 0:
@@ -78,13 +85,11 @@ def gather_hwc_crops(images: list[torch.Tensor], windows: np.ndarray,
         geo[:, :4] = windows
         geo[:, 4] = [t.shape[1] for t in images]
         geo[:, 5] = [t.shape[2] for t in images]
-        geo[:, 6] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        geo[:, 6] = starts
         ptrs = torch.tensor([t.data_ptr() for t in images], dtype=torch.int64).to(device, non_blocking=True)
         geo_t = torch.from_numpy(geo).to(device, non_blocking=True)
         _KERNEL[0][(n, int(-(-sizes.max() // _BLOCK)))](ptrs, geo_t, out, C=c, BLOCK=_BLOCK)
         return out, sizes.tolist()
-    start = 0
-    for t, (y, x, h, w), size in zip(images, windows.tolist(), sizes.tolist()):
+    for t, (y, x, h, w), size, start in zip(images, windows.tolist(), sizes.tolist(), starts.tolist()):
         out[start: start + size].view(h, w, c).copy_(t[:, y:y + h, x:x + w].permute(1, 2, 0))
-        start += size
     return out, sizes.tolist()

@@ -30,7 +30,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["FILTERS", "FILTER_IDS", "filter_id", "filter_radius", "filter_table", "resample", "cast_round", "epilogue"]
+__all__ = ["FILTERS", "FILTER_IDS", "filter_id", "filter_radius", "filter_table", "resample", "cast_round", "epilogue",
+           "resample_axis_batch", "filter_tables_batch"]
 
 FILTERS = ("nn", "linear", "cubic", "lanczos3", "gaussian", "triangular")
 #: Integer ids used by the Triton kernels (triangular is linear with antialiasing forced on).
@@ -214,3 +215,39 @@ def epilogue(x: torch.Tensor, norm: np.ndarray | None, mirror: bool, output_layo
     if output_layout != "HWC":
         x = x.permute(["HWC".index(ch) for ch in output_layout])
     return cast_round(x, dtype).contiguous()
+
+
+def resample_axis_batch(x: torch.Tensor, axis: int, index: np.ndarray, weights: np.ndarray) -> torch.Tensor:
+    """Resample a float batch ``x`` (dim 0: samples) along ``axis`` with per-sample filter tables ``index`` and
+    ``weights`` (``(n, out, taps)``, from :func:`filter_table`; samples with fewer outputs or taps are padded with
+    weight 0): one gather and one weighted sum for the whole batch. The result has ``out`` elements along
+    ``axis``."""
+    n, out, taps = index.shape
+    ti = torch.from_numpy(np.ascontiguousarray(index, np.int64)).to(x.device, non_blocking=True)
+    tw = torch.from_numpy(np.ascontiguousarray(weights, np.float32)).to(x.device, non_blocking=True)
+    view = [1] * x.dim()
+    view[0], view[axis] = n, out * taps
+    shape = list(x.shape)
+    shape[axis] = out * taps
+    g = torch.gather(x, axis, ti.view(view).expand(shape))
+    g = g.unflatten(axis, (out, taps))
+    wview = [1] * g.dim()
+    wview[0], wview[axis], wview[axis + 1] = n, out, taps
+    return (g * tw.view(wview)).sum(axis + 1)
+
+
+def filter_tables_batch(lo: np.ndarray, hi: np.ndarray, in_sizes: np.ndarray, out_sizes: np.ndarray,
+                        fids: np.ndarray, antialias: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`filter_table` of every sample of a batch along one axis, padded into ``(n, max out, max taps)``
+    tables for :func:`resample_axis_batch`."""
+    tables = [filter_table(float(a), float(b), max(int(s), 1), max(int(o), 1), int(f), antialias)
+              for a, b, s, o, f in zip(lo, hi, in_sizes, out_sizes, fids)]
+    n = len(tables)
+    out = max(t[0].shape[0] for t in tables)
+    taps = max(t[0].shape[1] for t in tables)
+    index = np.zeros((n, out, taps), np.int64)
+    weights = np.zeros((n, out, taps), np.float32)
+    for i, (idx, w) in enumerate(tables):
+        index[i, :idx.shape[0], :idx.shape[1]] = idx
+        weights[i, :w.shape[0], :w.shape[1]] = w
+    return index, weights

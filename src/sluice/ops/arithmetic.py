@@ -19,6 +19,8 @@ import torch
 
 from sluice import types
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.ragged import host_to_device
+from sluice.errors import SampleError
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 _BINARY = {
@@ -138,11 +140,49 @@ class Arithmetic(Operator):
                      for d in dense]
             result = _apply(self.op, _operands(self.positions, dense, consts))
             return Batch.from_dense(_as(result, out_type), inputs[0].layout())
+        ragged = _ragged_operands(inputs, consts)
+        if ragged is not None:
+            # One operation on the padded batch: per-sample scalars and small tensors broadcast against it.
+            shapes, rank = ragged
+            fill = 1 if self.op in ("div", "mod", "fdiv", "pow") else None  # no integer division by 0 in the padding
+            padded = [_as(b.padded(fill)[0] if not b.is_dense_tensor() else
+                          _right_aligned(b.as_tensor(), rank), compute) for b in inputs]
+            result = _apply(self.op, _operands(self.positions, padded, consts))
+            layout = next(b.layout() for b in inputs if not b.is_dense_tensor())
+            return Batch.from_padded(_as(result, out_type), shapes, layout)
         samples = []
         for i in range(n):
             operands = _operands(self.positions, [_as(b[i], compute) for b in inputs], consts)
             samples.append(_as(_apply(self.op, operands), out_type))
         return Batch(samples, inputs[0].layout())
+
+
+def _right_aligned(dense: torch.Tensor, rank: int) -> torch.Tensor:
+    """A dense N x ... operand with its sample dimensions aligned to the right of ``rank`` dimensions."""
+    extra = rank - (dense.dim() - 1)
+    return dense.reshape(dense.shape[:1] + (1,) * extra + dense.shape[1:]) if extra > 0 else dense
+
+
+def _ragged_operands(inputs: tuple[Batch, ...], consts: list[torch.Tensor]) -> tuple[np.ndarray, int] | None:
+    """``(shapes, rank)`` when the operands can be computed on the padded batch: the ragged ones share one shape
+    table, and every dense operand and constant broadcasts against each of their samples (extents of 1, or the
+    extent every sample has); else None (computed sample by sample)."""
+    ragged = [b for b in inputs if not b.is_dense_tensor()]
+    try:
+        shapes = ragged[0].shapes_array()
+        if any(not np.array_equal(b.shapes_array(), shapes) for b in ragged[1:]):
+            return None
+    except ValueError:  # samples of different ranks
+        return None
+    rank = shapes.shape[1]
+    others = [tuple(b.as_tensor().shape[1:]) for b in inputs if b.is_dense_tensor()] + [tuple(c.shape) for c in consts]
+    for shape in others:
+        if len(shape) > rank:
+            return None
+        for d, extent in enumerate(shape, rank - len(shape)):
+            if extent != 1 and not (shapes[:, d] == extent).all():
+                return None
+    return shapes, rank
 
 
 def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -194,22 +234,38 @@ def cast(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
 
 
 # ------------------------------------------------------------------------------------------------------------
+#: how many subscript positions may take a DataNode (DALI's ``at_<d>`` / ``lo_<d>`` / ``hi_<d>`` argument inputs)
+MAX_SUBSCRIPT_DIMS = 8
+
 SUBSCRIPT = OpSchema(
     "_subscript",
-    doc="Per-sample subscript; made by DataNode[...].",
+    doc="""Per-sample subscript; made by ``DataNode[...]``. Integers drop a dimension, slices keep it; an index or
+    a slice bound may be a CPU DataNode of one integer per sample (``params[idx]``), as in DALI.""",
     devices=("cpu", "gpu"),
-    args=[Arg("spec", object, (), "The subscript: ('index', i), ('slice', start, stop), ('ellipsis',).")],
+    args=[Arg("spec", object, (), "The subscript: ('index', i), ('slice', start, stop), ('ellipsis',); i, start "
+              "and stop are integers, None, or ('arg', name) for a per-sample argument.")]
+    + [Arg(f"{kind}_{d}", int, None, f"Per-sample {what} of subscript position {d}.", per_sample=True)
+       for d in range(MAX_SUBSCRIPT_DIMS) for kind, what in (("at", "index"), ("lo", "slice start"),
+                                                            ("hi", "slice stop"))],
     output_layout=lambda args, layouts: _subscript_layout(args["spec"], layouts[0] if layouts else ""),
 )
 
 
-def _subscript_index(spec: list[tuple]) -> tuple:
+def _is_arg(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and value[0] == "arg"
+
+
+def _subscript_index(spec: list[tuple], sample: dict[str, Any] | None = None) -> tuple:
+    """The subscript as a Python index, with per-sample values taken from ``sample`` (its arguments)."""
+    def value(v: Any) -> Any:
+        return sample[v[1]] if _is_arg(v) else v
+
     out: list[Any] = []
     for item in spec:
         if item[0] == "index":
-            out.append(item[1])
+            out.append(value(item[1]))
         elif item[0] == "slice":
-            out.append(slice(item[1], item[2]))
+            out.append(slice(value(item[1]), value(item[2])))
         else:
             out.append(Ellipsis)
     return tuple(out)
@@ -222,15 +278,96 @@ def _subscript_layout(spec: list[tuple], layout: str) -> str:
     return "".join(c for i, c in enumerate(layout) if i not in dropped)
 
 
-@SUBSCRIPT.sample_kernel("cpu")
-@SUBSCRIPT.sample_kernel("gpu")
-def subscript(ctx: Any, data: torch.Tensor, *, spec: list[tuple], **_: Any) -> torch.Tensor:
-    index = _subscript_index(spec)
+def _check_subscript(spec: list[tuple], shape: tuple[int, ...], index: tuple) -> None:
     n_index = sum(1 for item in spec if item[0] != "ellipsis")
-    if n_index > data.dim():
-        raise IndexError(f"subscript with {n_index} indices on a sample of {data.dim()} dimensions "
-                         f"(shape {tuple(data.shape)})")
-    for item, dim in zip(spec, data.shape):
-        if item[0] == "index" and not -dim <= item[1] < dim:
-            raise IndexError(f"index {item[1]} is out of range for a dimension of size {dim}")
-    return data[index]
+    if n_index > len(shape):
+        raise IndexError(f"subscript with {n_index} indices on a sample of {len(shape)} dimensions "
+                         f"(shape {tuple(shape)})")
+    for item, i, dim in zip(spec, index, shape):
+        if item[0] == "index" and not -dim <= i < dim:
+            raise IndexError(f"index {i} is out of range for a dimension of size {dim}")
+
+
+@SUBSCRIPT.batch_kernel("cpu")
+@SUBSCRIPT.batch_kernel("gpu")
+def subscript(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
+    """A dense batch in one indexing operation (per-sample indices gathered with one advanced index); other
+    batches, and per-sample slice bounds, sample by sample."""
+    spec = args.const("spec")
+    layout = _subscript_layout(spec, data.layout())
+    n = len(data)
+    if n == 0:
+        return Batch([], layout)
+    dense = data.dense
+    bounds_vary = any(item[0] == "slice" and (_is_arg(item[1]) or _is_arg(item[2])) for item in spec)
+    if dense is not None and not bounds_vary and all(item[0] != "ellipsis" for item in spec):
+        shape = tuple(dense.shape[1:])
+        names = [item[1][1] for item in spec if item[0] == "index" and _is_arg(item[1])]
+        static = _subscript_index(spec, {name: 0 for name in names})
+        _check_subscript(spec, shape, static)
+        if not names:
+            return Batch.from_dense(dense[(slice(None),) + static], layout)
+        index: list[Any] = [torch.arange(n, device=dense.device)]
+        for item, i in zip(spec, static):
+            if item[0] == "index" and _is_arg(item[1]):
+                values = np.asarray(args[item[1][1]], np.int64)
+                dim = shape[len(index) - 1]
+                bad = np.flatnonzero((values < -dim) | (values >= dim))
+                if len(bad):
+                    raise SampleError(int(bad[0]), data.source_info[int(bad[0])], IndexError(
+                        f"index {int(values[bad[0]])} is out of range for a dimension of size {dim}"))
+                index.append(host_to_device(values % dim, dense.device))
+            else:
+                index.append(i)
+        return Batch.from_dense(dense[tuple(index)], layout)
+    per_sample = args.samples()
+    out = []
+    for i, sample in enumerate(data.samples):
+        index = _subscript_index(spec, per_sample[i])
+        try:
+            _check_subscript(spec, tuple(sample.shape), index)
+        except IndexError as e:
+            raise SampleError(i, data.source_info[i], e) from e
+        out.append(sample[index])
+    return Batch(out, layout)
+
+
+# ------------------------------------------------------------------------------------------------------------
+TABLE_ROW = OpSchema(
+    "_table_row",
+    doc="""Row ``index[i]`` of a constant ``table`` for sample ``i``: ``types.Constant(table)[index]`` in one node.
+    Made by :mod:`sluice.auto_aug` for its parameter look-ups; inside an ``if`` on DataNodes only the index is
+    split, not a batch of copies of the table.""",
+    inputs=0,
+    devices=("cpu", "gpu"),
+    args=[Arg("table", object, None, "The table (a NumPy array; its first axis is indexed)."),
+          Arg("index", int, 0, "The row of each sample (negative counts from the end).", per_sample=True)],
+    output_layout="",
+)
+
+
+@TABLE_ROW.operator_class("cpu")
+@TABLE_ROW.operator_class("gpu")
+class TableRow(Operator):
+    """Keeps the table on its device; a batch is one ``index_select``."""
+
+    def __init__(self, spec: OpSpec):
+        super().__init__(spec)
+        self.table = torch.from_numpy(np.ascontiguousarray(spec.args["table"]))
+        if self.table.dim() == 0 or len(self.table) == 0:
+            raise ValueError(f"_table_row: the table must have at least one row, got shape {tuple(self.table.shape)}")
+        self._on: dict[torch.device, torch.Tensor] = {}
+
+    def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
+        index = np.asarray(args["index"], np.int64).reshape(-1)
+        rows = len(self.table)
+        bad = np.flatnonzero((index < -rows) | (index >= rows))
+        if len(bad):
+            i = int(bad[0])
+            raise SampleError(i, ctx.source_info[i] if i < len(ctx.source_info) else "",
+                              IndexError(f"index {int(index[i])} is out of range for a table of {rows} rows"))
+        table = self._on.get(ctx.device)
+        if table is None:
+            table = self._on[ctx.device] = self.table.to(ctx.device)
+        picked = host_to_device(index % rows, ctx.device)
+        return Batch.from_dense(table.index_select(0, picked))

@@ -151,43 +151,67 @@ class DataNode:
         return node.cpu() if device == "cpu" else node.gpu()
 
     def __getitem__(self, index: Any) -> DataNode:
-        """Per-sample subscript, as DALI's ``node[...]``: integers drop a dimension, slices keep it."""
+        """Per-sample subscript, as DALI's ``node[...]``: integers drop a dimension, slices keep it. An index or a
+        slice bound may be a CPU DataNode of one integer per sample: ``table[idx]`` picks row ``idx[i]`` of sample
+        ``i``."""
         if not isinstance(index, tuple):
             index = (index,)
-        spec = []
-        for item in index:
+        spec: list[tuple] = []
+        arg_nodes: dict[str, DataNode] = {}
+
+        def bound(value: Any, kind: str, position: int) -> Any:
+            if isinstance(value, DataNode):
+                name = f"{kind}_{position}"
+                arg_nodes[name] = value
+                return ("arg", name)
+            if value is None or isinstance(value, (int, np.integer)):
+                return None if value is None else int(value)
+            raise ArgumentError(f"DataNode subscripts take integers, slices, ... and DataNodes of integers, got "
+                                f"{type(value).__name__}")
+
+        for position, item in enumerate(index):
             if isinstance(item, slice):
                 if item.step not in (None, 1):
                     raise ArgumentError("DataNode subscripts support slices with step 1 only")
-                spec.append(("slice", item.start, item.stop))
+                spec.append(("slice", bound(item.start, "lo", position), bound(item.stop, "hi", position)))
             elif item is Ellipsis:
+                if arg_nodes or any(isinstance(x, DataNode) for x in index):
+                    raise ArgumentError("DataNode subscripts with DataNode indices cannot use ...")
                 spec.append(("ellipsis",))
-            elif isinstance(item, (int, np.integer)):
-                spec.append(("index", int(item)))
+            elif isinstance(item, (bool, np.bool_)):
+                raise ArgumentError("DataNode subscripts take integers, slices and ..., got bool")
             else:
-                raise ArgumentError(f"DataNode subscripts take integers, slices and ..., got {type(item).__name__}")
-        return _call("_subscript", [self], {"spec": spec}, device=self.device)
+                spec.append(("index", bound(item, "at", position)))
+        from sluice.ops.arithmetic import MAX_SUBSCRIPT_DIMS
+
+        if arg_nodes and len(index) > MAX_SUBSCRIPT_DIMS:
+            raise ArgumentError(f"DataNode subscripts with DataNode indices take at most {MAX_SUBSCRIPT_DIMS} "
+                                "positions")
+        return _call("_subscript", [self], {"spec": spec, **arg_nodes}, device=self.device)
 
 
 class Constant:
     """A typed constant for arithmetic (DALI's ``types.Constant``): ``node * Constant([1, 2, 3], types.FLOAT)``."""
 
     def __init__(self, value: Any, dtype: Any = None, device: str | None = None):
-        from sluice import types
-
         self.dtype = dtype
         self.device = device
-        arr = np.asarray(value)
-        if dtype is not None:
-            arr = arr.astype(types.to_numpy_dtype(dtype))
-        elif arr.dtype == np.float64:
-            arr = arr.astype(np.float32)
-        elif arr.dtype == np.int64:
-            arr = arr.astype(np.int32)
-        self.value = arr
+        self.value = constant_array(value, dtype)
 
     def __repr__(self) -> str:
         return f"Constant({self.value!r})"
+
+
+def constant_array(value: Any, dtype: Any = None) -> np.ndarray:
+    """``value`` as the array of a DALI constant: of ``dtype`` when given, else its own type with 64-bit types made
+    32-bit (Python floats float32, ints int32), as DALI's ``types.Constant`` does."""
+    from sluice import types
+
+    arr = np.asarray(value)
+    if dtype is not None:
+        return arr.astype(types.to_numpy_dtype(dtype))
+    narrower = {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32, np.dtype(np.uint64): np.uint32}
+    return arr.astype(narrower[arr.dtype]) if arr.dtype in narrower else arr
 
 
 def arithmetic(op: str, *operands: Any) -> DataNode:

@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 HELPER = "_sluice_ag"  # the runtime module, as seen by rewritten code (one leading underscore: never mangled)
 RETVAL = "_sluice_retval"
 TEMP = "_sluice_if"
+FACTORY_LOCAL = "_sluice_rewritten"
 _NO_CONVERT = "_sluice_do_not_convert"
 #: calls that look at their caller's frame: rewritten into _sluice_ag.call(...) they would see the wrong one
 _FRAME_CALLS = frozenset({"super", "locals", "globals", "vars", "eval", "exec", "dir", "__import__", "breakpoint"})
@@ -232,6 +233,9 @@ def _rewrite_code(code: types.CodeType) -> types.CodeType:
     _, fdef = _function_tree(code)
     _Rewriter().rewrite_function(fdef)
     params = [ast.arg(arg=HELPER)] + [ast.arg(arg=n) for n in code.co_freevars]
+    # defined in the factory under a name of its own: under its real name, the function's references to itself
+    # (recursion) would read the factory's local instead of the global or the enclosing function's cell
+    fdef.name = FACTORY_LOCAL
     factory = _function_def("_sluice_factory", params, [fdef, ast.Return(value=ast.Name(id=fdef.name,
                                                                                             ctx=ast.Load()))])
     ast.copy_location(factory, fdef)
@@ -240,6 +244,7 @@ def _rewrite_code(code: types.CodeType) -> types.CodeType:
     compiled = compile(module, code.co_filename, "exec", flags=code.co_flags & _FUTURE_FLAGS, dont_inherit=True)
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
     inner = next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    inner = inner.replace(co_name=code.co_name)
     if hasattr(inner, "co_qualname"):
         inner = inner.replace(co_qualname=code.co_qualname)
     return inner

@@ -371,13 +371,16 @@ class Pipeline:
                    cuda_stream: Any = None, use_copy_kernel: bool = False) -> None:
         """Give an ``external_source`` (by name or DataNode) the data of the next iteration: a list of samples or
         one tensor/array whose first dimension is the batch. A DataNode moved by ``.gpu()`` feeds its source, as
-        in DALI. ``layout`` must have one letter per dimension of the samples (DALI refuses others too)."""
+        in DALI. ``layout`` must have one letter per dimension of the samples (DALI refuses others too). Other
+        operators fed by ``feed_input`` (``fn.experimental.inputs.video``: an operator with a ``feed`` method) take
+        their data the same way."""
         name = data_node.moved_from().op.name if isinstance(data_node, DataNode) else data_node
         ex = self.executor
         node = ex.node_named(name)
-        if node is None or node.schema.name != "external_source":
-            names = [n.name for n in ex.nodes if n.schema.name == "external_source"]
-            raise ArgumentError(f"feed_input: no external_source named '{name}'; external sources: {names or 'none'}")
+        if node is None or not hasattr(ex.operators[node.id], "feed"):
+            names = [n.name for n in ex.nodes if hasattr(ex.operators[n.id], "feed")]
+            raise ArgumentError(f"feed_input: no external_source named '{name}' (nor another operator fed by "
+                                f"feed_input); external sources and fed inputs: {names or 'none'}")
         ex.operators[node.id].feed(data, layout)  # type: ignore[attr-defined]
 
     # ---- checkpoints ----------------------------------------------------------------------------------------

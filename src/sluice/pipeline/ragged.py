@@ -10,9 +10,10 @@ A ragged batch is one buffer plus a shape per sample (:class:`sluice.pipeline.ba
   case with no padding.
 
 :func:`packed_to_padded` and :func:`padded_to_packed` convert in one launch sequence for the whole batch (index
-arithmetic on the device, one gather or one scatter), whatever the rank and the spread of shapes; no loop over
-samples. The shapes live on the host (NumPy) where every size decision is made without waiting for the device;
-:func:`shape_table` puts them on the device once, asynchronously.
+arithmetic on the device, one gather or one scatter), whatever the rank and the spread of shapes; long signals
+(audio), whose index would be eight times their size, are copied row by row in one multi-tensor call instead. The
+shapes live on the host (NumPy), where every size decision is made without waiting for the device;
+:func:`shape_table` and :func:`valid_mask` put them on the device once per batch shape, asynchronously.
 
 Example::
 
@@ -23,6 +24,9 @@ Example::
 """
 
 from __future__ import annotations
+
+import collections
+import threading
 
 import numpy as np
 import torch
@@ -62,9 +66,38 @@ def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
+#: The device copies of recent shape tables and masks: the operators of one batch ask for the same ones again (a
+#: speech batch's padded signals, then its spectra, share their time extents), and each would otherwise cost a copy
+#: and a few launches, each a trip through Python and the GIL on the device stage's thread. Keyed by the table's
+#: bytes, the device and the extent; the few newest are kept.
+_CACHE: collections.OrderedDict = collections.OrderedDict()
+_CACHE_SIZE = 16
+_CACHE_LOCK = threading.Lock()
+
+
+def _cached(key: tuple, make):
+    """``make()``'s tensor, made once per key and per CUDA stream (a tensor made on one stream is only read on it:
+    another pipeline's stream could read it before it is made, or after the allocator gave its memory away)."""
+    key = key + (torch.cuda.current_stream().cuda_stream,)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
+    value = make()
+    with _CACHE_LOCK:
+        _CACHE[key] = value
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return value
+
+
 def shape_table(shapes: np.ndarray, device: torch.device) -> torch.Tensor:
-    """The ``(n, ndim)`` int64 shape table on ``device`` (one asynchronous copy)."""
-    return host_to_device(np.asarray(shapes, dtype=np.int64).reshape(len(shapes), -1), device)
+    """The ``(n, ndim)`` int64 shape table on ``device`` (one asynchronous copy, kept for the next operators)."""
+    table = np.ascontiguousarray(np.asarray(shapes, dtype=np.int64).reshape(len(shapes), -1))
+    if torch.device(device).type == "cpu":
+        return torch.from_numpy(table)
+    return _cached(("table", table.tobytes(), table.shape, str(device)), lambda: host_to_device(table, device))
 
 
 def _axis_index(k: int, ndim: int, extent: int, device: torch.device) -> torch.Tensor:
@@ -74,14 +107,26 @@ def _axis_index(k: int, ndim: int, extent: int, device: torch.device) -> torch.T
     return torch.arange(extent, device=device).view(view)
 
 
-def valid_mask(shapes: np.ndarray | torch.Tensor, extent: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """``(n, *extent)`` bool: True where an element of the padded form belongs to its sample."""
-    table = shapes if isinstance(shapes, torch.Tensor) else shape_table(shapes, device)
-    n, ndim = table.shape[0], len(extent)
-    mask = torch.ones((n,) + (1,) * ndim, dtype=torch.bool, device=device)
-    for k in range(ndim):
-        mask = mask & (_axis_index(k, ndim, extent[k], device) < table[:, k].view((n,) + (1,) * ndim))
-    return mask
+def valid_mask(shapes: np.ndarray, extent: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``(n, ...)`` bool, broadcastable to ``(n, *extent)``: True where an element of the padded form belongs to its
+    sample. Axes on which every sample has the whole extent are left out (extent 1), so that a speech batch's mask is
+    ``(n, 1, frames)``; kept for the next operators of the batch."""
+    shapes = np.asarray(shapes, dtype=np.int64).reshape(len(shapes), -1)
+    extent = tuple(int(e) for e in extent)
+
+    def make() -> torch.Tensor:
+        n, ndim = shapes.shape
+        mask = torch.ones((n,) + (1,) * ndim, dtype=torch.bool, device=device)
+        ragged_axes = [k for k in range(ndim) if (shapes[:, k] != extent[k]).any()]
+        if ragged_axes:
+            table = shape_table(shapes, device)
+            for k in ragged_axes:
+                mask = mask & (_axis_index(k, ndim, extent[k], device) < table[:, k].view((n,) + (1,) * ndim))
+        return mask
+
+    if torch.device(device).type == "cpu":
+        return make()
+    return _cached(("mask", shapes.tobytes(), shapes.shape, extent, str(device)), make)
 
 
 def _element_index(offsets: np.ndarray, shapes: np.ndarray, extent: tuple[int, ...],
@@ -104,11 +149,16 @@ def _element_index(offsets: np.ndarray, shapes: np.ndarray, extent: tuple[int, .
     return index, mask
 
 
+#: Mean elements per sample from which 1-D samples are made padded by copies rather than by one gather.
+_COPY_FROM = 4096
+
+
 def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, fill: float | None = 0.0,
                      extent: tuple[int, ...] | None = None) -> torch.Tensor:
     """The padded form of a packed batch: sample ``i`` (``prod(shapes[i])`` elements from ``flat[offsets[i]]``,
     row-major) in the leading corner of row ``i`` of an ``(n, *extent)`` tensor (default: the largest shape), the
-    rest ``fill`` (None: left as it comes, for kernels that never read it). One gather on ``flat``'s device."""
+    rest ``fill`` (None: left as it comes, for kernels that never read it). One gather on ``flat``'s device, or one
+    multi-tensor copy for long signals."""
     shapes = np.asarray(shapes, dtype=np.int64)
     n, ndim = shapes.shape
     extent = largest(shapes) if extent is None else tuple(int(e) for e in extent)
@@ -122,6 +172,25 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
         start = int(offsets[0])
         return flat.as_strided((n, extent[0]), (int(offsets[1] - offsets[0]) if n > 1 else extent[0], 1),
                                flat.storage_offset() + start)
+    if ndim == 1 and int(shapes[:, 0].sum()) >= _COPY_FROM * n:
+        # long signals (audio): one copy per signal, made by one multi-tensor call, rather than an index of the
+        # padded form's size (8 bytes per element) for one gather
+        out = flat.new_empty((n, extent[0])) if fill is None else flat.new_full((n, extent[0]), fill)
+        starts, lengths = np.asarray(offsets, np.int64).tolist(), shapes[:, 0].tolist()
+        rows = [(out[i, :k], flat[o: o + k]) for i, (o, k) in enumerate(zip(starts, lengths)) if k]
+        if rows:
+            torch._foreach_copy_([r[0] for r in rows], [r[1] for r in rows], non_blocking=True)
+        return out
+    if ndim == 1:
+        # signals: the index of element t of row i is offsets[i] + min(t, length - 1) (a real element, whatever
+        # lies past the signal), and the mask is the batch's cached one
+        starts = np.minimum(np.asarray(offsets, np.int64), flat.numel() - 1)     # an empty sample may sit at the end
+        table = host_to_device(np.stack([starts, np.maximum(shapes[:, 0] - 1, 0)], 1), dev)
+        index = torch.minimum(torch.arange(extent[0], device=dev)[None, :], table[:, 1:]) + table[:, :1]
+        out = flat[index]
+        if fill is not None:
+            out = torch.where(valid_mask(shapes, extent, dev), out, torch.full((), fill, dtype=out.dtype, device=dev))
+        return out
     index, mask = _element_index(offsets, shapes, extent, dev)
     index = torch.where(mask, index, torch.zeros((), dtype=index.dtype, device=dev))
     out = flat[index]
@@ -132,7 +201,10 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
 
 def _evenly_spaced(offsets: np.ndarray, size: int) -> bool:
     offsets = np.asarray(offsets, np.int64)
-    return len(offsets) < 2 or (bool((np.diff(offsets) == offsets[1] - offsets[0]).all()) and offsets[1] - offsets[0] >= size)
+    if len(offsets) < 2:
+        return True
+    step = offsets[1] - offsets[0]
+    return bool((np.diff(offsets) == step).all()) and step >= size
 
 
 def padded_to_packed(padded: torch.Tensor, shapes: np.ndarray) -> torch.Tensor:
@@ -155,7 +227,7 @@ def padded_to_packed(padded: torch.Tensor, shapes: np.ndarray) -> torch.Tensor:
     return out[:total]
 
 
-def fill_padding(padded: torch.Tensor, shapes: np.ndarray | torch.Tensor, fill: float) -> torch.Tensor:
+def fill_padding(padded: torch.Tensor, shapes: np.ndarray, fill: float) -> torch.Tensor:
     """A copy of ``padded`` whose padding holds ``fill`` (the samples unchanged)."""
     mask = valid_mask(shapes, tuple(padded.shape[1:]), padded.device)
     return torch.where(mask, padded, torch.full((), fill, dtype=padded.dtype, device=padded.device))

@@ -67,3 +67,27 @@ def test_files_at_the_target_rate_keep_the_decoded_buffer(tmp_path):
         audio, rate = p.run()
     assert audio.packed is not None and audio.shape() == [(4000,), (9000,), (100,)]
     assert rate.dense.tolist() == [16000.0] * 3
+
+
+@pytest.mark.cuda
+def test_mixed_decoder_hands_ragged_16_bit_wavs_as_views_of_the_read_buffer(tmp_path):
+    """Whisper's input: 16-bit mono WAVs of many lengths decoded to INT16 on 'mixed' are the stored samples, views
+    of readers.file's buffer on the GPU (no conversion kernel), equal to soundfile's int16 decode."""
+    import soundfile
+
+    paths = []
+    for i, n in enumerate((16000, 3001, 44100, 1)):
+        (tmp_path / f"{i}.wav").write_bytes(encode(sweep(n, seed=i), 16000, "WAV", "PCM_16"))
+        paths.append(str(tmp_path / f"{i}.wav"))
+
+    @pipeline_def(batch_size=4, num_threads=2, device_id=0)
+    def pipe():
+        data, _ = fn.readers.file(files=paths)
+        return fn.decoders.audio(data, dtype=types.INT16, downmix=True, device="mixed")
+
+    with pipe() as p:
+        audio, rate = p.run()
+    assert audio.storage == "packed" and audio.device == "gpu"
+    for got, path in zip(audio, paths):
+        want, _ = soundfile.read(path, dtype="int16")
+        np.testing.assert_array_equal(got.cpu().numpy(), want)

@@ -7,13 +7,15 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import io
+import types as pytypes
 
 import numpy as np
 from PIL import Image
 
 __all__ = ["pattern", "encode", "with_orientation", "FORMATS_LOSSLESS", "cmyk_jpeg", "reference_rgb",
-           "corrupt_jpeg", "bad_inputs", "run_decoder"]
+           "corrupt_jpeg", "bad_inputs", "run_decoder", "FakeCuda"]
 
 #: (Pillow format name, save options) of the lossless formats, each with the reader sluice must match exactly.
 FORMATS_LOSSLESS = {
@@ -85,12 +87,12 @@ def reference_rgb(data: bytes, mode: str = "RGB") -> np.ndarray:
 
 
 def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=(), seed: int = 1234,
-                ctx_device=None, threads: int = 2, **kwargs):
+                ctx_device=None, threads: int = 2, packed: bool = False, iteration: int = 0, **kwargs):
     """Run one decoder operator's kernel on one batch, the way the executor does (validated arguments, a
     thread pool of ``threads`` (none for 1), per-sample seeded generators), without building a pipeline.
     ``ctx_device`` overrides the context's device (cuda:0 for mixed) for tests that stand in for the GPU.
-    ``extra`` are the further input batches (image_slice's anchor and shape) as lists of arrays. Returns the output
-    Batch."""
+    ``extra`` are the further input batches (image_slice's anchor and shape) as lists of arrays. ``packed``: the
+    samples back to back in one buffer, as readers.file reads them. Returns the output Batch."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -103,13 +105,49 @@ def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=
     n = len(samples)
     spec = OpSpec(schema, device, const, name, n, threads, 0 if device == "mixed" else None, seed)
     op = schema.kernel_for(device)(spec)
-    data = Batch([torch.frombuffer(bytearray(s), dtype=torch.uint8) if len(s) else torch.empty(0, dtype=torch.uint8)
-                  for s in samples], source_info=sources)
+    if packed:
+        sizes = np.array([len(s) for s in samples], np.int64)
+        flat = torch.frombuffer(bytearray(b"".join(samples)), dtype=torch.uint8)
+        data = Batch.from_packed(flat, sizes[:, None], "", sources)
+    else:
+        data = Batch([torch.frombuffer(bytearray(s), dtype=torch.uint8) if len(s) else
+                      torch.empty(0, dtype=torch.uint8) for s in samples], source_info=sources)
     more = [Batch([torch.as_tensor(np.asarray(v, np.float32)) for v in b]) for b in extra]
     dev = ctx_device or (torch.device("cuda", 0) if device == "mixed" else torch.device("cpu"))
     with ThreadPoolExecutor(threads) as pool:
         ctx = BatchContext(name, n, list(sources or [""] * n), [""] * (1 + len(more)), dev,
-                           pool if threads > 1 else None, seed=seed)
+                           pool if threads > 1 else None, seed=seed, iteration=iteration)
         out = op.run(ctx, data, *more, args=BatchArgs(const, {}, n))
     op.close()
     return _finish_outputs(schema, spec, out, [data, *more])[0]
+
+
+class FakeCuda:
+    """The parts of ``torch.cuda`` the GPU image decoder uses, as no-ops, so that its batch logic runs on the CPU
+    (set as ``sluice.backends.image.gpu._cuda``)."""
+
+    class Event:
+        def record(self, stream=None):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Stream:
+        def __init__(self, device=None):
+            self.cuda_stream = 0
+
+        def wait_event(self, event):
+            pass
+
+    @staticmethod
+    def current_stream(device=None):
+        return FakeCuda.Stream()
+
+    @staticmethod
+    def stream(s):
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def device(d):
+        return contextlib.nullcontext()

@@ -1,6 +1,7 @@
 """The batch CPU kernels of the image decoders (compiled core, one buffer, threads sharing the batch) against the
 per-sample kernel they replace (sluice.ops.decoders.image._make_cpu_kernel): the same windows for the same seed
-and the same pixels, for 1, 2 and 4 threads, with the core and with its pure-Python twin."""
+and the same pixels, for 1, 2 and 4 threads, with the core and with its pure-Python twin, for batches of separate
+samples and for batches back to back in one buffer (readers.file's, planned from the core's header rows)."""
 
 from __future__ import annotations
 
@@ -61,24 +62,25 @@ def _assert_same(batch, expected: list[np.ndarray]):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("threads", [1, 2, 4])
-def test_random_crop_same_windows_and_pixels_as_the_sample_kernel(impl, threads):
+@pytest.mark.parametrize("threads,packed", [(1, False), (2, False), (4, False), (2, True), (4, True)])
+def test_random_crop_same_windows_and_pixels_as_the_sample_kernel(impl, threads, packed):
     samples = _batch()
     args = dict(random_area=[0.1, 1.0], random_aspect_ratio=[0.8, 1.25], num_attempts=100)
     for seed in (3, 4):
-        new = _new(impl, "decoders.image_random_crop", samples, seed=seed, threads=threads, **args)
+        new = _new(impl, "decoders.image_random_crop", samples, seed=seed, threads=threads, packed=packed, **args)
         _assert_same(new, _old("decoders.image_random_crop", samples, seed, **args))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("kwargs", [
     dict(), dict(output_type=types.BGR), dict(output_type=types.GRAY), dict(output_type=types.YCbCr),
     dict(output_type=types.ANY_DATA), dict(dtype=types.FLOAT), dict(use_fast_idct=True),
     dict(adjust_orientation=False)])
-def test_image_same_as_the_sample_kernel(impl, kwargs):
+def test_image_same_as_the_sample_kernel(impl, kwargs, packed):
     samples = _batch()
-    _assert_same(_new(impl, "decoders.image", samples, threads=2, **kwargs), _old("decoders.image", samples, 0,
-                                                                                   **kwargs))
+    _assert_same(_new(impl, "decoders.image", samples, threads=2, packed=packed, **kwargs),
+                 _old("decoders.image", samples, 0, **kwargs))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -117,11 +119,19 @@ def test_uniform_jpegs_come_back_as_one_dense_tensor(impl, per_sample_decodes):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_only_what_the_core_does_not_take_decodes_per_sample(impl, per_sample_decodes):
+@pytest.mark.parametrize("packed", [False, True])
+def test_only_what_the_core_does_not_take_decodes_per_sample(impl, per_sample_decodes, packed, monkeypatch):
+    import sluice.backends.image.batch_plan as batch_plan
+
+    probed = []
+    probe = batch_plan.probe
+    monkeypatch.setattr(batch_plan, "probe", lambda data, source: probed.append(source) or probe(data, source=source))
     samples = _batch()
     sources = [f"{i}.img" for i in range(len(samples))]
-    _new(impl, "decoders.image_random_crop", samples, sources=sources)
+    _new(impl, "decoders.image_random_crop", samples, sources=sources, packed=packed)
     assert per_sample_decodes == sources[-3:]  # EXIF-rotated, CMYK, PNG
+    # a batch in one buffer: only the EXIF-rotated JPEG and the PNG are probed in Python
+    assert probed == ([sources[-3], sources[-1]] if packed else [])
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -130,7 +140,8 @@ def test_bad_jpeg_names_the_sample_file_and_decoder(impl, op):
     good = simplejpeg.encode_jpeg(pattern(64, 64), quality=90)
     for bad, reason in ((corrupt_jpeg(good), "corrupt"), (good[: len(good) // 2], "truncated")):
         with pytest.raises(SampleError) as err:
-            _new(impl, op, [good, good, bad, bad], sources=["a.jpg", "b.jpg", "bad.jpg", "worse.jpg"])
+            _new(impl, op, [good, good, bad, bad], sources=["a.jpg", "b.jpg", "bad.jpg", "worse.jpg"],
+                 packed=reason == "truncated")
         assert err.value.index == 2 and err.value.source == "bad.jpg"
         message = str(err.value)
         assert "'bad.jpg'" in message and reason in message and "libjpeg-turbo" in message

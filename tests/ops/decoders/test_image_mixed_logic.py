@@ -1,77 +1,23 @@
 """The mixed decoder's batch logic (routing, split scheduling, pinned staging, region mapping under EXIF
 orientation, CPU retry, output assembly) run on the CPU: torch.cuda is replaced by no-op streams and torchvision's
-batched nvJPEG by a stand-in that decodes with libjpeg-turbo and returns CHW tensors as torchvision does.
+batched nvJPEG by a stand-in that decodes with libjpeg-turbo and returns CHW tensors as torchvision does (the
+``fake_gpu`` fixture of conftest.py).
 The real GPU is exercised by test_image_gpu.py (cuda mark)."""
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import sys
-import types as pytypes
 
 import numpy as np
 import pytest
-import simplejpeg
 import torch
 
-from image_fixtures import bad_inputs, cmyk_jpeg, corrupt_jpeg, encode, pattern, run_decoder, with_orientation
+from image_fixtures import (FakeCuda, bad_inputs, cmyk_jpeg, corrupt_jpeg, encode, pattern, run_decoder,
+                            with_orientation)
 from sluice import types
 from sluice.backends.image import decode, gpu
 from sluice.backends.image.gpu import GpuImageDecoder, to_output_type_gpu
 from sluice.backends.image.cpu import to_output_type
-
-
-class _FakeCuda:
-    class Event:
-        def record(self, stream=None):
-            pass
-
-        def synchronize(self):
-            pass
-
-    @staticmethod
-    def current_stream(device=None):
-        return pytypes.SimpleNamespace(cuda_stream=0)
-
-    @staticmethod
-    def stream(s):
-        return contextlib.nullcontext()
-
-    @staticmethod
-    def device(d):
-        return contextlib.nullcontext()
-
-
-@pytest.fixture
-def fake_gpu(monkeypatch):
-    calls = {"batches": [], "fail": False, "tolerant": False}
-
-    class ImageReadMode(enum.Enum):
-        RGB = "RGB"
-        GRAY = "GRAY"
-
-    def decode_jpeg(data, mode, device):
-        assert isinstance(data, list) and all(t.dtype == torch.uint8 for t in data)
-        calls["batches"].append(len(data))
-        if calls["fail"]:
-            raise RuntimeError("nvjpeg: bitstream not supported")
-        out = []
-        for t in data:
-            arr = simplejpeg.decode_jpeg(t.numpy(), colorspace="GRAY" if mode is ImageReadMode.GRAY else "RGB",
-                                         strict=not calls["tolerant"])  # tolerant: like nvJPEG on some damage
-            out.append(torch.from_numpy(arr).permute(2, 0, 1).contiguous())
-        return out
-
-    io_mod = pytypes.ModuleType("torchvision.io")
-    io_mod.decode_jpeg, io_mod.ImageReadMode = decode_jpeg, ImageReadMode
-    tv = pytypes.ModuleType("torchvision")
-    tv.io = io_mod
-    monkeypatch.setitem(sys.modules, "torchvision", tv)
-    monkeypatch.setitem(sys.modules, "torchvision.io", io_mod)
-    monkeypatch.setattr(gpu, "_cuda", _FakeCuda)
-    monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: None)
-    return calls
 
 
 def _jpegs(n):
@@ -280,7 +226,7 @@ def fake_nvimgcodec(monkeypatch):
     _FakeNvimgcodec.calls = []
     _FakeNvimgcodec.fail_hw = False
     _FakeNvimgcodec.no_sm_decoder = False
-    monkeypatch.setattr(gpu, "_cuda", _FakeCuda)
+    monkeypatch.setattr(gpu, "_cuda", FakeCuda)
     monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: _FakeNvimgcodec)
     return _FakeNvimgcodec
 

@@ -1,35 +1,40 @@
-"""The mixed image decoders' fast lane: a batch of plain JPEGs read back to back by readers.file goes to the GPU's
-batched decoder in one call, its windows cut out by one kernel. It must give what the general path gives (the same
-windows, the same pixels), and leave to the general path every batch it does not fully qualify for, so that a
-bad file is still named. Run on a CUDA machine."""
+"""The mixed image decoders' batch lane: a batch read back to back by readers.file has its GPU's JPEGs decoded in
+one batched call, their windows cut out by one kernel, while the CPU decodes the rest (progressive, CMYK, PNG ...).
+It must give what the general path gives (the same windows, the same pixels, the same decoder per kind of file),
+and a bad file is still named. Run on a CUDA machine (tests/ops/decoders/test_image_mixed_batch.py runs the same
+logic on the CPU)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from image_fixtures import encode, pattern, with_orientation
+from image_fixtures import cmyk_jpeg, encode, pattern, with_orientation
 from sluice import fn, pipeline_def, types
 from sluice.backends.image.gpu import GpuImageDecoder
 
 pytestmark = pytest.mark.cuda
 
 
-def _folder(tmp_path, count=12):
+def _folder(tmp_path, count=12, mixed=False):
+    """JPEGs of the kinds the GPU takes; with ``mixed`` also progressive, CMYK, PNG and EXIF-rotated files."""
     for i in range(count):
         img = pattern(60 + 7 * i, 90 + 5 * (i % 4), seed=i)
         sub = tmp_path / f"c{i % 2}"
         sub.mkdir(exist_ok=True)
-        kind = i % 4
-        data = encode(img[:, :, :1], "JPEG", quality=90) if kind == 3 else \
-            encode(img, "JPEG", quality=90, subsampling=kind)
+        kind = i % 4 if not mixed else i % 8
+        data = (encode(img[:, :, :1], "JPEG", quality=90) if kind == 3 else
+                encode(img, "JPEG", quality=90, subsampling=kind) if kind < 3 else
+                encode(img, "JPEG", quality=85, progressive=True) if kind == 4 else
+                cmyk_jpeg(img) if kind == 5 else
+                encode(img, "PNG") if kind == 6 else with_orientation(img, 6, quality=90))
         (sub / f"{i:02d}.jpg").write_bytes(data)
     return tmp_path
 
 
 def _run(root, op, gray=False, whole=True, monkeypatch=None, **kw):
-    """Three batches of ``op``; with ``monkeypatch``, either the general path (``whole=False``) or the fast lane
-    with every image on the GPU (exactly comparable to the general path)."""
+    """Three batches of ``op``; with ``monkeypatch``, either the general path (``whole=False``) or the batch lane
+    with every GPU JPEG on the GPU (no CPU share: exactly comparable to the general path)."""
     if monkeypatch is not None and not whole:
         monkeypatch.setattr(GpuImageDecoder, "takes_whole_jpeg_batches", property(lambda self: False))
     elif monkeypatch is not None:
@@ -49,19 +54,24 @@ def _run(root, op, gray=False, whole=True, monkeypatch=None, **kw):
     return [[t.cpu() for t in images] for images, _ in outs], [lab.as_cpu().as_array().tolist() for _, lab in outs]
 
 
+@pytest.mark.parametrize("mixed", [False, True])
 @pytest.mark.parametrize("op,kw", [("image", {}), ("image_random_crop", {"random_area": [0.2, 1.0]})])
 @pytest.mark.parametrize("gray", [False, True])
-def test_whole_batches_equal_the_general_path(tmp_path, monkeypatch, op, kw, gray):
-    root = _folder(tmp_path)
+def test_whole_batches_equal_the_general_path(tmp_path, monkeypatch, op, kw, gray, mixed):
+    root = _folder(tmp_path, 24 if mixed else 12, mixed=mixed)
     started = []
-    start = GpuImageDecoder.start_jpegs
+    start = GpuImageDecoder.start_batch
 
     def spy(self, *a, **k):
-        started.append(1)
-        return start(self, *a, **k)
-    monkeypatch.setattr(GpuImageDecoder, "start_jpegs", spy)
+        out = start(self, *a, **k)
+        started.append(dict(self.last_split))
+        return out
+    monkeypatch.setattr(GpuImageDecoder, "start_batch", spy)
     fast, labels_fast = _run(root, op, gray, monkeypatch=monkeypatch, **kw)
-    assert started, "the fast lane was not taken"
+    assert len(started) == 3, "the batch lane was not taken"
+    assert all(sum(s.values()) == 6 for s in started)
+    cpu = sum(s["cpu_core"] + s["cpu_codec"] for s in started)
+    assert (cpu > 0) == mixed  # a quarter of the mixed files are no GPU work, yet no batch drops off the lane
     slow, labels_slow = _run(root, op, gray, whole=False, monkeypatch=monkeypatch, **kw)
     assert labels_fast == labels_slow
     for a, b in zip(fast, slow):

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 cv2 = pytest.importorskip("cv2")
 
@@ -97,3 +98,28 @@ def test_gpu_equals_cpu():
         gpu = run_op(op, imgs, layout="HWC", device="gpu", **kw)
         for a, b in zip(cpu.samples, gpu.samples):
             assert a.shape == b.shape and (a.int() - b.cpu().int()).abs().max() <= 1
+
+
+def test_batch_kernels_on_ragged_batches_equal_the_sample_kernels():
+    """The GPU kernels (one grid_sample over the padded batch) run here on CPU tensors."""
+    from sluice.ops.image.rotate import rotate_gpu
+    from sluice.ops.image.warp_affine import warp_affine_gpu
+    from sluice.pipeline.batch import Batch
+    from sluice.schema import BatchArgs, BatchContext
+
+    imgs = [_img(17, 23), _img(40, 31), _img(5, 9)]
+    chw = [np.ascontiguousarray(x.transpose(2, 0, 1)) for x in imgs]
+    ctx = BatchContext("warp_affine", 3, [""] * 3, ["HWC"], torch.device("cpu"), None)
+    for fill in (None, 9.0):
+        warp = dict(matrix=[1.0, 0.2, 3.0, 0.1, 1.0, -2.0], size=None, fill_value=fill,
+                    interp_type=types.INTERP_LINEAR, inverse_map=False, dtype=None)
+        turn = dict(angle=20.0, size=None, fill_value=fill, interp_type=types.INTERP_LINEAR, keep_size=False,
+                    dtype=None)
+        for op, kernel, kw in (("warp_affine", warp_affine_gpu, warp), ("rotate", rotate_gpu, turn)):
+            ref = run_op(op, imgs, layout="HWC", **{k: v for k, v in kw.items() if v is not None})
+            got = kernel(ctx, Batch([torch.from_numpy(x) for x in imgs], "HWC"), args=BatchArgs(kw, {}, 3))
+            got_chw = kernel(ctx, Batch([torch.from_numpy(x) for x in chw], "CHW"), args=BatchArgs(kw, {}, 3))
+            assert got.shape() == ref.shape()
+            for i in range(3):  # the padded batch's grid differs from one sample's in the last float bit: <= 1
+                assert np.abs(got[i].numpy().astype(int) - ref[i].numpy()).max() <= 1
+                np.testing.assert_array_equal(got_chw[i].numpy().transpose(1, 2, 0), got[i].numpy())

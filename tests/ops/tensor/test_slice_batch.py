@@ -124,3 +124,16 @@ def test_errors_name_the_sample():
     assert e.value.index == 1
     with pytest.raises(ValueError, match="both the anchor and the shape"):
         sl.slice_cpu(_ctx(2), data, Batch([torch.tensor(1), torch.tensor(2)]), args=_args(2, axes=[0]))
+
+
+@pytest.mark.parametrize("start,extent", [(0, 60), (0, 20), (-5, 30), (3, 50), (-2, 8)])
+def test_one_start_for_every_sample_equals_each_sample_cut_alone(start, extent):
+    """Audio padded or cut to one length (Whisper's 30 s): the padded form cut once, the outside filled."""
+    xs = signals([40, 13, 77, 0, 25])
+    rows, shapes = Batch(xs).padded(fill=None)
+    data = Batch.from_padded(rows, shapes)
+    args = _args(5, start=[start], shape=[extent], axes=[0], out_of_bounds_policy="pad", fill_values=[-3.0])
+    out = sl.slice_gpu(_ctx(5), data, args=args)
+    lo, hi, _ = sl.slice_plan(data, None, None, args)
+    for o, w in zip(out, reference(xs, lo, hi, "pad", [-3.0])):
+        torch.testing.assert_close(o, w, rtol=0, atol=0)

@@ -279,7 +279,7 @@ GPU_CASES = [
     ("get_property", [HWC], "HWC", dict(key="layout")),
     ("zeros_like", [HWC], "HWC", {}),
     ("full", [[np.array([1.0, 2.0, 3.0], np.float32)] * 3], "", dict(shape=[2, 3])),
-    ("full_like", [HWC, [np.int32(5)] * 3], "HWC", {}),
+    ("full_like", [HWC, [np.int32(5)] * 3], ["HWC", ""], {}),
     ("permute_batch", [HWC], "HWC", dict(indices=[1, 2, 0])),
     ("cast_like", [HWC, [np.float32(0)] * 3], "", {}),
 ]

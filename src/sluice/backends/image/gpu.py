@@ -24,6 +24,13 @@ hardware engines itself, takes every JPEG (``engines_via_torchvision``). A pipel
 ``decode`` in the background on a stream of the decoder's, two batches at a time, and ``finish`` hands the images
 over to the pipeline's stream.
 
+The batch lane (``start_batch`` / ``finish_jpegs``) takes a batch lying back to back in one buffer (readers.file's)
+whatever files it holds, routed from its headers by :func:`~sluice.backends.image.batch_plan.plan_batch`: the
+GPU's JPEGs in one torchvision call and one kernel that cuts their windows into their places in one output buffer,
+the rest on the pipeline's threads at the same time (progressive JPEGs by libjpeg-turbo in the compiled core, the
+other files one codec call each) into one page-locked staging buffer, placed by one copy and one kernel. No
+per-sample Python runs in the pipeline's device stage; ``stats`` counts the samples of each path.
+
 Example::
 
     dec = GpuImageDecoder(device_id=0)
@@ -45,7 +52,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sluice.errors import SampleError
+
 from . import cpu
+from .batch_plan import CODEC, CORE, GPU, BatchPlan
 from .common import YCBCR_FROM_RGB, ImageDecodeError, apply_orientation, check_pixel_limit, roi_in_stored
 from .formats import as_bytes
 from .scan_check import BatchScanCheck
@@ -238,7 +248,7 @@ class GpuImageDecoder:
     side-by-side programs slower (share 0 against the rate-balanced share of about 0.16, one lease: `decode`
     22.4k against 19.5-20.1k images/s, `train` 20.9k against 17.9-20.1k): the cores that decode are those that
     read and parse the next batch. With ``adaptive=True`` (or SLUICE_IMAGE_ADAPTIVE=1) batches of plain JPEGs
-    (:meth:`start_jpegs`) give the CPU the share that keeps it in step with the GPU
+    (:meth:`start_batch`) give the CPU the share that keeps it in step with the GPU
     (:class:`~sluice.backends.image.hybrid.HybridShare`), and the general path's shares are hill-climbed on the
     measured batch speed (off by default: the exploration cost more than it found).
     """
@@ -319,18 +329,27 @@ class GpuImageDecoder:
         self._ahead = ThreadPoolExecutor(AHEAD_BATCHES, thread_name_prefix="sluice-decode-ahead")
         self._ahead_streams: list = []
         self._nv_locks = {"hw": threading.Lock(), "cuda": threading.Lock()}
-        # Completion time of the last torchvision call of start_jpegs: the batches started ahead call it at the same
+        # Completion time of the last torchvision call of start_batch: the batches started ahead call it at the same
         # time (two calls overlap their host and device phases: 17.1k -> 20.5k images/s on the H200), so a call's
         # own duration overstates its cost; its share is the time since the previous call ended.
         self._tv_clock = threading.Lock()
         self._tv_last_end = 0.0
-        #: the CPU's share of the batches of plain JPEGs (start_jpegs)
+        #: the CPU's share of the batch lane's GPU JPEGs (start_batch)
         self.hybrid = HybridShare(fixed=None if adaptive and fixed is None else cpu_load)
         self._started = 0
         self._last_end: float | None = None
         self._hw_failures = 0
+        #: How the last batch was split: by :meth:`decode` ('hw', 'cuda', 'cpu', 'j2k') or by :meth:`start_batch`
+        #: ('gpu', 'cpu_core', 'cpu_codec'), samples per path.
         self.last_split: dict[str, int] = {}
-        self.stats = {"gpu_batch_failures": 0, "cpu_retries": 0}
+        #: Counters: batches and samples by path. ``lane_*``: :meth:`start_batch` (the batch lane: ``lane_gpu``
+        #: samples in its batched GPU call, ``lane_cpu_core`` by the compiled core, ``lane_cpu_codec`` by a codec
+        #: call each); ``general_*``: :meth:`decode` (``general_gpu`` samples on a GPU path, ``general_cpu`` on the
+        #: CPU); ``gpu_batch_failures``, ``cpu_retries``: GPU calls that failed, samples retried on the CPU.
+        self.stats = {"lane_batches": 0, "lane_gpu": 0, "lane_cpu_core": 0, "lane_cpu_codec": 0,
+                      "general_batches": 0, "general_gpu": 0, "general_cpu": 0,
+                      "gpu_batch_failures": 0, "cpu_retries": 0}
+        self._stats_lock = threading.Lock()
 
     @property
     def shares(self) -> dict[str, float]:
@@ -554,6 +573,10 @@ class GpuImageDecoder:
             for i, p in zip(eligible, SplitScheduler(split, adaptive=False).assign(weights)):
                 groups[p].append(i)
         self.last_split = {k: len(v) for k, v in groups.items()}
+        with self._stats_lock:
+            self.stats["general_batches"] += 1
+            self.stats["general_gpu"] += n - len(groups["cpu"]) - len(others)
+            self.stats["general_cpu"] += len(groups["cpu"]) + len(others)
         gray = output_type == "GRAY"
 
         def finish(idx: list[int], tensors: list) -> list:
@@ -685,10 +708,14 @@ class GpuImageDecoder:
 
     @property
     def takes_whole_jpeg_batches(self) -> bool:
-        """Whether :meth:`start_jpegs` can decode a batch of plain JPEGs in one call: torchvision's batched nvJPEG
-        takes the GPU's part here (no nvImageCodec decoder on the SMs to share them with) and the shares are not
+        """Whether :meth:`start_batch` decodes batches here: on a CUDA device, with torchvision's batched nvJPEG
+        taking the GPU's part (no nvImageCodec decoder on the SMs to share the JPEGs with), the shares not
         hill-climbed (SLUICE_IMAGE_ADAPTIVE)."""
-        return (self._nv is None or self.engines_via_torchvision) and not self._tuners
+        return self.device.type == "cuda" and (self._nv is None or self.engines_via_torchvision) and not self._tuners
+
+    def current_stream(self):
+        """The caller's current stream on the decoder's device (the pipeline's, in its device stage)."""
+        return _cuda.current_stream(self.device)
 
     def _ahead_stream(self):
         if not self._ahead_streams:
@@ -697,105 +724,186 @@ class GpuImageDecoder:
         self._started += 1
         return stream
 
-    def start_jpegs(self, region: torch.Tensor, offsets: np.ndarray, sizes: np.ndarray, windows: np.ndarray,
-                    gray: bool, pool=None, threads: int = 0) -> StartedBatch:
-        """Begin decoding a batch of plain JPEGs (baseline, 1 or 3 components, complete, upright: the caller has
-        checked their headers and scans, see :func:`sluice.native.image.jpeg_info`) lying back to back in
-        ``region`` (``offsets``, ``sizes``), in the background, into HWC crops of their ``windows`` rows
-        ``(y, x, h, w)`` back to back in one buffer. The GPU part is one torchvision call and one kernel cutting the
-        crops; with ``pool`` (the pipeline's threads, ``threads`` of them) the last images of the batch are decoded
-        at the same time by libjpeg-turbo in the compiled core on half of those threads, in the share
-        :class:`~sluice.backends.image.hybrid.HybridShare` keeps in step with the two paths' rates, and copied
-        to the GPU in one transfer. ``finish_jpegs`` hands the crops over; a failure there means: decode the batch
-        the general way (which names a bad file)."""
+    def start_batch(self, plan: BatchPlan, pool=None, threads: int = 0) -> StartedBatch:
+        """Begin decoding a routed batch (:func:`~sluice.backends.image.batch_plan.plan_batch`, its ``windows``
+        set) in the background, into HWC crops of the windows back to back in one buffer, in sample order.
+
+        The GPU's JPEGs go to torchvision's batched nvJPEG in one call, read where they lie in the plan's region,
+        and one kernel cuts their windows into their places in the output (EXIF-rotated ones are turned after).
+        At the same time ``pool``'s threads (the pipeline's, ``threads`` of them) decode the rest: the core's
+        JPEGs by libjpeg-turbo in the compiled core (GIL released), the others one codec call each, all into one
+        page-locked staging buffer that reaches the GPU in one copy and its places in the output in one more
+        kernel. With ``pool``, the last upright GPU JPEGs may go to the core too, in the share
+        :class:`~sluice.backends.image.hybrid.HybridShare` keeps in step with the two paths' rates.
+        :meth:`finish_jpegs` hands the buffer over. A sample the CPU cannot decode raises SampleError naming it
+        and its file; any other failure means: decode the batch the general way."""
         stream = self._ahead_stream()
-        n = len(sizes)
+        n, c = plan.n, plan.channels
+        windows = np.ascontiguousarray(plan.windows, dtype=np.int64).reshape(n, 4)
+        route = plan.route.copy()
+        upright_gpu = np.flatnonzero((route == GPU) & (plan.orientation == 1))
         workers = threads // 2
-        cpu = self.hybrid.cpu_count(n) if pool is not None and workers >= 1 and self._cpu_jpeg() else 0
+        share = (self.hybrid.cpu_count(len(upright_gpu))
+                 if pool is not None and workers >= 1 and self.core_decodes_jpeg() else 0)
+        if share:
+            route[upright_gpu[len(upright_gpu) - share:]] = CORE
+        out_sizes = windows[:, 2] * windows[:, 3] * c
+        out_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(out_sizes, out=out_offsets[1:])
+        gpu_idx = np.flatnonzero(route == GPU)
+        cpu_idx = np.concatenate([np.flatnonzero(route == CORE), np.flatnonzero(route == CODEC)])
+        core_count = int((route == CORE).sum())
+        with self._stats_lock:
+            self.stats["lane_batches"] += 1
+            self.stats["lane_gpu"] += len(gpu_idx)
+            self.stats["lane_cpu_core"] += core_count
+            self.stats["lane_cpu_codec"] += len(cpu_idx) - core_count
+        self.last_split = {"gpu": len(gpu_idx), "cpu_core": core_count, "cpu_codec": len(cpu_idx) - core_count}
 
         def work():
-            c = 1 if gray else 3
-            out_sizes = windows[:, 2] * windows[:, 3] * c
-            out_offsets = np.zeros(n + 1, np.int64)
-            np.cumsum(out_sizes, out=out_offsets[1:])
-            g = n - cpu
-            split = int(out_offsets[g])
-            host = self._decode_tail_on_cpu(region, offsets, sizes, windows, g, out_offsets, gray, pool,
-                                            workers) if cpu else None
+            host = (self._decode_cpu_part(plan, windows, cpu_idx, core_count, out_sizes, pool, max(1, threads))
+                    if len(cpu_idx) else None)
+            total = int(out_offsets[-1])
             with _cuda.device(self.device), _cuda.stream(stream):
-                buf = torch.empty(int(out_offsets[-1]), dtype=torch.uint8, device=self.device)
-                gpu_seconds = self._decode_head_on_gpu(region, sizes, windows, g, gray, buf[:split]) if g else 0.0
+                gpu_seconds, buf = self._decode_gpu_part(plan, windows, gpu_idx, out_offsets, stream)
                 cpu_seconds = 0.0
                 if host is not None:
                     staging, cpu_seconds = host()
-                    buf[split:].copy_(staging, non_blocking=True)
+                    pieces = staging.to(self.device, non_blocking=True)
+                    self._place(pieces, out_sizes[cpu_idx], buf, out_offsets[cpu_idx])
                 done = _cuda.Event()
                 done.record(stream)
-            self.hybrid.record(g, gpu_seconds, cpu, cpu_seconds)
-            return buf, out_sizes.tolist(), done
+            self.hybrid.record(len(gpu_idx), gpu_seconds, len(cpu_idx), cpu_seconds)
+            return buf[:total], out_sizes.tolist(), done
         return StartedBatch(self._ahead.submit(work), [])
 
-    def _decode_head_on_gpu(self, region, sizes, windows, g: int, gray: bool, out: torch.Tensor) -> float:
-        """Decode the batch's first ``g`` images with torchvision's batched nvJPEG and cut their crops into
-        ``out``; returns the seconds the GPU call cost (from its start, or from the end of the call before it
-        where the two overlapped)."""
-        from torchvision.io import ImageReadMode
-
+    @staticmethod
+    def _place(pieces: torch.Tensor, sizes: np.ndarray, out: torch.Tensor, offsets: np.ndarray) -> None:
+        """Copy the pieces lying back to back in ``pieces`` (``sizes`` bytes each) to ``offsets`` in ``out``, in one
+        kernel (each piece a one-row, one-channel image for :func:`~sluice.kernels.crops.gather_hwc_crops`)."""
         from sluice.kernels.crops import gather_hwc_crops
 
+        sizes = np.asarray(sizes, np.int64)
+        rows = list(pieces[: int(sizes.sum())].view(1, 1, -1).split(sizes.tolist(), dim=2))
+        lines = np.zeros((len(sizes), 4), np.int64)
+        lines[:, 2], lines[:, 3] = 1, sizes
+        gather_hwc_crops(rows, lines, out=out, offsets=offsets)
+
+    def _decode_gpu_chw(self, parts: list[torch.Tensor], gray: bool) -> list[torch.Tensor]:
+        """torchvision's batched nvJPEG: the CHW images of the JPEGs ``parts`` (CPU uint8 tensors), on the GPU."""
+        from torchvision.io import ImageReadMode
+
         mode = (ImageReadMode.GRAY if gray else ImageReadMode.RGB).value
-        parts = list(region[: int(sizes[:g].sum())].split(sizes[:g].tolist()))
+        return torch.ops.image.decode_jpegs_cuda.default(parts, mode, self.device)
+
+    def _decode_gpu_part(self, plan: BatchPlan, windows: np.ndarray, idx: np.ndarray, out_offsets: np.ndarray,
+                         stream) -> tuple[float, torch.Tensor]:
+        """Decode samples ``idx`` with one batched GPU call and cut their windows into their places in a new output
+        buffer (an EXIF-rotated one's stored window after the batch's end, then turned into place); returns the
+        seconds the GPU call cost (from its start, or from the end of the call before it where the two
+        overlapped) and the buffer."""
+        from sluice.kernels.crops import gather_hwc_crops
+
+        total = int(out_offsets[-1])
+        c = plan.channels
+        cut, places = windows[idx], out_offsets[idx].copy()
+        turned = np.flatnonzero(plan.orientation[idx] != 1).tolist()
+        side = int((cut[turned, 2] * cut[turned, 3]).sum()) * c
+        buf = torch.empty(max(1, total + side), dtype=torch.uint8, device=self.device)
+        if not len(idx):
+            return 0.0, buf
+        parts = plan.region[: int(plan.sizes.sum())].split(plan.sizes.tolist())
         start = time.perf_counter()
-        chw = torch.ops.image.decode_jpegs_cuda.default(parts, mode, self.device)
+        chw = self._decode_gpu_chw([parts[i] for i in idx.tolist()], c == 1)
         with self._tv_clock:
             end = time.perf_counter()
             seconds = end - max(start, self._tv_last_end)
             self._tv_last_end = end
-        gather_hwc_crops(chw, windows[:g], out=out)
-        return seconds
+        at = total
+        for k in turned:  # EXIF-rotated: the stored window, placed after the batch's end, turned below
+            i = int(idx[k])
+            cut[k] = roi_in_stored(tuple(windows[i].tolist()), int(plan.orientation[i]), *plan.stored[i].tolist())
+            places[k], at = at, at + int(cut[k, 2] * cut[k, 3]) * c
+        gather_hwc_crops(chw, cut, out=buf, offsets=places)
+        for k in turned:
+            i, (_, _, hs, ws), place = int(idx[k]), cut[k].tolist(), int(places[k])
+            h, w = int(windows[i, 2]), int(windows[i, 3])
+            stored = buf[place: place + hs * ws * c].view(hs, ws, c)
+            buf[int(out_offsets[i]): int(out_offsets[i]) + h * w * c].view(h, w, c).copy_(
+                apply_orientation(stored, int(plan.orientation[i])))
+        return seconds, buf
 
-    def _decode_tail_on_cpu(self, region, offsets, sizes, windows, g: int, out_offsets, gray: bool, pool,
-                            workers: int):
-        """Start decoding images ``g..n-1`` with the compiled core on ``workers`` of ``pool``'s threads into a
-        page-locked staging buffer; returns a function that waits and gives ``(staging, seconds)``, raising
-        ImageDecodeError naming the file for a sample the core could not decode."""
+    def _decode_cpu_part(self, plan: BatchPlan, windows: np.ndarray, idx: np.ndarray, core_count: int,
+                         out_sizes: np.ndarray, pool, tasks: int):
+        """Start decoding samples ``idx`` (the first ``core_count`` by the compiled core, the others by a codec call
+        each) on up to ``tasks`` of ``pool``'s threads into a page-locked staging buffer, back to back in the order
+        of ``idx``; returns a function that waits and gives ``(staging, seconds)``, raising SampleError naming the
+        first sample (by index) that could not be decoded. A JPEG the core fails on is decoded again by the codec,
+        whose error names the damage (or whose image is kept)."""
         from sluice.native import jpeg as native_jpeg
-        from sluice.pipeline.pool import map_all
 
-        n = len(sizes)
-        host = region.numpy()
-        data = [host[int(offsets[i]): int(offsets[i] + sizes[i])] for i in range(g, n)]
-        base = int(out_offsets[g])
-        staging = torch.empty(max(1, int(out_offsets[-1]) - base), dtype=torch.uint8,
-                              pin_memory=self.device.type == "cuda")
-        out, local = staging.numpy(), (out_offsets[g:n] - base).astype(np.int64)
-        tail = np.ascontiguousarray(windows[g:n], dtype=np.int64)
-        status = np.full(n - g, -1, np.int32)
+        c = plan.channels
+        sizes = out_sizes[idx]
+        local = np.zeros(len(idx), np.int64)
+        np.cumsum(sizes[:-1], out=local[1:])
+        staging = torch.empty(max(1, int(sizes.sum())), dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+        out = staging.numpy()
+        core_idx = idx[:core_count]
+        host = plan.region.numpy()
+        data = [host[a: a + b] for a, b in zip(plan.offsets[core_idx].tolist(), plan.sizes[core_idx].tolist())]
+        core_windows = np.ascontiguousarray(windows[core_idx])
+        core_local = np.ascontiguousarray(local[:core_count])
+        status = np.full(core_count, -1, np.int32)
         counter = np.zeros(1, np.int64)
-        colorspace = "GRAY" if gray else "RGB"
+        codec_items = iter(range(core_count, len(idx)))  # next() on it is atomic under the GIL
+        lock = threading.Lock()
+        errors: dict[int, BaseException] = {}
+
+        def codec(k: int) -> None:
+            i = int(idx[k])
+            y, x, h, w = (int(v) for v in windows[i])
+            try:
+                arr = cpu.decode(plan.sample_bytes(i), output_type=plan.output_type,
+                                 adjust_orientation=plan.adjust_orientation, use_fast_idct=self.use_fast_idct,
+                                 roi=(y, x, h, w), info=plan.infos[i], source=plan.sources[i])
+                if arr.dtype == np.uint16:  # 16-bit PNG/TIFF/PNM to the uint8 output, as convert_image_dtype does
+                    arr = ((arr.astype(np.int32) + 128) // 257).astype(np.uint8)
+                if arr.shape != (h, w, c):
+                    raise ImageDecodeError(f"decoded to {arr.shape}, expected {(h, w, c)}",
+                                           source=plan.sources[i], decoder=cpu.JPEG_DECODER)
+                out[int(local[k]): int(local[k]) + h * w * c].reshape(h, w, c)[...] = arr
+            except Exception as exc:  # noqa: BLE001 - raised by the waiter, the lowest sample first
+                with lock:
+                    errors[i] = exc
 
         def task():
-            return native_jpeg.decode(data, tail, colorspace, self.use_fast_idct, out, local, status,
-                                      counter), time.perf_counter()
+            failed = []
+            if core_count:
+                colorspace = "GRAY" if c == 1 else "RGB"
+                failed = native_jpeg.decode(data, core_windows, colorspace, self.use_fast_idct, out, core_local,
+                                            status, counter)
+            for k in codec_items:
+                codec(k)
+            return failed, time.perf_counter()
 
         start = time.perf_counter()
-        futures = [pool.submit(task) for _ in range(min(workers, n - g))]
+        futures = [pool.submit(task) for _ in range(min(tasks, len(idx)))] if pool is not None else []
 
         def wait():
-            results = [fut.result() for fut in futures]
-            failed = [f for r, _ in results for f in r]
-            # Until the last task ended, not until the GPU path came to wait: timed from the wait, a CPU part that
-            # finished first would measure the GPU call's time, and the share would never grow.
+            results = [task()] if pool is None else [fut.result() for fut in futures]
+            for k, _ in (f for r, _ in results for f in r):
+                codec(int(k))  # the core's failures, decoded again by the codec
+            # Until the last task ended: timed from the wait, a CPU part that finished first would measure the GPU
+            # call's time.
             seconds = max(end for _, end in results) - start
-            if failed:
-                k, reason = failed[0]
-                raise ImageDecodeError(f"corrupt or truncated JPEG data ({reason})", source="",
-                                       decoder="libjpeg-turbo (sluice core)")
+            if errors:
+                i = min(errors)
+                raise SampleError(i, plan.sources[i], errors[i]) from errors[i]
             return staging, seconds
         return wait
 
     @staticmethod
-    def _cpu_jpeg() -> bool:
+    def core_decodes_jpeg() -> bool:
         """Whether the compiled core decodes JPEGs here (with the pure-Python twin the CPU share costs the GIL)."""
         from sluice.native import jpeg as native_jpeg
 
@@ -803,10 +911,11 @@ class GpuImageDecoder:
 
     @staticmethod
     def finish_jpegs(started: StartedBatch, stream) -> torch.Tensor:
-        """The crops of a :meth:`start_jpegs` batch, back to back in one buffer, ready in order on ``stream``."""
+        """The crops of a :meth:`start_batch` batch, back to back in one buffer, ready in order on ``stream``."""
         buf, _, done = started.future.result()
         stream.wait_event(done)
-        buf.record_stream(stream)
+        if buf.is_cuda:
+            buf.record_stream(stream)
         return buf
 
     def start(self, data: Sequence, **kwargs) -> StartedBatch:

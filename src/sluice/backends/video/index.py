@@ -125,12 +125,25 @@ class _ContainerCache(OrderedDict):
     freeing a decoder whose FFmpeg threads fork did not copy waits for them forever. Closed here, in the process
     and at the time the thread ends, it holds no such threads when it is collected."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._pid = os.getpid()
+
     def __del__(self) -> None:
+        if os.getpid() != self._pid:
+            # A copy made by fork (a child's Python drops the other threads' local storage as it starts): closing or
+            # freeing these containers would wait for FFmpeg threads fork did not copy. The child keeps them.
+            _FORKED_COPIES.extend(self.values())
+            return
         for container in self.values():
             try:
                 container.close()
             except Exception:  # noqa: BLE001 - interpreter shutdown, or already closed
                 pass
+
+
+#: Containers of a parent's threads found in a forked child: kept, never freed (see _ContainerCache.__del__).
+_FORKED_COPIES: list = []
 
 
 @contextmanager

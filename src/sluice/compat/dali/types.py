@@ -19,6 +19,7 @@ from sluice.compat._missing import module_getattr as _module_getattr
 from sluice.compat._missing import public_names as _public_names
 from sluice.pipeline.graph import Constant as ScalarConstant
 from sluice.pipeline.graph import DataNode as _DataNode
+from sluice.pipeline.graph import constant_array as _constant_array
 from sluice.types import *
 from sluice.types import DALIDataType as _DALIDataType
 from sluice.types import __all__ as _all
@@ -40,8 +41,10 @@ def Constant(value: Any, dtype: _DALIDataType | None = None, shape: Any = None, 
         return ScalarConstant(value, dtype)
     import sluice.fn
 
-    return sluice.fn.constant(value=array, dtype=dtype, shape=list(shape) if shape is not None else None,
-                              layout=layout or "", device=device or "cpu")
+    # 64-bit arrays become 32-bit ones unless a dtype says otherwise, as in DALI
+    return sluice.fn.constant(value=_constant_array(array), dtype=dtype,
+                              shape=list(shape) if shape is not None else None, layout=layout or "",
+                              device=device or "cpu")
 
 
 __all__ = [*_all, "Constant", "ScalarConstant", "CPU_ONLY_DEVICE_ID"]  # noqa: PLE0604 - sluice.types' names

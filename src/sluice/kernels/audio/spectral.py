@@ -41,9 +41,11 @@ def hann_window(length: int, dtype: torch.dtype = torch.float32, device: torch.d
 
 
 @functools.lru_cache(maxsize=32)
-def _hann_np(length: int) -> np.ndarray:
+def _hann_np(length: int, padded_to: int = 0) -> np.ndarray:
     n = np.arange(length, dtype=np.float64)
     w = 0.5 * (1.0 - np.cos((2 * math.pi / length) * (n + 0.5)))
+    if padded_to > length:      # zeros on the right, for frames of an FFT's size
+        w = np.concatenate([w, np.zeros(padded_to - length)])
     w.setflags(write=False)
     return w
 
@@ -121,7 +123,8 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     dev = signals.device
     dtype = signals.dtype if signals.dtype in (torch.float32, torch.float64) else torch.float32
     x = signals.to(dtype)
-    if window is None:
+    default_window = window is None
+    if default_window:
         window = hann_window(window_length, dtype, dev)
     window = window.to(device=dev, dtype=dtype)
     if window.numel() != window_length:
@@ -167,12 +170,13 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
         windows = extended.unfold(1, nfft, window_step)                                    # (B, T, nfft)
     if windows.shape[-1] != nfft:
         windows = torch.nn.functional.pad(windows, (0, nfft - windows.shape[-1]))
-    if window_length < nfft:
-        window = torch.nn.functional.pad(window, (0, nfft - window_length))
+    if window_length < nfft:      # DALI's window, zero-padded, is made once; a given one is padded here
+        window = _on_device(_hann_np(window_length, nfft), dtype, str(dev)) if default_window else \
+            torch.nn.functional.pad(window, (0, nfft - window_length))
     windows = windows * window
     # The FFT of a frame zero-padded on the right has the magnitudes of the centred frame (a shift changes phases).
     spec = torch.fft.rfft(windows, dim=-1)[:, :t_max]
-    out = spec.real.square() + spec.imag.square()
+    out = torch.view_as_real(spec).square().sum(-1)             # re^2 + im^2 in two launches
     if power == 1:
         out = out.sqrt()
     if uniform or not zero_padding:

@@ -451,6 +451,40 @@ def _strided_batch(data, plan: _Plan, device: torch.device) -> tuple[Batch, Batc
     return Batch.from_dense(audio), _MirroredBatch.mirror(host_rates.to(device, non_blocking=True), host_rates)
 
 
+#: WAV sample formats stored as the output type itself, for each output type (no conversion: the stored bytes are
+#: the samples). Float WAVs are left out: ``finite`` checks them.
+_STORED_AS = {torch.int16: "s16", torch.int32: "s32"}
+
+
+def _view_batch(plan: _Plan, device: torch.device) -> tuple[Batch, Batch] | None:
+    """A batch of plain WAVs whose stored samples already are the output (16-bit files decoded to INT16, 32-bit to
+    INT32; one channel, or no downmix), read whole, with no resampling, lying in readers.file's page-locked buffer:
+    that buffer goes to the device in one DMA and the output is a packed batch of views of it (each file's payload
+    where it lies), with no kernel at all, whatever the lengths. None when the batch is not like that."""
+    w = plan.windows
+    fmt = _STORED_AS.get(plan.dtype)
+    if w is None or plan.decoded or device.type != "cuda" or not len(w.wav) or fmt is None:
+        return None
+    code = WAV_FORMATS.index(fmt)
+    channels = int(w.channels[0])
+    if not w.wav.all() or w.target.any() or (w.fmt != code).any() or (w.channels != channels).any() or \
+            (plan.downmix and channels > 1):
+        return None
+    width = SAMPLE_BYTES[fmt]
+    if (w.nbytes != w.n_out * channels * width).any() or w.found is None or not is_page_locked_buffer(w.found[0]):
+        return None
+    region, offsets, _ = w.found
+    starts = offsets + w.first
+    if (starts % width).any():
+        return None
+    on_device = region.to(device, non_blocking=True)
+    samples = on_device[: on_device.numel() // width * width].view(plan.dtype)
+    shapes = w.n_out[:, None] if plan.downmix else np.stack([w.n_out, w.channels], 1)
+    host_rates = torch.from_numpy(w.rate.astype(np.float32))
+    return (Batch.from_packed(samples, shapes, offsets=starts // width),
+            _MirroredBatch.mirror(host_rates.to(device, non_blocking=True), host_rates))
+
+
 def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list[dict], *, device: torch.device,
                  pool=None, pin: bool = False, direct: bool | None = None, defer=None,
                  plan: _Plan | None = None) -> tuple[Batch, Batch]:
@@ -469,7 +503,8 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
     When the files already lie in page-locked memory (readers.file reads a GPU pipeline's batch into one such
     buffer), nothing is staged on the host: that buffer goes to ``device`` in one DMA and each payload window is
     copied from there into its row (``direct``; None decides by that, True forces it, for tests); a batch of
-    integer PCM files of one size is converted from a strided view of it, without the row copies.
+    integer PCM files of one size is converted from a strided view of it, without the row copies, and files whose
+    stored samples already are the output (16-bit WAVs decoded to INT16) are views of it (:func:`_view_batch`).
 
     With ``finite`` the float WAVs' windows are checked on ``device`` too; the check reads the result back, so it
     is handed to ``defer`` (``BatchContext.defer``: it runs before the batch reaches the caller), or run now."""
@@ -478,9 +513,9 @@ def decode_batch(data: Batch | list[torch.Tensor], sources: list[str], per: list
         return Batch([]), Batch([])
     plan = plan or plan_batch(data, sources, per, pool)
     if direct is None and pin:
-        strided = _strided_batch(data, plan, device)
-        if strided is not None:
-            return strided
+        fast = _view_batch(plan, device) or _strided_batch(data, plan, device)
+        if fast is not None:
+            return fast
     items, dtype, downmix = plan.items, plan.dtype, plan.downmix
     rates = [item.target or item.rate for item in items]             # the rate output: after resampling
 

@@ -60,6 +60,8 @@ def preemphasis(x: torch.Tensor, coeff: torch.Tensor | float, border: str,
     else:  # clamp (and reflect of a one-sample signal)
         first = xf[:, :1]
     prev = torch.cat([first, xf[:, :-1]], dim=1)
+    if isinstance(c, float):
+        return torch.sub(xf, prev, alpha=c)      # x - c * prev in one launch
     return xf - c * prev
 
 

@@ -10,9 +10,9 @@ import torch
 
 from sluice import types
 from sluice.backends.audio import resample_soxr
-from sluice.kernels.audio.batching import pad_stack
 from sluice.kernels.audio.resample import resample_batch
 from sluice.ops.tensor._util import convert_saturate
+from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, SampleContext
 
@@ -104,35 +104,46 @@ def audio_resample_cpu(ctx: SampleContext, audio: torch.Tensor, *, in_rate, out_
 
 @SCHEMA.batch_kernel("gpu")
 def audio_resample_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> Batch:
+    """The whole batch over its padded form (zeros past each signal): one :func:`resample_batch` per rate pair, over
+    the rows of that pair (all of them, the usual batch), into one padded output."""
     quality = args.const("quality")
-    dtype = args.const("dtype")
+    n = len(audio)
+    if not n:
+        return Batch([], audio.layout())
+    shapes = audio.shapes_array()
+    if shapes.shape[1] not in (1, 2):
+        raise ValueError(f"audio_resample expects (time,) or (time, channels) audio, got {tuple(shapes[0])} "
+                         "(sample 0)")
     names = ("in_rate", "out_rate", "scale", "out_length")
-    dense = audio.dense
-    if dense is not None and dense.dim() in (2, 3) and len(audio) and all(args.is_const(k) for k in names):
-        # The usual batch: one padded tensor, one rate pair. One call, no per-sample views or Python.
-        a, b = _rates(dense.shape[1], *(args.const(k) for k in names))
-        x = dense if dense.is_floating_point() else convert_audio_dtype(dense, torch.float32)
-        y, _ = resample_batch(x, torch.full((dense.shape[0],), dense.shape[1], dtype=torch.int64), a, b, quality)
-        return Batch.from_dense(convert_audio_dtype(y, _out_dtype(dense, dtype)), audio.layout())
-    outs: list[torch.Tensor | None] = [None] * len(audio)
-    groups: dict[tuple[float, float, int], list[int]] = defaultdict(list)
-    per = [args[k] for k in ("in_rate", "out_rate", "scale", "out_length")]
-    for i, x in enumerate(audio):
-        if x.dim() not in (1, 2):
-            raise ValueError(f"audio_resample expects (time,) or (time, channels) audio, got {tuple(x.shape)} "
-                             f"(sample {i})")
-        a, b = _rates(x.shape[0], *(p[i] for p in per))
-        groups[(a, b, x.dim())].append(i)
-    for (a, b, _), idx in groups.items():
-        samples = [audio[i] for i in idx]
-        dense, shapes = pad_stack(audio if len(groups) == 1 else samples)
-        if not dense.is_floating_point():
-            dense = convert_audio_dtype(dense, torch.float32)
-        lengths = torch.tensor([s[0] for s in shapes], dtype=torch.int64)
-        y, out_lengths = resample_batch(dense, lengths, a, b, quality)
-        if len(groups) == 1 and all(n == y.shape[1] for n in out_lengths) and \
-                len({s.dtype for s in samples}) == 1:
-            return Batch.from_dense(convert_audio_dtype(y, _out_dtype(samples[0], dtype)), audio.layout())
-        for k, i in enumerate(idx):
-            outs[i] = convert_audio_dtype(y[k, : out_lengths[k]], _out_dtype(audio[i], dtype))
-    return Batch(outs, audio.layout())
+    if all(args.is_const(k) for k in names) and args.const("out_length") is None:
+        pair = _rates(1, *(args.const(k) for k in names))
+        pairs = [pair] * n
+    else:
+        per = [args[k] for k in names]
+        pairs = [_rates(int(shapes[i, 0]), *(p[i] for p in per)) for i in range(n)]
+    out_type = audio.dtype if args.const("dtype") is None else types.to_torch_dtype(args.const("dtype"))
+    x, _ = audio.padded(fill=0.0)
+    if not x.is_floating_point():
+        x = convert_audio_dtype(x, torch.float32)
+    lengths = torch.from_numpy(shapes[:, 0].copy())
+    groups: dict[tuple[float, float], list[int]] = defaultdict(list)
+    for i, pair in enumerate(pairs):
+        groups[pair].append(i)
+    if len(groups) == 1:
+        (a, b), = groups
+        y, out_lengths = resample_batch(x, lengths, a, b, quality)
+    else:
+        parts = {}
+        for (a, b), idx in groups.items():
+            rows = ragged.host_to_device(np.asarray(idx, np.int64), x.device)
+            parts[(a, b)] = (rows, *resample_batch(x.index_select(0, rows), lengths[idx], a, b, quality))
+        width = max(part[1].shape[1] for part in parts.values())
+        y = x.new_zeros((n, width) + tuple(x.shape[2:]))
+        out_lengths = [0] * n
+        for (a, b), (rows, part, part_lengths) in parts.items():
+            y[:, : part.shape[1]].index_copy_(0, rows, part)
+            for i, k in zip(groups[(a, b)], part_lengths):
+                out_lengths[i] = k
+    out_shapes = shapes.copy()
+    out_shapes[:, 0] = out_lengths
+    return Batch.from_padded(convert_audio_dtype(y, out_type), out_shapes, audio.layout())

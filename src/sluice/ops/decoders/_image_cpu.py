@@ -2,7 +2,10 @@
 call, so that the pipeline's threads decode in parallel instead of queueing for the GIL.
 
 Per batch, in the calling thread: the header probes and the windows (random crops for the whole batch at once with
-:func:`sluice.native.image.random_crop_windows`, the same windows the per-sample generators draw). Then every
+:func:`sluice.native.image.random_crop_windows`, the same windows the per-sample generators draw). A batch read
+back to back by readers.file has its headers read by the compiled core, whatever files it holds; only what the
+core cannot read and JPEGs with an Exif block are probed one by one
+(:func:`sluice.backends.image.batch_plan.plan_batch`). Then every
 JPEG that the compiled core decodes (8-bit, gray or YCbCr, upright or with ``adjust_orientation=False``, output
 RGB, BGR or GRAY in uint8) is decoded by at most ``num_threads`` calls of :func:`sluice.native.jpeg.decode` in the
 pipeline's thread pool, sharing the batch, into one allocation (page-locked when a GPU operator takes the
@@ -76,9 +79,11 @@ def cpu_operator(op: str) -> type[Operator]:
 
         def _fast_plan(self, ctx: BatchContext, data: Batch, extra: tuple[Batch, ...], args: BatchArgs,
                        sources: list[str]) -> _Plan | None:
-            """The plan of a batch of plain JPEGs lying back to back in one buffer (readers.file's), made without a
-            per-sample probe: the headers read by the compiled core in the pool's threads, the windows drawn for
-            the whole batch. None when the batch has anything else (the per-sample plan then probes each one)."""
+            """The plan of a batch lying back to back in one buffer (readers.file's), whatever files it holds:
+            the headers read by the compiled core in the pool's threads, a probe only for what the core cannot read
+            and for JPEGs with an Exif block (:func:`~sluice.backends.image.batch_plan.plan_batch`), the windows
+            drawn for the whole batch. None when the op or its arguments need the per-sample plan."""
+            from sluice.backends.image.batch_plan import plan_batch
             from sluice.backends.image.common import get_max_image_pixels
             from sluice.native import image as nimg
             from sluice.ops.readers.file import batch_region
@@ -90,22 +95,26 @@ def cpu_operator(op: str) -> type[Operator]:
             if found is None:
                 return None
             region, offsets, sizes = found
-            host = region.numpy()
-            info = nimg.jpeg_info(host, offsets, sizes, False, ctx.thread_pool)
-            h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
-            if not ((info[:, nimg.STATUS] == 0) & np.isin(info[:, nimg.COMPONENTS], (1, 3))
-                    & (info[:, nimg.HAS_EXIF] == 0) & (h > 0) & (w > 0) & (h * w <= get_max_image_pixels())).all():
-                return None
+            adjust = args.const("adjust_orientation")
+            info = nimg.jpeg_info(region.numpy(), offsets, sizes, False, ctx.thread_pool)
+            plan = plan_batch(region, offsets, sizes, sources, output_type=args.const("output_type").name,
+                              adjust_orientation=adjust, check_scans=False, info=info)
+            hw = plan.upright
             if random:
                 try:
-                    windows = random_crop_windows(ctx.seed, ctx.iteration, h, w, args.const("random_area"),
+                    windows = random_crop_windows(ctx.seed, ctx.iteration, hw[:, 0], hw[:, 1], args.const("random_area"),
                                                   args.const("random_aspect_ratio"), args.const("num_attempts"))
                 except ValueError as exc:  # invalid ranges: named on the first sample, as the sample kernel did
                     raise SampleError(0, sources[0], exc) from exc
             else:
-                windows = np.stack([np.zeros_like(h), np.zeros_like(w), h, w], axis=1)
+                windows = np.column_stack([np.zeros_like(hw), hw])
+            # the JPEGs the core takes (the per-sample plan's _native_samples, from the header rows)
+            h, w = plan.stored[:, 0], plan.stored[:, 1]
+            native = ((info[:, nimg.STATUS] == 0) & np.isin(info[:, nimg.COMPONENTS], (1, 3)) & (plan.orientation == 1)
+                      & (h > 0) & (w > 0) & (h * w <= get_max_image_pixels()))
+            host = region.numpy()
             bufs = np.split(host, offsets[1:]) if len(offsets) > 1 else [host]
-            return _Plan(bufs, [None] * len(bufs), [tuple(v) for v in windows.tolist()], list(range(len(bufs))))
+            return _Plan(bufs, plan.infos, [tuple(v) for v in windows.tolist()], np.flatnonzero(native).tolist())
 
         def _plan(self, ctx: BatchContext, data: Batch, extra: tuple[Batch, ...], args: BatchArgs,
                   sources: list[str]) -> _Plan:

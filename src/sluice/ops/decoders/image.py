@@ -7,7 +7,11 @@ BMP, TIFF, PNM (pbm/pgm/ppm), WebP, JPEG 2000 and GIF (first frame). ``device="c
 images, sharing JPEGs between the GPU's hardware JPEG engines, CUDA nvJPEG and the CPU threads, JPEG 2000 on
 nvJPEG2000, the rest on the CPU threads (see :mod:`sluice.backends.image.gpu`). In a pipeline the mixed
 decoders' host work (header probes, crop windows) runs in the CPU stage, which also starts the batch's decoding,
-so that it overlaps the device stage's work on the batch before (``prepare``). The crop variants decode only the
+so that it overlaps the device stage's work on the batch before (``prepare``). A batch read by readers.file
+(``decoders.image`` and ``image_random_crop``, RGB or GRAY) takes the batch lane whatever files it holds: its
+headers read by the compiled core, the windows drawn for the whole batch at once, the GPU's JPEGs decoded in one
+batched call while the pipeline's threads decode the progressive, CMYK, PNG ... files, all into one output buffer
+(see :mod:`sluice.backends.image.batch_plan`); the operator's ``path_stats()`` counts the samples of each path. The crop variants decode only the
 kept region where the codec allows it (nvImageCodec region decoding on the GPU); on the CPU the window is cut
 right after decoding, before any conversion. EXIF orientation is applied when ``adjust_orientation`` is set, and
 crop windows refer to the upright image. Bad input (empty, truncated, corrupt, unknown format, above the pixel
@@ -190,33 +194,12 @@ def _output_type_name(args: dict) -> str:
 
 @dataclass
 class _WholeBatch:
-    """A batch of plain JPEGs whose decoding :meth:`GpuImageDecoder.start_jpegs` started (the mixed decoders' fast
-    lane): the started decode, the crop windows (``(n, 4)``: y, x, h, w) and the output's channel count."""
+    """A batch whose decoding :meth:`GpuImageDecoder.start_batch` started (the mixed decoders' batch lane): the
+    started decode, the crop windows (``(n, 4)``: y, x, h, w) and the output's channel count."""
 
     started: object
     windows: np.ndarray
     channels: int
-
-
-def _plain_jpegs(info: np.ndarray, region: torch.Tensor, offsets: np.ndarray, sources: list[str],
-                 check_scans: bool) -> bool:
-    """Whether every sample of a batch is a JPEG the batched GPU path takes whole (see ``gpu_eligible``): read here,
-    baseline, 1 or 3 components, complete, within the pixel limit, upright (an Exif block is looked into, per
-    sample), and, with ``check_scans``, with entropy-coded data that passed the scan check."""
-    from sluice.backends.image.common import get_max_image_pixels
-    from sluice.native import image as nimg
-
-    h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
-    ok = ((info[:, nimg.STATUS] == 0) & (info[:, nimg.PROGRESSIVE] == 0) & (info[:, nimg.ENDS_WITH_EOI] == 1)
-          & np.isin(info[:, nimg.COMPONENTS], (1, 3)) & (h > 0) & (w > 0) & (h * w <= get_max_image_pixels()))
-    if check_scans:
-        ok &= info[:, nimg.SCAN_OK] == 1
-    if not ok.all():
-        return False
-    # An Exif block may turn the image: the probe reads its orientation (those samples only)
-    ends = np.append(offsets[1:], region.numel())
-    return all(probe(region[offsets[i]:ends[i]].numpy(), source=sources[i]).orientation == 1
-               for i in np.flatnonzero(info[:, nimg.HAS_EXIF]).tolist())
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -298,33 +281,51 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             return list(ctx.source_info) if ctx.source_info else [""] * n
 
         def _start_whole(self, ctx: BatchContext, data: Batch, extra: tuple, args: BatchArgs) -> _WholeBatch | None:
-            """The fast lane, for batches of plain JPEGs lying back to back in readers.file's buffer: their headers
-            read and scans checked in the compiled core (pool threads, no GIL), the windows drawn for the whole
-            batch at once, and the decoding of the whole batch started in one call. None when the batch does not
-            qualify (then the general path below decodes it, sample by sample where it must)."""
+            """The batch lane, for batches lying back to back in readers.file's buffer, whatever files they hold:
+            their headers read and scans checked in the compiled core (pool threads, no GIL), each sample routed
+            (:func:`~sluice.backends.image.batch_plan.plan_batch`: the GPU's JPEGs, the core's, the rest), the
+            windows drawn for the whole batch at once, and the decoding of the whole batch started in one call: one
+            batched GPU call for the GPU's JPEGs while the pool's threads decode the others. None when the batch
+            does not qualify (then the general path below decodes it, sample by sample where it must)."""
+            from sluice.backends.image.batch_plan import plan_batch
             from sluice.native import image as nimg
 
             otype = args.const("output_type").name
             if (extra or op not in ("decoders.image", "decoders.image_random_crop") or otype not in ("RGB", "GRAY")
-                    or ctx.device.type != "cuda"):
+                    or ctx.sample_ids is not None):
                 return None
             decoder = self._get_decoder(ctx)
             found = batch_region(data) if decoder.takes_whole_jpeg_batches else None
             if found is None:
                 return None
             region, offsets, sizes = found
-            info = nimg.jpeg_info(region.numpy(), offsets, sizes, decoder.validate_scans, ctx.thread_pool)
-            if not _plain_jpegs(info, region, offsets, self._sources(ctx, len(data)), decoder.validate_scans):
-                return None
-            h, w = info[:, nimg.HEIGHT].astype(np.int64), info[:, nimg.WIDTH].astype(np.int64)
+            sources = self._sources(ctx, len(data))
+            plan = plan_batch(region, offsets, sizes, sources, output_type=otype,
+                              adjust_orientation=args.const("adjust_orientation"),
+                              check_scans=decoder.validate_scans, pool=ctx.thread_pool,
+                              core_decodes=decoder.core_decodes_jpeg())
+            if args.const("dtype") is not types.UINT8 and any(i is not None and i.bit_depth != 8 for i in plan.infos):
+                return None  # a 16-bit source keeps its depth in a UINT16/FLOAT output: the general path
+            hw = plan.upright
             if op == "decoders.image_random_crop":
-                windows = nimg.random_crop_windows(ctx.seed, ctx.iteration, h, w, args.const("random_area"),
-                                                   args.const("random_aspect_ratio"), args.const("num_attempts"))
+                try:
+                    windows = nimg.random_crop_windows(ctx.seed, ctx.iteration, hw[:, 0], hw[:, 1],
+                                                       args.const("random_area"), args.const("random_aspect_ratio"),
+                                                       args.const("num_attempts"))
+                except ValueError as exc:  # invalid ranges: named on the first sample, as the per-sample path does
+                    raise SampleError(0, sources[0], exc) from exc
             else:
-                windows = np.stack([np.zeros_like(h), np.zeros_like(w), h, w], axis=1)
-            gray = otype == "GRAY"
-            started = decoder.start_jpegs(region, offsets, sizes, windows, gray, ctx.thread_pool, self.spec.num_threads)
-            return _WholeBatch(started, windows, 1 if gray else 3)
+                windows = np.column_stack([np.zeros_like(hw), hw])
+            plan.windows = windows
+            started = decoder.start_batch(plan, ctx.thread_pool, self.spec.num_threads)
+            return _WholeBatch(started, windows, plan.channels)
+
+        def path_stats(self) -> dict[str, int]:
+            """How many batches and samples each decoding path took so far (see ``GpuImageDecoder.stats``):
+            ``lane_batches`` and its samples ``lane_gpu`` (one batched GPU call), ``lane_cpu_core`` (the compiled
+            core) and ``lane_cpu_codec`` (a codec call each); ``general_batches``, ``general_gpu`` and
+            ``general_cpu`` for the general path."""
+            return dict(self._decoder.stats) if self._decoder is not None else {}
 
         def prepare(self, ctx: BatchContext, data: Batch, *extra: Batch, args: BatchArgs):
             """Run by the executor in the CPU stage: the host work, then (on a GPU) the decoding itself is started
@@ -347,16 +348,16 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             whole = ctx.prepared if ctx.prepared is not None else self._start_whole(ctx, data, extra, args)
             if isinstance(whole, _WholeBatch):
                 try:
-                    flat = decoder.finish_jpegs(whole.started, torch.cuda.current_stream(ctx.device))
+                    flat = decoder.finish_jpegs(whole.started, decoder.current_stream())
+                except SampleError:
+                    raise  # a sample the CPU could not decode: named with its file
                 except Exception as exc:  # noqa: BLE001 - decoded the general way, which names a bad file
                     logger.warning("%s: the batched JPEG decode failed (%s: %s); decoding the batch sample by "
                                    "sample", op, type(exc).__name__, exc)
                 else:
                     shapes = np.column_stack([whole.windows[:, 2:], np.full(n, whole.channels)])
-                    images = Batch.from_packed(flat, shapes, "HWC", sources)
-                    if dtype is not types.UINT8:
-                        images = Batch([convert_image_dtype(t, dtype) for t in images], "HWC", sources)
-                    return images
+                    # one conversion for the whole buffer (elementwise: the same values as per sample)
+                    return Batch.from_packed(convert_image_dtype(flat, dtype), shapes, "HWC", sources)
                 ctx.prepared = None
             host, started = ctx.prepared or (self._host_work(ctx, data, *extra, args=args), None)
 
@@ -370,7 +371,7 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                     raise SampleError(index, exc.source, exc) from exc
 
             if started is not None:
-                images, checks = named(lambda: decoder.finish(started, torch.cuda.current_stream(ctx.device)))
+                images, checks = named(lambda: decoder.finish(started, decoder.current_stream()))
                 for check in checks:
                     ctx.defer(lambda check=check: named(check))
             else:
@@ -381,6 +382,8 @@ def _make_mixed_operator(op: str) -> type[Operator]:
 
         def close(self) -> None:
             if self._decoder is not None:
+                logger.info("%s (mixed): samples by decoding path %s", op,
+                            {k: v for k, v in self._decoder.stats.items() if v})
                 self._decoder.close()
 
     MixedImageDecoder.__name__ = "".join(p.title() for p in op.split(".")[-1].split("_")) + "_mixed"

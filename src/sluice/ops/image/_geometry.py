@@ -22,7 +22,8 @@ import torch
 
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params", "spatial_dims",
            "reject_volume", "as_list", "flip_dims", "flip_image", "out_dtype", "warp_affine_images", "fill_channels",
-           "resize_params_batch", "crop_windows_batch", "region_and_size"]
+           "resize_params_batch", "crop_windows_batch", "warp_affine_padded",
+           "channel_last_padded", "from_channel_last", "region_and_size"]
 
 _MODES = ("default", "stretch", "not_larger", "not_smaller")
 
@@ -292,49 +293,61 @@ def flip_image(image: torch.Tensor, layout: str, horizontal: bool, vertical: boo
 
 def warp_affine_images(images: Sequence[torch.Tensor], matrices: np.ndarray, out_sizes: np.ndarray, interp: str,
                        fill: Sequence[float] | None, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
-    """Affine warp of ``HWC`` images, one ``grid_sample`` for the whole (padded) batch.
-
-    ``matrices`` is ``(N, 2, 3)`` mapping output to input coordinates, ``(x, y)`` order, pixel centres at
-    ``+0.5`` (DALI's convention): ``src = M @ (x + 0.5, y + 0.5, 1)``. ``interp`` is ``"nn"``, ``"linear"`` or
-    ``"cubic"``. ``fill=None`` repeats the border pixel (source coordinates clamped); otherwise samples outside
-    the image read ``fill`` (one value or one per channel), tap by tap.
-    """
+    """:func:`warp_affine_padded` of a list of ``HWC`` images (padded into one tensor); one output per image."""
     n = len(images)
     if n == 0:
         return []
-    dev = images[0].device
     c = int(images[0].shape[2])
-    hmax = max(int(im.shape[0]) for im in images)
-    wmax = max(int(im.shape[1]) for im in images)
-    oh, ow = int(out_sizes[:, 0].max()), int(out_sizes[:, 1].max())
-    x = torch.zeros(n, c + 1, hmax, wmax, dtype=torch.float32, device=dev)
+    hw = np.array([[im.shape[0], im.shape[1]] for im in images], np.int64).reshape(n, 2)
+    x = images[0].new_zeros((n, int(hw[:, 0].max()), int(hw[:, 1].max()), c))
     for i, im in enumerate(images):
-        x[i, :c, :im.shape[0], :im.shape[1]] = im.permute(2, 0, 1)
-        x[i, c, :im.shape[0], :im.shape[1]] = 1.0
-    m = torch.as_tensor(np.asarray(matrices, dtype=np.float64).reshape(n, 2, 3), device=dev)
+        x[i, :im.shape[0], :im.shape[1]] = im
+    out = warp_affine_padded(x, hw, matrices, out_sizes, interp, fill, dtype or images[0].dtype)
+    return [out[i, :int(out_sizes[i, 0]), :int(out_sizes[i, 1])] for i in range(n)]
+
+
+def warp_affine_padded(x: torch.Tensor, hw: np.ndarray, matrices: np.ndarray, out_sizes: np.ndarray, interp: str,
+                       fill: Sequence[float] | None, dtype: torch.dtype) -> torch.Tensor:
+    """Affine warp of a padded batch of ``HWC`` images, one ``grid_sample`` for the whole batch.
+
+    ``x`` is ``(N, H, W, C)`` with sample ``i`` in its leading ``hw[i]`` corner (zeros around it). ``matrices`` is
+    ``(N, 2, 3)`` mapping output to input coordinates, ``(x, y)`` order, pixel centres at ``+0.5`` (DALI's
+    convention): ``src = M @ (x + 0.5, y + 0.5, 1)``. ``interp`` is ``"nn"``, ``"linear"`` or ``"cubic"``.
+    ``fill=None`` repeats the border pixel (source coordinates clamped); otherwise taps outside the image read
+    ``fill`` (one value or one per channel). Returns ``(N, OH, OW, C)`` of ``dtype`` (the largest ``out_sizes``;
+    sample ``i`` in its leading ``out_sizes[i]`` corner).
+    """
+    from sluice.kernels.resample import cast_round
+
+    from sluice.pipeline.ragged import host_to_device, valid_mask
+
+    n, hmax, wmax, c = x.shape
+    dev = x.device
+    hw = np.asarray(hw, np.int64).reshape(n, 2)
+    inside = valid_mask(hw, (hmax, wmax), dev).expand(n, hmax, wmax)
+    planes = torch.cat([x.permute(0, 3, 1, 2).to(torch.float32), inside.unsqueeze(1).to(torch.float32)], 1)
+    oh, ow = int(out_sizes[:, 0].max()), int(out_sizes[:, 1].max())
+    # the matrices and the sizes in one asynchronous copy (a pageable one would wait for the stream)
+    table = host_to_device(np.concatenate([np.asarray(matrices, np.float64).reshape(n, 6), hw[:, ::-1]], 1), dev)
+    m = table[:, :6].view(n, 2, 3)
     ys, xs = torch.meshgrid(torch.arange(oh, device=dev, dtype=torch.float64) + 0.5,
                             torch.arange(ow, device=dev, dtype=torch.float64) + 0.5, indexing="ij")
     pts = torch.stack([xs, ys, torch.ones_like(xs)], dim=-1).reshape(1, -1, 3)
     src = torch.einsum("nij,npj->npi", m, pts.expand(n, -1, -1))  # (N, P, 2) as (x, y)
-    sizes = torch.tensor([[im.shape[1], im.shape[0]] for im in images], device=dev, dtype=torch.float64)
     if fill is None:
-        src = torch.minimum(torch.maximum(src, torch.full_like(src, 0.5)), sizes[:, None, :] - 0.5)
-    grid = (2.0 * src / torch.tensor([wmax, hmax], device=dev, dtype=torch.float64) - 1.0).to(torch.float32)
+        sizes = table[:, 6:].view(n, 1, 2)  # (w, h)
+        src = torch.minimum(src.clamp_min(0.5), sizes - 0.5)
+    grid = torch.stack([src[..., 0] * (2.0 / wmax), src[..., 1] * (2.0 / hmax)], -1).sub_(1.0).to(torch.float32)
     mode = {"nn": "nearest", "linear": "bilinear", "cubic": "bicubic"}[interp]
-    y = torch.nn.functional.grid_sample(x, grid.reshape(n, oh, ow, 2), mode=mode, padding_mode="zeros",
+    y = torch.nn.functional.grid_sample(planes, grid.reshape(n, oh, ow, 2), mode=mode, padding_mode="zeros",
                                         align_corners=False)
     if fill is not None:
-        f = torch.tensor(list(fill) * (c if len(fill) == 1 else 1), dtype=torch.float32, device=dev)[:c]
-        y = y[:, :c] + (1.0 - y[:, c:c + 1]) * f.view(1, c, 1, 1)
+        f = float(fill[0]) if len(fill) == 1 else \
+            host_to_device(np.asarray(fill, np.float32)[:c], dev).view(1, c, 1, 1)
+        y = y[:, :c] + (1.0 - y[:, c:c + 1]) * f
     else:
         y = y[:, :c] / y[:, c:c + 1].clamp_min(1e-6) if mode != "nearest" else y[:, :c]
-    from sluice.kernels.resample import cast_round
-
-    outs = []
-    for i, im in enumerate(images):
-        h, w = int(out_sizes[i, 0]), int(out_sizes[i, 1])
-        outs.append(cast_round(y[i, :, :h, :w].permute(1, 2, 0), dtype or im.dtype).contiguous())
-    return outs
+    return cast_round(y.permute(0, 2, 3, 1), dtype).contiguous()
 
 
 def fill_channels(t: torch.Tensor, fill: Sequence[float], cd: int | None, name: str = "fill_values") -> torch.Tensor:
@@ -454,3 +467,35 @@ def crop_windows_batch(hw: np.ndarray, args) -> np.ndarray:
         out[:, d] = _round_arr(a) if rounding == "round" else np.trunc(a)
         out[:, d + 2] = c
     return out
+
+
+# ---- whole batches of 2-D images in one channel-last padded tensor (the GPU kernels' form) -----------------------
+def channel_last_padded(images, layout: str, fill: float | None, op: str) -> tuple[torch.Tensor, np.ndarray, str]:
+    """A batch of ``HWC``, ``CHW`` or ``HW`` images as one ``(N, H, W, C)`` tensor (a view of the padded batch:
+    sample ``i`` in its leading corner, the rest ``fill``), each sample's ``(H, W)`` (``(N, 2)``) and the layout
+    (the default one for an empty ``layout``). Other layouts raise, naming ``op``."""
+    x, shapes = images.padded(fill)
+    layout = layout or ("HWC" if shapes.shape[1] == 3 else "HW")
+    if layout not in ("HWC", "CHW", "HW") or len(layout) != shapes.shape[1]:
+        raise ValueError(f"fn.{op}: unsupported layout '{layout}' of {shapes.shape[1]}-D samples; supported: HWC, "
+                         "CHW, HW and the sequences FHWC, FCHW, FHW")
+    if layout == "HW":
+        return x.unsqueeze(-1), shapes, layout
+    if layout == "CHW":
+        return x.permute(0, 2, 3, 1), shapes[:, 1:], layout
+    return x, shapes[:, :2], layout
+
+
+def from_channel_last(out: torch.Tensor, out_hw: np.ndarray, images, layout: str):
+    """The :class:`Batch` of ``out`` (``(N, H, W, C)``, sample ``i`` in its leading ``out_hw[i]`` corner) in
+    ``layout`` (as :func:`channel_last_padded` gave it), with ``images``' channel counts, layout and sources."""
+    from sluice.pipeline.batch import Batch
+
+    shapes = images.shapes_array()
+    out_hw = np.asarray(out_hw, np.int64)
+    if layout == "HW":
+        return Batch.from_padded(out[..., 0], out_hw, images.layout(), images.source_info)
+    if layout == "CHW":
+        return Batch.from_padded(out.permute(0, 3, 1, 2).contiguous(), np.concatenate([shapes[:, :1], out_hw], 1),
+                                 images.layout(), images.source_info)
+    return Batch.from_padded(out, np.concatenate([out_hw, shapes[:, 2:]], 1), images.layout(), images.source_info)

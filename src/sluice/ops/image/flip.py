@@ -6,10 +6,12 @@ launches whatever the batch size); ragged batches flip sample by sample.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from sluice.ops.image._geometry import flip_dims, flip_image
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.ragged import host_to_device
 from sluice.schema import Arg, OpSchema
 
 __all__ = ["SCHEMA"]
@@ -56,7 +58,7 @@ def flip_gpu(ctx, images: Batch, *, args) -> Batch:
                       for i, s in enumerate(images.samples)], layout)
     out = torch.empty_like(dense)
     for key in set(flags):
-        idx = torch.tensor([i for i in range(n) if flags[i] == key], device=dense.device)
+        idx = host_to_device(np.array([i for i in range(n) if flags[i] == key], np.int64), dense.device)
         dims = [d + 1 for d in flip_dims(_layout(layout, dense[0]), dense.dim() - 1, *key)]
         part = dense.index_select(0, idx)
         out.index_copy_(0, idx, part.flip(dims) if dims else part)

@@ -83,11 +83,11 @@ def _blur_axis(x: torch.Tensor, axis: int, weights: torch.Tensor) -> torch.Tenso
     return out.reshape(*moved_shape[:-1], length).movedim(-1, axis)
 
 
-def spatial_axes(ndim: int, layout: str) -> list[int]:
-    """Axes of a sample that are blurred: every axis except ``C`` and ``F``."""
+def spatial_axes(ndim: int, layout: str, op: str = "gaussian_blur") -> list[int]:
+    """Axes of a sample that are filtered: every axis except ``C`` and ``F``."""
     if layout:
         if len(layout) != ndim:
-            raise ValueError(f"gaussian_blur: layout {layout!r} does not match a {ndim}-D input")
+            raise ValueError(f"{op}: layout {layout!r} does not match a {ndim}-D input")
         return [i for i, c in enumerate(layout) if c not in "CF"]
     if ndim == 3:  # no layout: treat 3-D data as HWC, the common image case
         return [0, 1]

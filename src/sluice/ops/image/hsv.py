@@ -119,8 +119,10 @@ def _run_samples(images, *, hue, saturation, value, brightness, contrast, dtype,
     mats, offsets, out_dtype = _transform(n, samples[0].dtype, hue, saturation, value, brightness, contrast, dtype,
                                           image_type)
     dev = samples[0].device
-    mats = mats.to(dev, torch.float32)
-    offsets = offsets.to(dev)
+    if dev.type == "cuda":  # page-locked: from pageable memory the copies would wait for the stream
+        mats, offsets = mats.to(torch.float32).pin_memory(), offsets.pin_memory()
+    mats = mats.to(dev, torch.float32, non_blocking=True)
+    offsets = offsets.to(dev, non_blocking=True)
     if triton_available(samples[0]):
         for x in samples:
             if x.dim() == 0 or x.shape[-1] != 3:

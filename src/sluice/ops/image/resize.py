@@ -87,6 +87,13 @@ SCHEMA = OpSchema(
 )
 
 
+def resampling_args() -> list[Arg]:
+    """resize's filter and output-type arguments (DALI's ``ResamplingFilterAttr``), for the operators that
+    resample as resize does (``resize_crop_mirror``, ``tensor_resize``)."""
+    names = ("interp_type", "min_filter", "mag_filter", "antialias", "dtype", "minibatch_size", "temp_buffer_hint")
+    return [SCHEMA.args[name] for name in names]
+
+
 def resize_sample_params(shape: tuple[int, ...], layout: str, args: dict) -> tuple[tuple, tuple[int, int]]:
     """ROI and output size of one sample from its shape and its argument values."""
     hd, wd, _ = spatial_dims(layout, len(shape))

@@ -15,7 +15,7 @@ import torch
 
 from sluice import types
 from sluice.ops.image._geometry import as_list, out_dtype, warp_affine_images
-from sluice.ops.image.warp_affine import hwc_batch, interp_name, restore_layout
+from sluice.ops.image.warp_affine import image_hw, hwc_batch, interp_name, restore_layout, warp_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import REQUIRED, Arg, OpSchema
 
@@ -93,6 +93,24 @@ def rotate_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 
 @SCHEMA.batch_kernel("gpu")
 def rotate_gpu(ctx, images: Batch, *, args) -> Batch:
-    """The batch in one grid_sample."""
+    """The batch in one grid_sample over its padded form."""
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-    return Batch(_run(images.samples, layout, args.sample), layout)
+    n = len(images)
+    if n == 0:
+        return images
+    hw = image_hw(images.shapes_array(), layout)
+    mats, sizes = np.zeros((n, 2, 3)), np.zeros((n, 2), np.int64)
+    angles, given, keep = args["angle"], args["size"], args.const("keep_size")
+    for i in range(n):
+        h, w = int(hw[i, 0]), int(hw[i, 1])
+        size = as_list(given[i], 2, "size")
+        if size:
+            oh, ow = int(size[0]), int(size[1])
+        elif keep:
+            oh, ow = h, w
+        else:
+            oh, ow = rotated_size(h, w, float(angles[i]))
+        mats[i] = rotation_matrix(h, w, oh, ow, float(angles[i]))
+        sizes[i] = oh, ow
+    return warp_batch(images, layout, mats, sizes, interp_name(args.const("interp_type")), args.const("fill_value"),
+                      out_dtype(args.const("dtype"), images.dtype), "rotate")

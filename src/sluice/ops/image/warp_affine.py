@@ -13,11 +13,12 @@ import torch
 
 from sluice import types
 from sluice.kernels.resample import filter_id
-from sluice.ops.image._geometry import as_list, out_dtype, reject_volume, warp_affine_images
+from sluice.ops.image._geometry import (as_list, channel_last_padded, from_channel_last, out_dtype, reject_volume,
+                                       warp_affine_images, warp_affine_padded)
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
-__all__ = ["SCHEMA", "interp_name", "hwc_batch"]
+__all__ = ["SCHEMA", "interp_name", "hwc_batch", "warp_batch", "image_hw"]
 
 SCHEMA = OpSchema(
     "warp_affine",
@@ -109,9 +110,52 @@ def warp_affine_cpu(ctx, image: torch.Tensor, mt: torch.Tensor | None = None, **
     return _run([image], ctx.layout, lambda i: args, [mt] if mt is not None else None)[0]
 
 
+def warp_batch(images: Batch, layout: str, matrices: np.ndarray, out_sizes: np.ndarray, interp: str,
+               fill: float | None, dtype: torch.dtype, op: str = "warp_affine") -> Batch:
+    """Warp a whole batch (HWC, CHW or HW; ragged or not) in one ``grid_sample`` over its padded form:
+    ``matrices`` (n, 2, 3) map output to input coordinates, ``out_sizes`` (n, 2) are the outputs' (H, W)."""
+    reject_volume(op, layout)
+    x, hw, layout = channel_last_padded(images, layout, 0.0, op)
+    out = warp_affine_padded(x, hw, matrices, out_sizes, interp, None if fill is None else [fill], dtype)
+    return from_channel_last(out, out_sizes, images, layout)
+
+
+def image_hw(shapes: np.ndarray, layout: str) -> np.ndarray:
+    """(n, 2) heights and widths of samples with ``layout`` (HWC, CHW or HW)."""
+    layout = layout or ("HWC" if shapes.shape[1] == 3 else "HW")
+    return shapes[:, 1:3] if layout == "CHW" else shapes[:, :2]
+
+
 @SCHEMA.batch_kernel("gpu")
 def warp_affine_gpu(ctx, images: Batch, mts: Batch | None = None, *, args) -> Batch:
     """The batch padded into one tensor and warped by one grid_sample."""
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
-    m = [mts[i].cpu() for i in range(len(mts))] if mts is not None else None
-    return Batch(_run(images.samples, layout, args.sample, m), layout)
+    n = len(images)
+    if n == 0:
+        return images
+    if mts is not None:
+        if len(mts) != n:
+            raise ValueError(f"fn.warp_affine: {len(mts)} matrices for a batch of {n}")
+        given = mts.as_cpu()
+        if not given.is_dense_tensor() or int(np.prod(given.shape()[0])) != 6:
+            raise ValueError("Invalid matrix input: warp_affine needs 6 values [m00, m01, m02, m10, m11, m12] per "
+                             "sample (argument or second input).")
+        mats = given.as_tensor().reshape(n, 2, 3).to(torch.float64).numpy()
+    else:
+        values = args["matrix"]
+        if any(v is None or len(as_list(v)) != 6 for v in values):
+            raise ValueError("Invalid matrix: warp_affine needs 6 values [m00, m01, m02, m10, m11, m12] (argument or "
+                             "second input).")
+        mats = np.asarray([as_list(v) for v in values], np.float64).reshape(n, 2, 3)
+    if not args.const("inverse_map"):
+        full = np.concatenate([mats, np.broadcast_to([[[0.0, 0.0, 1.0]]], (n, 1, 3))], 1)
+        mats = np.linalg.inv(full)[:, :2]
+    hw = image_hw(images.shapes_array(), layout)
+    sizes = hw.copy()
+    for i, size in enumerate(args["size"]):
+        size = as_list(size, 2, "size")
+        if size:
+            sizes[i] = (int(size[0]), int(size[1]))
+    fill = args.const("fill_value")
+    return warp_batch(images, layout, mats, sizes, interp_name(args.const("interp_type")), fill,
+                      out_dtype(args.const("dtype"), images.dtype))

@@ -238,9 +238,7 @@ class VideoReader(ReaderBase):
         self.samples: list[tuple[int, int]] = []
         span = (self.length - 1) * self.stride
         for f, (entry, idx) in enumerate(zip(entries, self.indexes)):
-            first, stop = _frame_range(idx, entry[2], entry[3], self.as_frames)
-            last_start = stop - 1 if a["pad_sequences"] else stop - 1 - span
-            self.samples.extend((f, s) for s in range(first, last_start + 1, self.step))
+            self.samples.extend((f, s) for s in self.sequence_starts(f, idx, entry))
         if not self.samples:
             raise ArgumentError(f"{op}: no file has {span + 1} frames for a sequence of {self.length} frames with "
                                 f"stride {self.stride} (pass pad_sequences=True to pad short ones)")
@@ -254,6 +252,13 @@ class VideoReader(ReaderBase):
         self.backend = self._backend(spec)
         if hasattr(self.backend, "get_ready") and self.samples:  # worker processes, NVDEC decoders: started now
             self.backend.get_ready(self.paths[self.samples[0][0]])
+
+    def sequence_starts(self, f: int, idx, entry) -> list[int]:
+        """The first frames of file ``f``'s sequences (``entry``: its file-list entry; ``idx``: its index)."""
+        first, stop = _frame_range(idx, entry[2], entry[3], self.as_frames)
+        span = (self.length - 1) * self.stride
+        last_start = stop - 1 if self.spec.args["pad_sequences"] else stop - 1 - span
+        return list(range(first, last_start + 1, self.step))
 
     def _unreadable(self, entries) -> None:
         """Files that cannot be read: an error naming the first (and how many more), or, with

@@ -97,7 +97,10 @@ def arg_tensor(values: Sequence[Any], device: torch.device, dtype: torch.dtype =
         if len(lst) != 1:
             raise ValueError(f"expected one value per sample, got {len(lst)}")
         flat.append(lst[0])
-    return torch.tensor(flat, dtype=dtype).to(device, non_blocking=True)
+    values = torch.tensor(flat, dtype=dtype)
+    if torch.device(device).type == "cpu":
+        return values
+    return values.pin_memory().to(device, non_blocking=True)  # from pageable memory the copy waits for the stream
 
 
 def group_by_shape(samples: Sequence[torch.Tensor]) -> list[list[int]]:

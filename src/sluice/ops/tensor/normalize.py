@@ -213,28 +213,27 @@ def _out_dtype(dtype) -> torch.dtype:
 
 def normalize_padded(data: Batch, axes: Sequence[int], *, scale: float = 1.0, shift: float = 0.0,
                      epsilon: float = 0.0, ddof: int = 0, out_dtype: torch.dtype = torch.float32) -> Batch:
-    """Per-sample statistics over ``axes`` computed on the batch's padded form at once: sums with the padding at 0
-    (masked where it would count), each sample's element count from its shape. The values of
-    :func:`normalize_samples` (up to the order of float additions)."""
-    x, shapes = data.padded(fill=0.0)
+    """Per-sample statistics over ``axes`` computed on the batch's padded form at once, the padding masked out,
+    each sample's element count from its shape: the values of :func:`normalize_samples` (up to the order of float
+    additions). The output's padding holds ``shift`` (there ``in - mean`` counts as 0)."""
+    x, shapes = data.padded(fill=None)
     x = x.to(torch.float32)
     dims = [a + 1 for a in axes]
-    counts = np.prod(shapes[:, list(axes)], axis=1) if axes else np.ones(len(shapes), np.int64)
-    count = ragged.host_to_device(counts.astype(np.float32), x.device).view((len(shapes),) + (1,) * shapes.shape[1])
+    n, ndim = shapes.shape
     if not dims:
-        mean, var = x, torch.zeros_like(x)
-    else:
-        mean = x.sum(dim=dims, keepdim=True) / count.clamp_min(1)
-        ragged_axes = any(len(set(shapes[:, a].tolist())) > 1 for a in range(shapes.shape[1]))
-        centred = x - mean
-        if ragged_axes:   # the padding is 0, so it is -mean once centred: leave it out of the squares
-            centred = torch.where(ragged.valid_mask(shapes, tuple(x.shape[1:]), x.device), centred,
-                                  torch.zeros((), dtype=x.dtype, device=x.device))
-        dof = count - ddof
-        var = torch.where(dof > 0, centred.square().sum(dim=dims, keepdim=True) / dof.clamp_min(1),
-                          torch.zeros((), dtype=x.dtype, device=x.device))
-    y = (x - mean) * (_inv_std(var, epsilon) * scale) + shift
-    return Batch.from_padded(convert_saturate(y, out_dtype), shapes, data.layout())
+        return Batch.from_padded(convert_saturate(torch.full_like(x, shift), out_dtype), shapes, data.layout())
+    counts = np.prod(shapes[:, list(axes)], axis=1).astype(np.float32)
+    stats = ragged.host_to_device(np.stack([np.maximum(counts, 1), np.maximum(counts - ddof, 1),
+                                            (counts > ddof).astype(np.float32)], 1), x.device)
+    stats = stats.view((n, 3) + (1,) * (ndim - 1))
+    mask = ragged.valid_mask(shapes, tuple(x.shape[1:]), x.device)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    mean = torch.where(mask, x, zero).sum(dim=dims, keepdim=True) / stats[:, 0:1]
+    centred = torch.where(mask, x - mean, zero)
+    var = centred.square().sum(dim=dims, keepdim=True) / stats[:, 1:2] * stats[:, 2:3]   # no degrees left: 0
+    y = centred * (_inv_std(var, epsilon) * scale) + shift
+    return Batch.from_padded(convert_saturate(y, out_dtype), shapes, data.layout(),
+                             fill=float(convert_saturate(torch.tensor(shift), out_dtype)))
 
 
 def _normalize_batch(ctx, data: Batch, *, args) -> Batch:

@@ -345,6 +345,24 @@ def gather_regions(src: torch.Tensor, shapes: np.ndarray, lo: np.ndarray, out_sh
         return src[(slice(None),) + tuple(slice(int(lo[0, k]), int(lo[0, k]) + extent[k]) for k in range(ndim))]
     if src.numel() == 0 or n == 0:
         return _fill_tensor(fills, ndim, channel_axis, src.dtype, dev).expand((n, *extent)).clone()
+    if (lo == lo[0]).all():
+        # one start for every sample (audio padded or cut to one length from its start): the padded form cut (and
+        # grown with zeros) to the region, and what lies outside each sample filled, in a few launches
+        start = [int(v) for v in lo[0]]
+        cut = src[(slice(None),) + tuple(slice(max(0, a), max(0, a) + e) for a, e in zip(start, extent))]
+        grow = []
+        for k in reversed(range(ndim)):
+            before = max(0, -start[k])
+            grow += [before, extent[k] - before - cut.shape[k + 1]]
+        if any(grow):
+            cut = torch.nn.functional.pad(cut, grow)
+        if not outside.any():
+            return cut
+        # inside a sample: before its end (per sample) and, where the start is negative, at or after its 0
+        inside = ragged.valid_mask(np.clip(shapes - lo, 0, None), extent, dev)
+        if (lo[0] < 0).any():
+            inside = inside & _after_start(lo[0], extent, dev)
+        return torch.where(inside, cut, _fill_tensor(fills, ndim, channel_axis, src.dtype, dev))
     table = ragged.host_to_device(np.concatenate([lo, shapes], axis=1), dev)
     col = (n,) + (1,) * ndim
     index: list[torch.Tensor] = [torch.arange(n, device=dev).view(col)]
@@ -361,6 +379,18 @@ def gather_regions(src: torch.Tensor, shapes: np.ndarray, lo: np.ndarray, out_sh
     if inside is not None:
         out = torch.where(inside, out, _fill_tensor(fills, ndim, channel_axis, src.dtype, dev))
     return out
+
+
+def _after_start(start: np.ndarray, extent: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """True where a region that starts at ``start`` (negative on some axes) lies at or after each axis's 0."""
+    ndim = len(extent)
+    mask = torch.ones((1,) + (1,) * ndim, dtype=torch.bool, device=device)
+    for k in range(ndim):
+        if start[k] < 0:
+            view = [1] * (ndim + 1)
+            view[k + 1] = extent[k]
+            mask = mask & (torch.arange(extent[k], device=device).view(view) >= -int(start[k]))
+    return mask
 
 
 def _channel_axis(layout: str) -> int:
