@@ -171,6 +171,80 @@ def _b_readers_nemo_asr(tmp):
                                      read_idxs=True, name="R"))
 
 
+def _b_readers_mxnet(tmp):
+    import struct
+
+    with open(tmp / "r.rec", "wb") as f, open(tmp / "r.idx", "w") as idx:
+        for i in range(11):
+            payload = struct.pack("<IfQQ", 0, float(i), i, 0) + bytes([i]) * (i + 1)
+            idx.write(f"{i}\t{f.tell()}\n")
+            f.write(struct.pack("<II", 0xCED7230A, len(payload)) + payload + b"\0" * (-len(payload) % 4))
+    return tuple(fn.readers.mxnet(path=[str(tmp / "r.rec")], index_path=[str(tmp / "r.idx")], random_shuffle=True,
+                                  initial_fill=4, name="R"))
+
+
+def _lmdb(tmp, values):
+    import lmdb
+
+    env = lmdb.open(str(tmp / "db"), map_size=1 << 22)
+    with env.begin(write=True) as txn:
+        for i, v in enumerate(values):
+            txn.put(f"{i:04d}".encode(), v)
+    env.close()
+    return str(tmp / "db")
+
+
+def _b_readers_caffe(tmp):
+    # caffe.Datum: data (field 4, bytes) and label (field 5, varint)
+    path = _lmdb(tmp, [bytes([0x22, i + 1]) + bytes([i]) * (i + 1) + bytes([0x28, i]) for i in range(11)])
+    return tuple(fn.readers.caffe(path=path, random_shuffle=True, initial_fill=4, name="R"))
+
+
+def _b_readers_caffe2(tmp):
+    def proto(body):  # TensorProtos.protos (field 1)
+        return bytes([0x0A, len(body)]) + body
+
+    # an encoded image (data_type 4 STRING, string_data field 6) and an INT32 label (data_type 2, int32_data 4)
+    values = [proto(bytes([0x10, 4, 0x32, i + 1]) + bytes([i]) * (i + 1)) + proto(bytes([0x10, 2, 0x20, i]))
+              for i in range(11)]
+    return tuple(fn.readers.caffe2(path=_lmdb(tmp, values), random_shuffle=True, initial_fill=4, name="R"))
+
+
+def _b_readers_fits(tmp):
+    def hdu(cards, data=b""):
+        head = b"".join(c.ljust(80).encode() for c in cards + ["END"])
+        return head + b" " * (-len(head) % 2880) + data + b"\0" * (-len(data) % 2880)
+
+    for i in range(7):
+        data = np.full(i + 1, i, ">i2").tobytes()
+        (tmp / f"{i}.fits").write_bytes(
+            hdu(["SIMPLE  =                    T", "BITPIX  =                    8", "NAXIS   =                    0"])
+            + hdu(["XTENSION= 'IMAGE   '", "BITPIX  =                   16", "NAXIS   =                    1",
+                   f"NAXIS1  = {i + 1:>20}", "PCOUNT  =                    0", "GCOUNT  =                    1"], data))
+    return fn.experimental.readers.fits(file_root=str(tmp), random_shuffle=True, initial_fill=3, name="R")
+
+
+def _masks(tmp):
+    masks = [np.random.default_rng(i).integers(0, 3, (8, 9), dtype=np.uint8) for i in range(BATCH)]
+    return fn.external_source(source=lambda: masks)
+
+
+def _b_random_object_bbox(tmp):
+    return tuple(fn.segmentation.random_object_bbox(_masks(tmp), foreground_prob=0.8))
+
+
+def _b_random_mask_pixel(tmp):
+    return fn.segmentation.random_mask_pixel(_masks(tmp), foreground=1)
+
+
+def _b_roi_random_crop(tmp):
+    return fn.roi_random_crop(_masks(tmp), crop_shape=[4, 4], roi_start=[1, 1], roi_end=[6, 7])
+
+
+def _b_random_crop_generator(tmp):
+    return tuple(fn.random_crop_generator(fn.external_source(source=lambda: [np.array([60, 80, 3])] * BATCH)))
+
+
 BUILDERS = {
     "readers.file": _b_readers_file,
     "readers.webdataset": _b_readers_webdataset,
@@ -178,6 +252,14 @@ BUILDERS = {
     "readers.tfrecord": _b_readers_tfrecord,
     "readers.coco": _b_readers_coco,
     "readers.nemo_asr": _b_readers_nemo_asr,
+    "readers.mxnet": _b_readers_mxnet,
+    "experimental.readers.fits": _b_readers_fits,
+    "readers.caffe": _b_readers_caffe,
+    "readers.caffe2": _b_readers_caffe2,
+    "segmentation.random_object_bbox": _b_random_object_bbox,
+    "segmentation.random_mask_pixel": _b_random_mask_pixel,
+    "roi_random_crop": _b_roi_random_crop,
+    "random_crop_generator": _b_random_crop_generator,
     "external_source": _b_external_source,
     "random.coin_flip": _b_random_no_input("coin_flip"),
     "random.uniform": _b_random_no_input("uniform"),

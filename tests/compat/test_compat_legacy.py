@@ -100,8 +100,8 @@ def test_crop_mirror_normalize_legacy_arguments():
     assert out.op.const_args["image_type"] is None
     with pytest.raises(ArgumentError, match="not both"):
         fn.crop_mirror_normalize(images, output_dtype=types.FLOAT, dtype=types.FLOAT)
-    with pytest.raises(NotImplementedError, match="crop_d=16"):
-        fn.crop_mirror_normalize(images, crop_d=16)
+    volume = fn.crop_mirror_normalize(fn.external_source(name="v", layout="DHWC"), crop_d=16, crop_h=8, crop_w=8)
+    assert volume.op.const_args["crop_d"] == 16  # volumes pass through to sluice's volumetric kernels
 
 
 def test_legacy_cmn_runs_like_the_new_one():
@@ -139,8 +139,9 @@ def test_unsupported_arguments_name_operator_and_argument():
         fn.resize(fn.external_source(name="a"), resize_depth=3)
     with pytest.raises(NotSupportedError, match=r"ops.Resize: argument 'bogus'"):
         ops.Resize(bogus=1)
-    with pytest.raises(NotImplementedError, match="resize_z=2"):
-        fn.resize(fn.external_source(name="b"), resize_z=2)
+    # volumes are supported: their arguments pass through
+    fn.resize(fn.external_source(name="b"), resize_z=2)
+    fn.crop(fn.external_source(name="c"), crop_d=2, crop_h=2, crop_w=2, crop_pos_z=0.0)
 
 
 # names of older DALI releases, or outside DALI 2.4's fn: every name of its fn resolves (test_dali_fn_names.py)

@@ -13,12 +13,7 @@ NAMES = [line.strip() for line in (Path(__file__).parent / "dali_fn_names.txt").
          if line.strip() and not line.startswith("#")]
 
 # Grouped as issue 39 groups them; take a name off when sluice provides it.
-NOT_YET = {
-    # 3D and segmentation
-    "experimental.readers.fits",
-    # legacy readers
-    "readers.caffe", "readers.caffe2", "readers.mxnet",
-}
+NOT_YET: set[str] = set()
 
 
 def _resolve(name: str):

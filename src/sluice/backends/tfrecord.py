@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from sluice.backends.protobuf import ProtobufError, fields, varint
 from sluice.native import io as native_io
 
 __all__ = ["TFRecordError", "masked_crc", "build_index", "parse_index", "check_records", "parse_example",
@@ -112,45 +113,18 @@ def check_records(buf: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> np
 
 # ---- tf.train.Example -----------------------------------------------------------------------------------------------
 def _varint(data: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise TFRecordError("a varint runs past the end of the record")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise TFRecordError("a varint is longer than 10 bytes")
+    try:
+        return varint(data, pos)
+    except ProtobufError as e:
+        raise TFRecordError(str(e)) from None
 
 
 def _fields(data: memoryview, start: int, end: int):
     """(field number, wire type, value or (begin, end) of a length-delimited field) of a message's bytes."""
-    pos = start
-    while pos < end:
-        key, pos = _varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-            yield field, wire, value
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            if pos + length > end:
-                raise TFRecordError("a field runs past the end of its message")
-            yield field, wire, (pos, pos + length)
-            pos += length
-        elif wire == 5:
-            yield field, wire, (pos, pos + 4)
-            pos += 4
-        elif wire == 1:
-            yield field, wire, (pos, pos + 8)
-            pos += 8
-        else:
-            raise TFRecordError(f"unsupported protobuf wire type {wire}")
-    if pos != end:
-        raise TFRecordError("the last field runs past the end of its message")
+    try:
+        yield from fields(data, start, end)
+    except ProtobufError as e:
+        raise TFRecordError(str(e)) from None
 
 
 def _int64(v: int) -> int:

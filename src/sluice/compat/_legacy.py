@@ -96,8 +96,6 @@ _VIDEO_DECODER_RULES: dict[str, Any] = {
 _CROP_RULES: dict[str, Any] = {
     "output_dtype": Renamed("dtype"),
     "image_type": Dropped(_NO_EFFECT),
-    "crop_d": OnlyValues((0, 0.0), "sluice crops 2-D images and sequences, not volumes"),
-    "crop_pos_z": OnlyValues((0.5,), "sluice crops 2-D images and sequences, not volumes"),
 }
 
 ARG_RULES: dict[str, dict[str, Any]] = {
@@ -105,7 +103,6 @@ ARG_RULES: dict[str, dict[str, Any]] = {
     "crop": _CROP_RULES,
     "resize": {
         "image_type": Dropped(_NO_EFFECT),
-        "resize_z": OnlyValues((0, 0.0), "sluice resizes 2-D images and sequences, not volumes"),
     },
     "decoders.image": _DECODER_RULES,
     "decoders.image_crop": _DECODER_RULES,

@@ -33,7 +33,7 @@ from sluice.native import io as native_io
 from sluice.ops.readers.file import _host_buffer
 from sluice.pipeline.pool import map_all, run_shared, runs
 
-__all__ = ["read_packed", "read_into", "cached_index", "member_name", "as_list"]
+__all__ = ["read_packed", "read_into", "cached_index", "member_name", "as_list", "record_table"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,19 @@ def as_list(op: str, name: str, value: str | Sequence[str] | None) -> list[str]:
     if not items:
         raise ArgumentError(f"{op}: give {name} (a path, an s3:// URL, or a list of them)")
     return items
+
+
+def record_table(op: str, per_file: Sequence[tuple[np.ndarray, np.ndarray]], empty: str
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The records of several record files as one table: ``(file_of, offsets, sizes, record_no)``, from each
+    file's ``(offsets, sizes)`` in order; no record at all is an ArgumentError ending with ``empty``."""
+    file_of = np.concatenate([np.full(len(o), k, np.int32) for k, (o, _) in enumerate(per_file)])
+    offsets = np.concatenate([np.asarray(o, np.int64) for o, _ in per_file])
+    sizes = np.concatenate([np.asarray(z, np.int64) for _, z in per_file])
+    record_no = np.concatenate([np.arange(len(o)) for o, _ in per_file])
+    if not len(file_of):
+        raise ArgumentError(f"{op}: {empty}")
+    return file_of, offsets, sizes, record_no
 
 
 def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.ndarray, names: Sequence[str], *,

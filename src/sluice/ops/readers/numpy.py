@@ -41,6 +41,18 @@ logger = logging.getLogger(__name__)
 OUT_OF_BOUNDS = ("error", "trim_to_shape", "pad")
 _ROI_ARGS = ("roi_start", "rel_roi_start", "roi_end", "rel_roi_end", "roi_shape", "rel_roi_shape")
 
+def listing_args(file_filter: str) -> list[Arg]:
+    """The arguments naming a reader's files (file_root with file_filter, file_list or files), read by
+    :func:`list_npy`; ``file_filter`` is the default pattern."""
+    return [
+        Arg("file_root", str, None, "Folder or s3:// prefix holding the files (searched recursively)."),
+        Arg("file_filter", str, file_filter, "Glob pattern of the file names taken from file_root."),
+        Arg("file_list", str, None, "Text file listing one file per line (relative to file_root or to its own "
+            "folder)."),
+        Arg("files", "str_list", None, "Explicit list of files (relative to file_root when given)."),
+    ]
+
+
 SCHEMA = OpSchema(
     "readers.numpy",
     doc="""Reads ``.npy`` files as tensors (C order), whole or a region of interest, on the CPU or the GPU.
@@ -64,11 +76,7 @@ SCHEMA = OpSchema(
     stateful=True,
     output_layout="",
     args=[
-        Arg("file_root", str, None, "Folder or s3:// prefix holding the files (searched recursively)."),
-        Arg("file_filter", str, "*.npy", "Glob pattern of the file names taken from file_root."),
-        Arg("file_list", str, None, "Text file listing one file per line (relative to file_root or to its own "
-            "folder)."),
-        Arg("files", "str_list", None, "Explicit list of files (relative to file_root when given)."),
+        *listing_args("*.npy"),
         Arg("roi_start", "int_list", None, "First index of the region on each roi axis.", per_sample=True),
         Arg("rel_roi_start", "float_list", None, "roi_start as fractions of the extents.", per_sample=True),
         Arg("roi_end", "int_list", None, "End (exclusive) of the region on each roi axis.", per_sample=True),
@@ -143,6 +151,7 @@ def parse_header(head: bytes, path: str, file_size: int) -> NpyHeader:
 
 
 def list_npy(op: str, a: dict[str, Any]) -> list[str]:
+    """The files ``file_root`` + ``file_filter``, ``file_list`` or ``files`` name (:func:`listing_args`)."""
     root, file_list, files = a["file_root"], a["file_list"], a["files"]
     if file_list is not None and files is not None:
         raise ArgumentError(f"{op}: give only one of file_list and files")

@@ -32,7 +32,7 @@ from sluice.backends.tfrecord import (
     parse_index,
 )
 from sluice.errors import ArgumentError, SampleError
-from sluice.ops.readers._base import as_list, cached_index, member_name, read_packed
+from sluice.ops.readers._base import as_list, cached_index, member_name, read_packed, record_table
 from sluice.ops.readers.file import READER_ARGS, ReaderBase, _host_buffer
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all, runs
@@ -102,7 +102,7 @@ class TFRecordReader(ReaderBase):
         if indexes and len(indexes) != len(self.files):
             raise ArgumentError(f"{self.op_name}: {len(indexes)} index_path entries for {len(self.files)} files in "
                                 "path; give one index per file, in the same order")
-        file_of, offsets, sizes = [], [], []
+        per_file = []
         for k, path in enumerate(self.files):
             try:
                 size = storage.size(path)
@@ -113,15 +113,9 @@ class TFRecordReader(ReaderBase):
                                         lambda text, p=path, n=size: parse_index(text, f"of '{p}'", n))
             except storage.StorageError as e:
                 raise ArgumentError(f"{self.op_name}: {e}") from None
-            file_of.append(np.full(len(o), k, np.int32))
-            offsets.append(o)
-            sizes.append(z)
-        self.file_of = np.concatenate(file_of)
-        self.offsets = np.concatenate(offsets)
-        self.sizes = np.concatenate(sizes)
-        self.record_no = np.concatenate([np.arange(len(o)) for o in offsets])
-        if not len(self.file_of):
-            raise ArgumentError(f"{self.op_name}: the files hold no records: {self.files}")
+            per_file.append((o, z))
+        self.file_of, self.offsets, self.sizes, self.record_no = record_table(
+            self.op_name, per_file, f"the files hold no records: {self.files}")
         self.setup_order(len(self.file_of))
 
     def _name(self, i: int) -> str:
