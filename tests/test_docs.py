@@ -88,4 +88,4 @@ def test_readme_quick_start_commands_exist():
         assert f"\n{command} " in readme, command
     for target in ("demo", "test", "examples", "docs"):
         assert re.search(rf"^{target}:", makefile, re.M), target
-    assert "## Speed, measured" in readme and "| workload | sluice |" in readme
+    assert "## Speed, measured" in readme and "| DALI 2.4 | sluice | sluice / DALI |" in readme
