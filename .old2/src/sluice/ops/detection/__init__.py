@@ -1,1 +1,0 @@
-"""Bounding-box and coordinate operators: bb_flip, coord_flip, random_bbox_crop."""

@@ -1,1 +1,0 @@
-"""sluice operators: input/output of raw data (``fn.io.file.read``)."""

@@ -1,1 +1,0 @@
-"""sluice operators: readers."""

@@ -1,1 +1,0 @@
-"""Generic tensor operators: normalize, pad, slice, one_hot."""
