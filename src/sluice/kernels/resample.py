@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 __all__ = ["FILTERS", "FILTER_IDS", "filter_id", "filter_radius", "filter_table", "resample", "cast_round", "epilogue",
-           "resample_axis_batch", "filter_tables_batch"]
+           "resample_axis_batch", "filter_tables_batch", "pad_tables"]
 
 FILTERS = ("nn", "linear", "cubic", "lanczos3", "gaussian", "triangular")
 #: Integer ids used by the Triton kernels (triangular is linear with antialiasing forced on).
@@ -240,11 +240,16 @@ def filter_tables_batch(lo: np.ndarray, hi: np.ndarray, in_sizes: np.ndarray, ou
                         fids: np.ndarray, antialias: bool) -> tuple[np.ndarray, np.ndarray]:
     """:func:`filter_table` of every sample of a batch along one axis, padded into ``(n, max out, max taps)``
     tables for :func:`resample_axis_batch`."""
-    tables = [filter_table(float(a), float(b), max(int(s), 1), max(int(o), 1), int(f), antialias)
-              for a, b, s, o, f in zip(lo, hi, in_sizes, out_sizes, fids)]
+    return pad_tables([filter_table(float(a), float(b), max(int(s), 1), max(int(o), 1), int(f), antialias)
+                       for a, b, s, o, f in zip(lo, hi, in_sizes, out_sizes, fids)])
+
+
+def pad_tables(tables: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample ``(index, weights)`` filter tables padded into one ``(n, max out, max taps)`` index and weight
+    array (padding rows and taps: index 0, weight 0)."""
     n = len(tables)
-    out = max(t[0].shape[0] for t in tables)
-    taps = max(t[0].shape[1] for t in tables)
+    out = max([t[0].shape[0] for t in tables] + [0])
+    taps = max([t[0].shape[1] for t in tables] + [1])
     index = np.zeros((n, out, taps), np.int64)
     weights = np.zeros((n, out, taps), np.float32)
     for i, (idx, w) in enumerate(tables):

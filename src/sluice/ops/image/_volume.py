@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from sluice.kernels.resample import filter_table
+from sluice.kernels.resample import filter_table, pad_tables
 from sluice.ops.image._geometry import as_list, region_and_size, round_half_away
 
 __all__ = ["is_volume", "spatial_axes", "crop_windows_nd", "gather_windows", "resize_params_3d",
@@ -185,14 +185,7 @@ def _tables(lo: np.ndarray, hi: np.ndarray, in_size: np.ndarray, out_size: np.nd
         fid = fmin if abs(hi[i] - lo[i]) > o else fmag
         parts.append(filter_table(float(lo[i]), float(hi[i]), int(in_size[i]), o, fid, antialias) if o and in_size[i]
                      else (np.zeros((o, 1), np.int64), np.zeros((o, 1), np.float32)))
-    out_max = max([p[0].shape[0] for p in parts] + [0])
-    taps = max([p[0].shape[1] for p in parts] + [1])
-    idx = np.zeros((n, out_max, taps), np.int64)
-    w = np.zeros((n, out_max, taps), np.float32)
-    for i, (pi, pw) in enumerate(parts):
-        idx[i, :pi.shape[0], :pi.shape[1]] = pi
-        w[i, :pw.shape[0], :pw.shape[1]] = pw
-    return idx, w
+    return pad_tables(parts)
 
 
 def _resample_axis(x: torch.Tensor, dim: int, idx: np.ndarray, w: np.ndarray) -> torch.Tensor:
