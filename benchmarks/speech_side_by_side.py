@@ -24,7 +24,8 @@ import numpy as np
 RATE = 16000
 
 
-def build(base: str, files: list, batch: int, threads: int, cut: str | None = None, flags: bool = False):
+def build(base: str, files: list, batch: int, threads: int, cut: str | None = None, flags: bool = False,
+          int16: bool = False):
     """The pipeline function, written against ``base`` (``nvidia.dali`` or ``sluice``)."""
     pipeline_def = importlib.import_module(base).pipeline_def
     fn = importlib.import_module(base + ".fn")
@@ -34,7 +35,10 @@ def build(base: str, files: list, batch: int, threads: int, cut: str | None = No
     def speech():
         encoded, label = fn.readers.file(files=files, labels=list(range(len(files))), random_shuffle=True,
                                          name="Reader")
-        audio, _ = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=float(RATE))
+        if int16:   # diagnostic: the stored samples up to the device, converted there (equal features)
+            audio, _ = fn.decoders.audio(encoded, dtype=types.INT16, downmix=True)
+        else:
+            audio, _ = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=float(RATE))
         if cut == "decode":
             return audio.gpu(), label
         begin, length = fn.nonsilent_region(audio, cutoff_db=-60)
@@ -45,6 +49,8 @@ def build(base: str, files: list, batch: int, threads: int, cut: str | None = No
         if cut == "slice":
             return audio, label
         audio = audio.gpu()
+        if int16:
+            audio = fn.cast(audio, dtype=types.FLOAT) * (1.0 / 32768)
         if cut == "gpu":
             return audio, label
         audio = fn.preemphasis_filter(audio, preemph_coeff=0.97)
@@ -68,6 +74,8 @@ def main():
     ap.add_argument("--cut", choices=("decode", "nonsilent", "slice", "gpu"), default=None)
     ap.add_argument("--spell-flags", action="store_true", help="pass normalized_anchor=False, normalized_shape=False "
                     "to slice (the same program: its inputs are integers, which DALI takes as absolute)")
+    ap.add_argument("--int16", action="store_true", help="diagnostic: decode to INT16 and convert to float on the "
+                    "device (the same features)")
     ap.add_argument("--name", default=None, help="the workload's name in the RESULT line (default speech, or "
                     "speech_flac for FLAC files)")
     a = ap.parse_args()
@@ -78,7 +86,7 @@ def main():
     name = a.name or ("speech_flac" if files and files[0].endswith(".flac") else "speech")
     base = "nvidia.dali" if a.impl == "dali" else "sluice"
     plugin = importlib.import_module("nvidia.dali.plugin.pytorch" if a.impl == "dali" else "sluice.torch")
-    pipe = build(base, files, a.batch, a.threads, a.cut, a.spell_flags)()
+    pipe = build(base, files, a.batch, a.threads, a.cut, a.spell_flags, a.int16)()
     pipe.build()
     if a.cut:   # the outputs of earlier stages are ragged: the pipeline is run as it is, without the iterator
         batches = a.epochs * (len(files) // a.batch)

@@ -121,3 +121,25 @@ def test_long_signals_are_made_padded_by_copies_with_the_same_values(device):
             torch.testing.assert_close(row[: s.numel()], s, rtol=0, atol=0)
             if fill is not None:
                 assert bool((row[s.numel():] == fill).all())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.uint8, torch.float64])
+@pytest.mark.parametrize("fill", [None, 0.0, -3.0])
+def test_signals_at_offsets_made_padded_on_the_gpu_equal_the_host_path(dtype, fill):
+    """Long 1-D samples at offsets with gaps between them (audio cut by ``slice``), some empty, one at the very end
+    of the buffer: the GPU's padded form (one Triton launch where Triton is present) equals the host's, element by
+    element inside each sample and, with a fill, in the padding too."""
+    g = np.random.default_rng(3)
+    lengths = np.array([9000, 0, 17, 40001, 5000, 1], np.int64)
+    gaps = g.integers(0, 300, len(lengths))
+    offsets = np.cumsum(gaps + np.concatenate([[0], lengths[:-1]]))
+    total = int(offsets[-1] + lengths[-1])
+    buf = (torch.rand(total, generator=torch.Generator().manual_seed(1)) * 100).to(dtype)
+    host = ragged.packed_to_padded(buf, offsets, lengths[:, None], fill=fill)
+    gpu = ragged.packed_to_padded(buf.cuda(), offsets, lengths[:, None], fill=fill).cpu()
+    assert gpu.shape == host.shape == (len(lengths), int(lengths.max())) and gpu.dtype == dtype
+    for i, k in enumerate(lengths.tolist()):
+        torch.testing.assert_close(gpu[i, :k], buf[offsets[i]: offsets[i] + k], rtol=0, atol=0)
+        if fill is not None:
+            assert bool((gpu[i, k:] == torch.tensor(fill).to(dtype)).all())

@@ -11,9 +11,10 @@ A ragged batch is one buffer plus a shape per sample (:class:`sluice.pipeline.ba
 
 :func:`packed_to_padded` and :func:`padded_to_packed` convert in one launch sequence for the whole batch (index
 arithmetic on the device, one gather or one scatter), whatever the rank and the spread of shapes; long signals
-(audio), whose index would be eight times their size, are copied row by row in one multi-tensor call instead. The
-shapes live on the host (NumPy), where every size decision is made without waiting for the device;
-:func:`shape_table` and :func:`valid_mask` put them on the device once per batch shape, asynchronously.
+(audio), whose index would be eight times their size, are copied row by row in one multi-tensor call instead,
+and on a GPU by one Triton kernel (:mod:`sluice.kernels._triton_ragged`). The shapes live on the host (NumPy), where
+every size decision is made without waiting for the device; :func:`shape_table` and :func:`valid_mask` put them on
+the device once per batch shape, asynchronously.
 
 Example::
 
@@ -26,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 
 import numpy as np
@@ -172,6 +174,8 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
         start = int(offsets[0])
         return flat.as_strided((n, extent[0]), (int(offsets[1] - offsets[0]) if n > 1 else extent[0], 1),
                                flat.storage_offset() + start)
+    if ndim == 1 and flat.is_cuda and flat.dtype in _ROWS_KERNEL_TYPES and _rows_kernel() is not None:
+        return _padded_rows(flat, offsets, shapes[:, 0], extent[0], fill)
     if ndim == 1 and int(shapes[:, 0].sum()) >= _COPY_FROM * n:
         # long signals (audio): one copy per signal, made by one multi-tensor call, rather than an index of the
         # padded form's size (8 bytes per element) for one gather
@@ -196,6 +200,35 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
     out = flat[index]
     if fill is not None:
         out = torch.where(mask, out, torch.full((), fill, dtype=out.dtype, device=dev))
+    return out
+
+
+#: Sample types :func:`_padded_rows` copies (Triton has no bool pointers, and complex types are not samples).
+_ROWS_KERNEL_TYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8,
+                                torch.int16, torch.int32, torch.int64})
+
+
+@functools.cache
+def _rows_kernel():
+    """:mod:`sluice.kernels._triton_ragged`, or None without Triton (torch's gather or copies are used then)."""
+    try:
+        # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
+        from sluice.kernels import _triton_ragged
+    except ImportError:
+        return None
+    return _triton_ragged
+
+
+def _padded_rows(flat: torch.Tensor, offsets: np.ndarray, lengths: np.ndarray, extent: int,
+                 fill: float | None) -> torch.Tensor:
+    """The padded form of 1-D samples on a GPU, by one Triton launch (:mod:`sluice.kernels._triton_ragged`)."""
+    n = len(lengths)
+    out = flat.new_empty((n, extent))
+    table = host_to_device(np.stack([np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)], 1), flat.device)
+    k = _rows_kernel()
+    # the fill as the sample type holds it (-3 in uint8 is 253, as torch's full gives): Triton converts in range only
+    value = 0.0 if fill is None else float(torch.tensor(fill).to(flat.dtype))
+    k.rows_kernel[(-(-extent // k.BLOCK), n)](flat, table, out, extent, value, FILL=fill is not None, BLOCK=k.BLOCK)
     return out
 
 

@@ -69,13 +69,23 @@ def run_chain_one(batch, op, const, device="cpu"):
     return schema.kernels["gpu"].kernel(ctx, batch, args=BatchArgs(args, {}, len(batch)))
 
 
-def test_normalize_of_ragged_rows_equals_numpy_per_sample():
+@pytest.mark.parametrize("device", DEVICES)
+def test_normalize_of_ragged_rows_equals_numpy_per_sample(device):
+    """On a GPU a padded batch of float32 rows normalised over its ragged last axis takes one Triton launch
+    (sluice.kernels._triton_ragged) where Triton is present: the same values, an empty row included."""
     g = np.random.default_rng(0)
-    specs = [g.normal(3, 2, (4, t)).astype(np.float32) for t in (30, 7, 1, 18)]
+    specs = [g.normal(3, 2, (4, t)).astype(np.float32) for t in (30, 7, 1, 0, 1300)]
+    longest = max(s.shape[1] for s in specs)
+    rows = np.zeros((len(specs), 4, longest), np.float32)
+    for i, s in enumerate(specs):
+        rows[i, :, : s.shape[1]] = s
+    shapes = np.array([s.shape for s in specs])
     for ddof, eps in ((0, 0.0), (1, 1e-5)):
-        out = run_chain_one(Batch([torch.from_numpy(s) for s in specs], "ft"), "normalize",
-                            dict(axes=[1], ddof=ddof, epsilon=eps))
+        batch = Batch.from_padded(torch.from_numpy(rows).to(device), shapes, "ft")
+        out = run_chain_one(batch, "normalize", dict(axes=[1], ddof=ddof, epsilon=eps, shift=0.25), device)
+        assert out.padding_fill == 0.25 and out.padded(fill=None)[0][3].eq(0.25).all()
         for o, s in zip(out, specs):
+            o = o.cpu() - 0.25
             mean = s.mean(axis=1, keepdims=True)
             var = ((s - mean) ** 2).sum(axis=1, keepdims=True) / (s.shape[1] - ddof) if s.shape[1] > ddof else \
                 np.zeros_like(mean)

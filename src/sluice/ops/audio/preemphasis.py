@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -79,6 +81,10 @@ def preemphasis_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> Batch:
     if not len(x):
         return Batch([], x.layout())
     border, dtype = args.const("border"), args.const("dtype")
+    fast = _preemphasis_rows(x, args, border)
+    if fast is not None:
+        y, shapes = fast
+        return Batch.from_padded(convert_saturate(y, types.to_torch_dtype(dtype)), shapes, x.layout(), fill=0.0)
     padded, shapes = x.padded(fill=None)
     if padded.dim() < 2:
         raise ValueError("preemphasis_filter: expected signals, got scalars")
@@ -89,3 +95,62 @@ def preemphasis_gpu(ctx: BatchContext, x: Batch, *, args: BatchArgs) -> Batch:
     lengths = ragged.host_to_device(shapes[:, 0], padded.device) if border == "reflect" else None
     y = preemphasis(padded, coeff, border, lengths)
     return Batch.from_padded(convert_saturate(y, types.to_torch_dtype(dtype)), shapes, x.layout())
+
+
+#: Sample types the Triton kernel reads (it computes in float32, as the torch path does for these types).
+_KERNEL_TYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int16, torch.int32, torch.uint8,
+                           torch.int8})
+
+
+@functools.cache
+def _kernel():
+    """:mod:`sluice.kernels.audio._triton_audio`, or None without Triton (the torch path runs then)."""
+    try:
+        # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
+        from sluice.kernels.audio import _triton_audio
+    except ImportError:
+        return None
+    return _triton_audio
+
+
+def _rows(x: Batch) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
+    """``(buffer, start of each signal in it, lengths)`` of a batch of 1-D signals as it lies: packed (at any
+    offsets), or padded or dense (row ``i`` at ``i * extent``); None for other ranks."""
+    shapes = x.shapes_array()
+    if shapes.ndim != 2 or shapes.shape[1] != 1:
+        return None
+    if x.storage == "packed":
+        flat, _, offsets = x.packed_form()
+        return flat, np.asarray(offsets, np.int64), shapes[:, 0]
+    if x.storage in ("padded", "dense"):
+        rows = x.padded(fill=None)[0]
+        if not rows.is_contiguous():
+            return None
+        return rows.reshape(-1), np.arange(len(x), dtype=np.int64) * rows.shape[1], shapes[:, 0]
+    return None
+
+
+def _preemphasis_rows(x: Batch, args: BatchArgs, border: str) -> tuple[torch.Tensor, np.ndarray] | None:
+    """The filtered batch ``((n, longest) float32, shapes)`` by one Triton launch over the signals where they lie
+    (:mod:`sluice.kernels.audio._triton_audio`); None where the torch path runs instead (no Triton, not a CUDA
+    batch of 1-D signals of a type the kernel reads)."""
+    if x.torch_device.type != "cuda" or _kernel() is None:
+        return None
+    rows = _rows(x)
+    if rows is None or rows[0].dtype not in _KERNEL_TYPES:
+        return None
+    flat, starts, lengths = rows
+    n, extent, dev = len(x), int(lengths.max()), flat.device
+    out = torch.empty((n, extent), dtype=torch.float32, device=dev)
+    if extent == 0:
+        return out, lengths[:, None]
+    k = _kernel()
+    if args.is_const("preemph_coeff"):
+        coeffs, coeff, per_sample = out, float(args.const("preemph_coeff")), False   # coeffs unused
+    else:
+        coeffs = ragged.host_to_device(np.asarray(args["preemph_coeff"], np.float32), dev)
+        coeff, per_sample = 0.0, True
+    table = ragged.host_to_device(np.stack([starts, lengths.astype(np.int64)], 1), dev)
+    k.preemphasis_kernel[(-(-extent // k.BLOCK), n)](flat, table, coeffs, out, extent, coeff, PER_SAMPLE=per_sample,
+                                                     BORDER=k.BORDERS[border], BLOCK=k.BLOCK)
+    return out, lengths[:, None]

@@ -10,6 +10,8 @@ are float32; integer ``dtype`` outputs are rounded to nearest and clamped.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Sequence
 
 import numpy as np
@@ -220,6 +222,9 @@ def normalize_padded(data: Batch, axes: Sequence[int], *, scale: float = 1.0, sh
     x = x.to(torch.float32)
     dims = [a + 1 for a in axes]
     n, ndim = shapes.shape
+    if _rows_kernel_applies(x, shapes, axes, out_dtype):
+        return Batch.from_padded(_normalize_rows(x, shapes[:, -1], scale, shift, epsilon, ddof), shapes,
+                                 data.layout(), fill=float(np.float32(shift)))
     if not dims:
         return Batch.from_padded(convert_saturate(torch.full_like(x, shift), out_dtype), shapes, data.layout())
     counts = np.prod(shapes[:, list(axes)], axis=1).astype(np.float32)
@@ -227,13 +232,53 @@ def normalize_padded(data: Batch, axes: Sequence[int], *, scale: float = 1.0, sh
                                             (counts > ddof).astype(np.float32)], 1), x.device)
     stats = stats.view((n, 3) + (1,) * (ndim - 1))
     mask = ragged.valid_mask(shapes, tuple(x.shape[1:]), x.device)
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    mean = torch.where(mask, x, zero).sum(dim=dims, keepdim=True) / stats[:, 0:1]
-    centred = torch.where(mask, x - mean, zero)
-    var = centred.square().sum(dim=dims, keepdim=True) / stats[:, 1:2] * stats[:, 2:3]   # no degrees left: 0
-    y = centred * (_inv_std(var, epsilon) * scale) + shift
-    return Batch.from_padded(convert_saturate(y, out_dtype), shapes, data.layout(),
-                             fill=float(convert_saturate(torch.tensor(shift), out_dtype)))
+    # in place where the values allow it: each temporary of the padded form's size is a launch and an allocation,
+    # and freeing it a trip through the GIL (the arithmetic is that of x - mean, (x - mean)^2, ...: the same bits)
+    centred = torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    mean = centred.sum(dim=dims, keepdim=True).div_(stats[:, 0:1])
+    centred.sub_(mean).masked_fill_(~mask, 0.0)
+    var = centred.square().sum(dim=dims, keepdim=True).div_(stats[:, 1:2]).mul_(stats[:, 2:3])  # no degrees left: 0
+    inv = _inv_std(var, epsilon)
+    if scale != 1.0:
+        inv.mul_(scale)
+    y = centred.mul_(inv).add_(shift)
+    fill = float(np.float32(shift)) if out_dtype == torch.float32 else \
+        float(convert_saturate(torch.tensor(shift), out_dtype))
+    return Batch.from_padded(convert_saturate(y, out_dtype), shapes, data.layout(), fill=fill)
+
+
+@functools.cache
+def _kernels():
+    """:mod:`sluice.kernels._triton_ragged`, or None without Triton (the torch path runs then)."""
+    try:
+        # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
+        from sluice.kernels import _triton_ragged
+    except ImportError:
+        return None
+    return _triton_ragged
+
+
+def _rows_kernel_applies(x: torch.Tensor, shapes: np.ndarray, axes: Sequence[int], out_dtype: torch.dtype) -> bool:
+    """Whether :func:`_normalize_rows` takes the batch: float32 on a GPU with Triton, the statistics over the last
+    axis alone, every other axis whole in every sample (a speech batch's spectra, normalised over time)."""
+    ndim = shapes.shape[1]
+    return (x.is_cuda and x.dtype == torch.float32 and out_dtype == torch.float32 and list(axes) == [ndim - 1]
+            and x.is_contiguous() and bool((shapes[:, :-1] == np.asarray(x.shape[1:-1], np.int64)).all())
+            and _kernels() is not None)
+
+
+def _normalize_rows(x: torch.Tensor, lengths: np.ndarray, scale: float, shift: float, epsilon: float,
+                    ddof: int) -> torch.Tensor:
+    """:func:`normalize_padded` over the last axis by one Triton launch, one program a row (its padding
+    ``shift``)."""
+    k = _kernels()
+    rows, extent = int(np.prod(x.shape[1:-1])), int(x.shape[-1])
+    out = torch.empty_like(x)
+    if x.numel():
+        table = ragged.host_to_device(np.asarray(lengths, np.int64), x.device)
+        k.normalize_rows_kernel[(x.shape[0] * rows,)](x, table, out, rows, extent, int(ddof), float(epsilon),
+                                                      float(scale), float(shift), BLOCK=k.ROW_BLOCK)
+    return out
 
 
 def _normalize_batch(ctx, data: Batch, *, args) -> Batch:
