@@ -1,9 +1,14 @@
-"""Triton kernel of ``fn.preemphasis_filter`` on a GPU (:mod:`sluice.ops.audio.preemphasis`): a batch of 1-D
-signals read where they lie (the packed form, at any offsets, or the rows of a padded one) and filtered into the
-rows of the padded output, in ONE launch for the batch.
+"""Triton kernels of the speech operators on a GPU, each ONE launch for a ragged batch:
 
-The torch path made the padded form first and then filtered it with a shifted copy: about ten launches and as many
-temporaries, each a trip through the GIL for the device stage's thread, which shares it with the CPU stage's.
+* :func:`preemphasis_kernel` (``fn.preemphasis_filter``, :mod:`sluice.ops.audio.preemphasis`): 1-D signals read
+  where they lie (the packed form, at any offsets, or the rows of a padded one) and filtered into the rows of the
+  padded output;
+* :func:`frames_kernel` and :func:`power_kernel` (``fn.spectrogram``'s ragged batches,
+  :func:`sluice.kernels.audio.spectral.stft_power`): every signal's windowed frames, each signal extended at its
+  own ends; then the power of the batched FFT.
+
+The torch paths took about ten launches each (index arithmetic, a gather, shifted copies, window products) and as
+many temporaries, each a trip through the GIL for the device stage's thread, which shares it with the CPU stage's.
 
 Imported on first use, only where Triton and CUDA are present (importing Triton takes a second of start-up).
 """
@@ -13,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["preemphasis_kernel", "BLOCK", "BORDERS"]
+__all__ = ["preemphasis_kernel", "frames_kernel", "power_kernel", "BLOCK", "BORDERS"]
 
 BLOCK = 2048
 BORDERS = {"zero": 0, "clamp": 1, "reflect": 2}
@@ -45,3 +50,49 @@ def preemphasis_kernel(x_ptr, table_ptr, coeff_ptr, out_ptr, extent, coeff, PER_
         c = coeff
     y = tl.where(inside, x - c * prev, 0.0)
     tl.store(out_ptr + i.to(tl.int64) * extent + t, y, mask=t < extent)
+
+
+@triton.jit
+def frames_kernel(x_ptr, len_ptr, w_ptr, out_ptr, x_stride, frames, step, offset, NFFT: tl.constexpr,
+                  REFLECT: tl.constexpr, BLOCK: tl.constexpr):
+    """Frame ``t`` of signal ``b`` (row ``b`` of a padded ``(B, x_stride)`` batch holding ``len_ptr[b]`` samples),
+    windowed: ``out[b, t, k] = x[b, p] * w[k]`` for ``k < NFFT``, ``p = t * step + k - offset`` mirrored into the
+    signal (``REFLECT``, NumPy's ``pad(mode="reflect")``; a one-sample signal repeats) or 0 outside it. ``w`` is the
+    window zero-padded to ``NFFT``. ``out`` is ``(B, frames, NFFT)``."""
+    t = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    k = tl.arange(0, BLOCK)
+    n = k * 0 + tl.load(len_ptr + b)       # as a block: a scalar in a load's mask is not taken everywhere
+    p = t * step + k - offset
+    if REFLECT:
+        period = tl.maximum(2 * (n - 1), 1)
+        m = p % period
+        m = tl.where(m < 0, m + period, m)
+        m = tl.where(m >= n, period - m, m)
+        m = tl.where(n > 1, m, 0)
+        src = tl.minimum(m, tl.maximum(n - 1, 0))
+        inside = (k < NFFT) & (n > 0)
+    else:
+        src = p
+        inside = (k < NFFT) & (p >= 0) & (p < n)
+    x = tl.load(x_ptr + b * x_stride + src, mask=inside, other=0.0)
+    w = tl.load(w_ptr + k, mask=k < NFFT, other=0.0)
+    tl.store(out_ptr + (b * frames + t) * NFFT + k, x * w, mask=k < NFFT)
+
+
+@triton.jit
+def power_kernel(spec_ptr, out_ptr, spec_frames, frames, NBINS: tl.constexpr, MAGNITUDE: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """Frame ``t`` of row ``b`` of the spectra: ``re^2 + im^2`` (its square root with ``MAGNITUDE``) of the complex
+    ``(B, spec_frames, NBINS)`` FFT (read as float pairs) into the ``(B, frames, NBINS)`` output."""
+    t = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    f = tl.arange(0, BLOCK)
+    keep = f < NBINS
+    at = ((b * spec_frames + t) * NBINS + f) * 2
+    re = tl.load(spec_ptr + at, mask=keep, other=0.0)
+    im = tl.load(spec_ptr + at + 1, mask=keep, other=0.0)
+    p = re * re + im * im
+    if MAGNITUDE:
+        p = tl.sqrt(p)
+    tl.store(out_ptr + (b * frames + t) * NBINS + f, p, mask=keep)

@@ -150,6 +150,9 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     # Ragged batches are framed to a multiple of FRAME_BUCKET windows: the FFT's plan (made per input shape, and
     # cached) and the buffers then repeat from batch to batch instead of being new for every longest signal.
     t_fft = t_max if uniform else -(-t_max // FRAME_BUCKET) * FRAME_BUCKET
+    if _triton_frames_apply(x, nfft):
+        return _stft_power_triton(x, lengths_cpu, frames, t_max, t_fft, nfft, window_length, window_step, window,
+                                  default_window, offset, power, reflect_padding), frames
     if x.shape[1] == 0:
         windows = x.new_zeros(batch, t_fft, window_length)
     else:
@@ -183,6 +186,51 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
         return out, frames
     valid = torch.arange(t_max, device=dev)[None, :] < to_device(frames, dev)[:, None]
     return out * valid.unsqueeze(-1), frames
+
+
+@functools.cache
+def _triton_audio():
+    """:mod:`sluice.kernels.audio._triton_audio`, or None without Triton (the torch path runs then)."""
+    try:
+        # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
+        from sluice.kernels.audio import _triton_audio as kernels
+    except ImportError:
+        return None
+    return kernels
+
+
+def _triton_frames_apply(x: torch.Tensor, nfft: int) -> bool:
+    """Whether a ragged batch is framed by :func:`_stft_power_triton`: float32 rows on a GPU, with Triton."""
+    return x.is_cuda and x.dtype == torch.float32 and x.is_contiguous() and x.shape[1] > 0 and nfft <= 8192 \
+        and _triton_audio() is not None
+
+
+def _stft_power_triton(x: torch.Tensor, lengths: torch.Tensor, frames: torch.Tensor, t_max: int, t_fft: int,
+                       nfft: int, window_length: int, window_step: int, window: torch.Tensor, default_window: bool,
+                       offset: int, power: int, reflect_padding: bool) -> torch.Tensor:
+    """:func:`stft_power` of a ragged padded batch in three launches: the windowed frames of every signal, each
+    extended at its own ends (one Triton kernel), the batched FFT, and the power of its first ``t_max`` frames
+    (one Triton kernel). The rows past a signal's frame count hold whatever its padding gave."""
+    k = _triton_audio()
+    batch, dev = x.shape[0], x.device
+    if window_length < nfft:      # DALI's window, zero-padded, is made once; a given one is padded here
+        window = _on_device(_hann_np(window_length, nfft), x.dtype, str(dev)) if default_window else \
+            torch.nn.functional.pad(window, (0, nfft - window_length))
+    block = triton_block(nfft)
+    framed = torch.empty((batch, t_fft, nfft), dtype=x.dtype, device=dev)
+    k.frames_kernel[(t_fft, batch)](x, to_device(lengths.to(torch.int64), dev), window, framed, x.shape[1], t_fft,
+                                    window_step, offset, NFFT=nfft, REFLECT=reflect_padding, BLOCK=block)
+    spec = torch.view_as_real(torch.fft.rfft(framed, dim=-1))
+    nbins = nfft // 2 + 1
+    out = torch.empty((batch, t_max, nbins), dtype=x.dtype, device=dev)
+    k.power_kernel[(t_max, batch)](spec, out, t_fft, t_max, NBINS=nbins, MAGNITUDE=power == 1,
+                                   BLOCK=triton_block(nbins))
+    return out
+
+
+def triton_block(n: int) -> int:
+    """The power of two a Triton program covering ``n`` elements works on."""
+    return max(16, 1 << (int(n) - 1).bit_length())
 
 
 def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
