@@ -97,3 +97,27 @@ def loader_warmup(warmup: int, workers: int, prefetch_factor: int = 4) -> int:
     batches are made while timed (timing a few batches after a short warm-up times batches that were already
     waiting in the queue)."""
     return warmup + prefetch_factor * workers + 2
+
+
+def side_by_side_args(doc: str, make, count: int, what: str, batch: int, threads: int):
+    """The command line of a DALI-vs-sluice program (``*_side_by_side.py``): ``SCRIPT make ROOT [COUNT]`` runs
+    ``make(ROOT, COUNT)`` (COUNT default ``count``), says how long it took and returns None; otherwise returns an
+    ArgumentParser with ``impl`` (dali | sluice), ``root``, ``--batch``, ``--threads`` and ``--cpu`` for the script
+    to extend and parse."""
+    import argparse
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == "make":
+        n = int(sys.argv[3]) if len(sys.argv) > 3 else count
+        t = time.perf_counter()
+        make(sys.argv[2], n)
+        print(f"made {n} {what} in {time.perf_counter() - t:.1f} s")
+        return None
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("impl", choices=("dali", "sluice"))
+    ap.add_argument("root")
+    ap.add_argument("--batch", type=int, default=batch)
+    ap.add_argument("--threads", type=int, default=threads)
+    ap.add_argument("--cpu", action="store_true", help="every operator on the CPU: a smoke test of sluice without a "
+                    "GPU (the timed program is the GPU one)")
+    return ap
