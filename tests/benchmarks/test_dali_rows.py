@@ -98,3 +98,24 @@ def test_conditional_row_prints_its_result_line(jpegs, monkeypatch, capsys):
     program.main()
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("RESULT conditional sluice") and "img/s shape=(4, 3, 224, 224)" in line
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["torch_function_side_by_side", "conditional_side_by_side"])
+def test_programs_run_on_the_gpu(jpegs, name):
+    """The rows as the benchmark runs them: mixed decoder, the augmentations and the batch function on the GPU
+    (the torch_function row with an identity batch function where torchvision is missing)."""
+    program = _program(name)
+    extra = {}
+    if name.startswith("torch") and importlib.util.find_spec("torchvision") is None:
+        extra["augment"] = program.batch_function(lambda b: b)
+    outputs = []
+    for _ in range(2):
+        pipe = program.build(BASE, jpegs, batch_size=8, num_threads=2, seed=3, device="gpu", **extra)()
+        images, labels = pipe.run()
+        pipe.close()
+        _check(images, labels, 8)
+        assert images.as_tensor().is_cuda
+        outputs.append(images.as_tensor())
+    if name.startswith("conditional"):
+        torch.testing.assert_close(outputs[0], outputs[1], atol=0, rtol=0)
