@@ -17,14 +17,74 @@ import time
 
 IMAGE_SIZE = 224
 
+# The implementations a side-by-side row runs: the program is written against DALI's module tree, and sluice's
+# mirror of it (sluice.compat.dali) differs only in the prefix, so the import is the one thing that changes.
+BASES = {"dali": "nvidia.dali", "sluice": "sluice.compat.dali"}
+
+
+def dali_modules(base: str):
+    """``pipeline_def`` and the ``fn`` and ``types`` modules of ``base`` (``nvidia.dali``, ``sluice`` or
+    ``sluice.compat.dali``)."""
+    return (importlib.import_module(base).pipeline_def, importlib.import_module(base + ".fn"),
+            importlib.import_module(base + ".types"))
+
+
+def imagenet_normalize(fn, types, images, crop=(IMAGE_SIZE, IMAGE_SIZE)):
+    """The classification programs' last step: ``crop_mirror_normalize`` to float CHW with ImageNet's mean and
+    std (0-255 scale)."""
+    return fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", crop=crop,
+                                    mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                    std=[0.229 * 255, 0.224 * 255, 0.225 * 255])
+
+
+def row_arguments(doc: str, threads: int) -> argparse.ArgumentParser:
+    """The command line of a side-by-side row measured through DALIGenericIterator (see :func:`measure_iterator`):
+    ``IMPL DATA_DIR [--iters N] [--batch-size B] [--threads T] [--cpu]``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("impl", choices=tuple(BASES))
+    parser.add_argument("data_dir", help="class folders of JPEGs (benchmarks/peers/gen.py images DIR 8192)")
+    parser.add_argument("--iters", type=int, default=100, help="timed iterations, after one warm-up epoch")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=threads)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--cpu", action="store_true",
+                        help="build the program on the CPU (sluice only, no GPU): a smoke test, not the benchmark")
+    return parser
+
+
+def measure_iterator(row: str, impl: str, base: str, pipe, batch_size: int, iters: int) -> float:
+    """Run ``pipe`` (outputs ``images, labels``, reader named "Reader") through ``base``'s DALIGenericIterator:
+    one warm-up epoch, then ``iters`` timed batches (crossing epochs); print ``RESULT row impl rate img/s`` and
+    return the rate."""
+    import torch
+
+    plugin = importlib.import_module(base + ".plugin.pytorch")
+    loader = plugin.DALIGenericIterator(pipe, ["images", "labels"], reader_name="Reader", auto_reset=True)
+    for _ in loader:  # the warm-up epoch
+        pass
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    done = 0
+    while done < iters:
+        for batch in loader:
+            images = batch[0]["images"]
+            done += 1
+            if done == iters:
+                break
+    if cuda:
+        torch.cuda.synchronize()
+    rate = iters * batch_size / (time.perf_counter() - start)
+    print(f"RESULT {row} {impl:7s} {rate:10.1f} img/s shape={tuple(images.shape)} dtype={images.dtype}", flush=True)
+    return rate
+
 
 def build(base: str, data_dir: str, policy: str, batch_size: int = 128, num_threads: int = 16, seed: int = 42,
           device: str = "gpu"):
     """The pipeline, written against ``base`` (``nvidia.dali`` or ``sluice``); ``device="cpu"`` runs it without a
     GPU (the CPU decoder, everything on the CPU: a smoke test, not the benchmark)."""
-    pipeline_def = importlib.import_module(base).pipeline_def
-    fn = importlib.import_module(base + ".fn")
-    types = importlib.import_module(base + ".types")
+    pipeline_def, fn, types = dali_modules(base)
     auto_augment = importlib.import_module(base + ".auto_aug.auto_augment")
     trivial_augment = importlib.import_module(base + ".auto_aug.trivial_augment")
 
@@ -45,11 +105,7 @@ def build(base: str, data_dir: str, policy: str, batch_size: int = 128, num_thre
             output = auto_augment.auto_augment_image_net(images, shape=[IMAGE_SIZE, IMAGE_SIZE])
         else:
             output = trivial_augment.trivial_augment_wide(images, shape=[IMAGE_SIZE, IMAGE_SIZE])
-        output = fn.crop_mirror_normalize(output, dtype=types.FLOAT, output_layout="CHW",
-                                          crop=(IMAGE_SIZE, IMAGE_SIZE),
-                                          mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
-                                          std=[0.229 * 255, 0.224 * 255, 0.225 * 255])
-        return output, labels
+        return imagenet_normalize(fn, types, output), labels
 
     return training_pipe
 
