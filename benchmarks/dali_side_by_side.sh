@@ -7,7 +7,10 @@
 # LibriSpeech's spread of lengths, 16 kHz WAV), speech_flac (the same files as FLAC), whisper (whisper_side_by_side.py,
 # 5-45 s clips), train_real (side_by_side.py's train program over make_imagenet_real.py's JPEGs of ImageNet's sizes
 # and kinds). `real` names these four. effnet_autoaug and effnet_trivial: effnet_side_by_side.py, DALI's EfficientNet
-# training input with auto_augment / trivial_augment_wide, over the JPEGs of `train`.
+# training input with auto_augment / trivial_augment_wide, over the JPEGs of `train`; torch_function and conditional
+# (a torchvision v2 transform as torch_python_function; per-sample if/elif/else), over the same JPEGs; ssd (SSD300's
+# COCO training input, ssd_side_by_side.py) and nnunet3d (nnU-Net's 3-D loader, nnunet_side_by_side.py), over data
+# their scripts make. `programs` names these six.
 # Video workloads are named <program>_<seconds>s (video_frames_60s, video_reader_600s; `video` names all six): the
 # program of side_by_side.py on a barcoded 720p60 H.264 file of that length (made once by gen_video.py: gen.py's
 # frames, encoded in parallel segments), NCLIPS (64) clips of 16 frames, every frame checked by its barcode.
@@ -25,12 +28,13 @@ REPEAT=${REPEAT:-1}; AV_PATH=${AV_PATH:-/tmp/avonly}
 videos="video_frames_60s video_frames_180s video_frames_600s video_reader_60s video_reader_180s video_reader_600s"
 works=""; for w in ${*:-train decode val train_cpu audio audio_mixed audio_flac video}; do
   case $w in video) works="$works $videos";; real) works="$works speech speech_flac whisper train_real";;
+    programs) works="$works effnet_autoaug effnet_trivial torch_function conditional ssd nnunet3d";;
     *) works="$works $w";; esac
 done
 export NCLIPS=${NCLIPS:-64}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 gen="$here/peers/gen.py"
-case " $works " in *" train"*|*" decode "*|*" val "*) [ -d "$DATA/images" ] || { echo "making 8192 JPEGs"; PYTHONPATH=$SITE python3 "$gen" images "$DATA/images" 8192; };; esac
+case " $works " in *" train"*|*" decode "*|*" val "*|*effnet*|*torch_function*|*conditional*) [ -d "$DATA/images" ] || { echo "making 8192 JPEGs"; PYTHONPATH=$SITE python3 "$gen" images "$DATA/images" 8192; };; esac
 case " $works " in *" audio"*) [ -d "$DATA/wav" ] || { echo "making 1024 WAVs"; PYTHONPATH=$SITE python3 "$gen" audio "$DATA/wav" 1024 10; };; esac
 for w in $works; do
   case $w in video_*_*s) s=${w##*_}; s=${s%s}
@@ -41,6 +45,8 @@ case " $works " in *audio_flac*) [ -d "$DATA/flac" ] || PYTHONPATH=$SITE python3
 case " $works " in *" speech "*) [ -d "$DATA/speech" ] || PYTHONPATH=$SITE python3 "$here/make_speech.py" "$DATA/speech" --files 2048;; esac
 case " $works " in *speech_flac*) [ -d "$DATA/speech_flac" ] || PYTHONPATH=$SITE python3 "$here/make_speech.py" "$DATA/speech_flac" --files 2048 --format flac;; esac
 case " $works " in *whisper*) [ -d "$DATA/whisper" ] || PYTHONPATH=$SITE python3 "$here/whisper_side_by_side.py" make "$DATA/whisper" 256;; esac
+case " $works " in *" ssd "*) [ -d "$DATA/ssd" ] || PYTHONPATH=$SITE python3 "$here/ssd_side_by_side.py" make "$DATA/ssd" 2048;; esac
+case " $works " in *nnunet3d*) [ -d "$DATA/nnunet" ] || PYTHONPATH=$SITE python3 "$here/nnunet_side_by_side.py" make "$DATA/nnunet" 32;; esac
 case " $works " in *train_real*) [ -d "$DATA/images_real" ] || PYTHONPATH=$SITE python3 "$here/make_imagenet_real.py" "$DATA/images_real" --count 8192;; esac
 commit=${COMMIT:-$(cd "$top" && git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # COMMIT: the device copy may lack the history
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -48,7 +54,7 @@ log="$OUT/side_by_side.log"; : > "$log"
 for w in $works; do
   case $w in
     audio|audio_mixed) d="$DATA/wav";; audio_flac) d="$DATA/flac";; train_real) d="$DATA/images_real";;
-    speech|speech_flac|whisper) d="$DATA/$w";; *) d="$DATA/images";;
+    speech|speech_flac|whisper|ssd) d="$DATA/$w";; nnunet3d) d="$DATA/nnunet";; *) d="$DATA/images";;
   esac
   prog=$w; [ "$w" = train_real ] && prog=train
   case $w in video_*_*s) prog=${w%_*}; s=${w##*_}; d="$DATA/video${s%s}.mp4";; video_*) d="$DATA/video.mp4";; esac
@@ -65,6 +71,9 @@ for w in $works; do
         effnet_autoaug) cmd=("$here/effnet_side_by_side.py" "$impl" "$d" --policy autoaug);;
         effnet_trivial) cmd=("$here/effnet_side_by_side.py" "$impl" "$d" --policy trivial);;
         whisper) cmd=("$here/whisper_side_by_side.py" "$impl" "$d");;
+        ssd) cmd=("$here/ssd_side_by_side.py" "$impl" "$d");;
+        nnunet3d) cmd=("$here/nnunet_side_by_side.py" "$impl" "$d");;
+        torch_function|conditional) cmd=("$here/${w}_side_by_side.py" "$impl" "$d");;
         *) cmd=("$here/peers/side_by_side.py" "$prog" "$impl" "$d");;
       esac
       line=$(cd /tmp && PYTHONPATH=$path timeout 300 python3 "${cmd[@]}" 2>"$OUT/err_${w}_${impl}.log" \

@@ -15,10 +15,8 @@ flips (horizontal, vertical, depthwise coin flips) -> gaussian noise (random.nor
 example's arithmetic on a BOOL coin flip. Batch 2, 8 threads, through DALIGenericIterator (image, label).
 Prints ``RESULT nnunet3d IMPL RATE vol/s`` over ``--batches`` batches after ``--warmup`` batches.
 
-Two places differ in spelling from the example, not in what runs: the example slices image and label in one call
-(``fn.slice([img, label], ...)``, DALI's multiple input sets) and passes the patch size as ``types.Constant``;
-this program makes two slice calls and passes the patch size as a NumPy array (which DALI turns into the same
-constant input), because sluice supports neither (see the report of issue 39).
+The example's spelling is kept: one ``fn.slice([img, label], ...)`` (DALI's multiple input sets) and the patch
+size as ``types.Constant``.
 
 ``--cpu`` builds the same program with every operator on the CPU (no device, no ``.gpu()``): for a smoke test of
 sluice on a machine without a GPU only; the timed program is the GPU one.
@@ -50,7 +48,7 @@ def build(base: str, imgs: list, lbls: list, batch: int, threads: int, patch=PAT
     fn = importlib.import_module(base + ".fn")
     types = importlib.import_module(base + ".types")
     math = importlib.import_module(base + ".math")
-    crop_shape = np.array(patch, dtype=np.int64)
+    crop_shape = types.Constant(np.array(patch), dtype=types.INT64)
     crop_shape_float = [float(x) for x in patch]
 
     def random_augmentation(probability, augmented, original):
@@ -72,8 +70,8 @@ def build(base: str, imgs: list, lbls: list, batch: int, threads: int, patch=PAT
                                                                 cache_objects=True, foreground_prob=oversampling)
         anchor = fn.roi_random_crop(lbl, roi_start=roi_start, roi_end=roi_end, crop_shape=[1, *patch])
         anchor = fn.slice(anchor, 1, 3, axes=[0])  # drop the channel from the anchor
-        img = fn.slice(img, anchor, crop_shape, axis_names="DHW", out_of_bounds_policy="pad", device="cpu")
-        lbl = fn.slice(lbl, anchor, crop_shape, axis_names="DHW", out_of_bounds_policy="pad", device="cpu")
+        img, lbl = fn.slice([img, lbl], anchor, crop_shape, axis_names="DHW", out_of_bounds_policy="pad",
+                            device="cpu")
         if not cpu:
             img, lbl = img.gpu(), lbl.gpu()
 

@@ -172,3 +172,14 @@ class BatchInfo:
 
     iteration: int
     epoch_idx: int
+
+
+def __getattr__(name: str):
+    """``types.Constant`` (DALI's spelling: a typed scalar for arithmetic, or an ``fn.constant`` node): made by the
+    graph layer, which builds on these types, so it is looked up there when first asked for."""
+    if name == "Constant":
+        # imported here: the graph layer builds on this module (layers point one way)
+        from sluice.compat.dali.types import Constant
+
+        return Constant
+    raise AttributeError(f"module 'sluice.types' has no attribute {name!r}")

@@ -248,9 +248,12 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
     """Validate a call of ``fn.<schema.name>`` and record it. Returns one DataNode, or a list for operators with
     several outputs (as DALI does), or a dict for operators whose outputs are named (readers.tfrecord)."""
     kwargs = dict(kwargs)
+    inputs = list(inputs)
+    sets = [i for i, x in enumerate(inputs) if _is_input_set(x)]
+    if sets:
+        return _per_input_set(schema, inputs, sets, kwargs)
     device = kwargs.pop("device", None)
     name = kwargs.pop("name", None)
-    inputs = list(inputs)
     while inputs and inputs[-1] is None:  # optional inputs left out, as the signatures show them (anchor=None)
         inputs.pop()
     n = len(inputs)
@@ -266,9 +269,6 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
     for i, x in enumerate(inputs):
         if isinstance(x, DataNode):
             nodes.append(x)
-        elif isinstance(x, (list, tuple)) and x and all(isinstance(e, DataNode) for e in x):
-            raise ArgumentError(f"fn.{schema.name}: input {i} is a list of DataNodes; pick one output "
-                                "(multi-output operators return a list)")
         else:
             from sluice.schema import get_schema
 
@@ -301,3 +301,38 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
     if schema.output_names is not None:
         return dict(zip(schema.output_names(const), op.outputs))
     return op.outputs[0] if len(op.outputs) == 1 else list(op.outputs)
+
+
+def _is_input_set(x: Any) -> bool:
+    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(e, DataNode) for e in x)
+
+
+def _per_input_set(schema: OpSchema, inputs: list[Any], sets: list[int], kwargs: dict[str, Any]) -> list[Any]:
+    """DALI's multiple input sets: an input given as a list of DataNodes makes the operator run once per element
+    (``fn.slice([image, label], anchor, shape)``), with the other inputs and every argument shared; the result is
+    a list with one entry per set. A random operator draws the same values for every set (one seed for all, as
+    DALI's one operator instance does), so that an image and its mask get the same crop or flip."""
+    sizes = {len(inputs[i]) for i in sets}
+    if len(sizes) != 1:
+        raise ArgumentError(f"fn.{schema.name}: the input sets (lists of DataNodes) differ in length: "
+                            + ", ".join(f"input {i} has {len(inputs[i])}" for i in sets))
+    count = sizes.pop()
+    shared = dict(kwargs)
+    if "seed" in schema.args and (shared.get("seed") is None or shared.get("seed", -1) < 0):
+        shared["seed"] = _shared_seed()
+    name = shared.pop("name", None)
+    return [make_node(schema, [x[k] if i in sets else x for i, x in enumerate(inputs)],
+                      dict(shared, name=name if k == 0 else None)) for k in range(count)]
+
+
+def _shared_seed() -> int:
+    """One seed for the nodes of one multi-set call, derived from the pipeline's seed and the call's rank among
+    such calls in its definition: the same program with the same seed draws the same values."""
+    from sluice.pipeline.pipeline import Pipeline   # graph nodes are recorded into the pipeline being defined
+
+    current = Pipeline.current()
+    base, rank = (current.seed, getattr(current, "_input_set_calls", 0)) if current is not None else (0, 0)
+    if current is not None:
+        current._input_set_calls = rank + 1
+    state = np.random.SeedSequence([base & 0xFFFFFFFF, 0x5E75, rank]).generate_state(2, np.uint32)
+    return int(state.view(np.uint64)[0] & 0x7FFFFFFFFFFFFFFF)
