@@ -129,17 +129,23 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     window = window.to(device=dev, dtype=dtype)
     if window.numel() != window_length:
         raise ValueError(f"window_fn has {window.numel()} samples, window_length is {window_length}")
+    # the counts in NumPy: each torch call on these few numbers would give up the GIL and wait to take it back
     lengths_cpu = lengths.cpu()
-    frames = num_windows(lengths_cpu, window_length, window_step, center_windows)
+    n_np = lengths_cpu.numpy().astype(np.int64)
+    if center_windows:
+        frames_np = np.where(n_np > 0, n_np // window_step + 1, 0)
+    else:
+        frames_np = np.where(n_np >= window_length, np.maximum(n_np - window_length, 0) // window_step + 1, 0)
+    frames = torch.from_numpy(frames_np)          # num_windows' values
     batch = x.shape[0]
-    t_max = int(frames.max()) if batch else 0
+    t_max = int(frames_np.max()) if batch else 0
     nbins = nfft // 2 + 1
     if batch == 0 or t_max == 0:
         return x.new_zeros(batch, t_max, nbins), frames
     # First sample of every window; librosa centres a window_length window inside an nfft frame that is itself
     # centred on t * step, so the window starts nfft//2 - (nfft - window_length)//2 samples before t * step.
     offset = (nfft // 2 - (nfft - window_length) // 2) if center_windows else 0
-    uniform = bool((lengths_cpu == x.shape[1]).all())
+    uniform = bool((n_np == x.shape[1]).all())
     if uniform and (center_windows and reflect_padding and x.shape[1] > nfft // 2 or
                     not center_windows and nfft == window_length and x.shape[1] >= nfft):
         # torch.stft frames by strides (no gather) and centres the window in the nfft frame exactly as above.
@@ -151,7 +157,7 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     # cached) and the buffers then repeat from batch to batch instead of being new for every longest signal.
     t_fft = t_max if uniform else -(-t_max // FRAME_BUCKET) * FRAME_BUCKET
     if _triton_frames_apply(x, nfft):
-        return _stft_power_triton(x, lengths_cpu, frames, t_max, t_fft, nfft, window_length, window_step, window,
+        return _stft_power_triton(x, torch.from_numpy(n_np), frames, t_max, t_fft, nfft, window_length, window_step, window,
                                   default_window, offset, power, reflect_padding), frames
     if x.shape[1] == 0:
         windows = x.new_zeros(batch, t_fft, window_length)
@@ -208,9 +214,10 @@ def _triton_frames_apply(x: torch.Tensor, nfft: int) -> bool:
 def _stft_power_triton(x: torch.Tensor, lengths: torch.Tensor, frames: torch.Tensor, t_max: int, t_fft: int,
                        nfft: int, window_length: int, window_step: int, window: torch.Tensor, default_window: bool,
                        offset: int, power: int, reflect_padding: bool) -> torch.Tensor:
-    """:func:`stft_power` of a ragged padded batch in three launches: the windowed frames of every signal, each
-    extended at its own ends (one Triton kernel), the batched FFT, and the power of its first ``t_max`` frames
-    (one Triton kernel). The rows past a signal's frame count hold whatever its padding gave."""
+    """:func:`stft_power` of a ragged padded batch (``lengths``: int64, on the host) in three launches: the windowed
+    frames of every signal, each extended at its own ends (one Triton kernel), the batched FFT, and the power of its
+    first ``t_max`` frames (one Triton kernel). The rows past a signal's frame count hold whatever its padding
+    gave."""
     k = _triton_audio()
     batch, dev = x.shape[0], x.device
     if window_length < nfft:      # DALI's window, zero-padded, is made once; a given one is padded here
@@ -218,7 +225,7 @@ def _stft_power_triton(x: torch.Tensor, lengths: torch.Tensor, frames: torch.Ten
             torch.nn.functional.pad(window, (0, nfft - window_length))
     block = triton_block(nfft)
     framed = torch.empty((batch, t_fft, nfft), dtype=x.dtype, device=dev)
-    k.frames_kernel[(t_fft, batch)](x, to_device(lengths.to(torch.int64), dev), window, framed, x.shape[1], t_fft,
+    k.frames_kernel[(t_fft, batch)](x, to_device(lengths, dev), window, framed, x.shape[1], t_fft,
                                     window_step, offset, NFFT=nfft, REFLECT=reflect_padding, BLOCK=block)
     spec = torch.view_as_real(torch.fft.rfft(framed, dim=-1))
     nbins = nfft // 2 + 1
