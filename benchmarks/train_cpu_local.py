@@ -1,8 +1,8 @@
 """The CPU half of DALI's ImageNet example with ``dali_cpu=True`` (issue 18's ``train_cpu`` workload) on a machine
 without a GPU: readers.file -> decoders.image_random_crop(cpu) -> resize 224x224 (cpu, INTERP_TRIANGULAR), no
 ``.gpu()`` and no crop_mirror_normalize, in img/s and in CPU milliseconds per image (all threads); once with
-sluice's compiled core (native) and once with its pure-Python fallbacks (``sluice.native.fallback()``, what
-``SLUICE_NATIVE=0`` selects), interleaved, best of ``--rounds``.
+sluice's compiled core (native) and once with its pure-Python fallbacks (``sluice.native.fallback()``),
+interleaved, best of ``--rounds``.
 
 With ``PYTHONPATH`` pointing at an older checkout the same script measures that code (before the core decoded and
 resized, both figures are its per-sample kernels).
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
                     p.close()
     workload = f"train_cpu local ({args.threads} threads, batch {args.batch_size})"
     print(f"compiled core built and enabled: {native.available()}")
-    fallback = "sluice fallback (SLUICE_NATIVE=0)"
+    fallback = "sluice fallback (native.fallback())"
     report(workload, "img/s", best["native"][0], {fallback: best["fallback"][0]})
     report(workload + " CPU time", "ms/img", best["native"][1], {fallback: best["fallback"][1]},
            higher_is_better=False)

@@ -186,6 +186,7 @@ def test_system_libjpeg_gives_the_same_pixels_and_other_libraries_are_refused(tm
         import glob, os, numpy as np, simplejpeg, PIL
         from sluice import native
         from sluice.native import jpeg
+        jpeg.LIBJPEG = {_SYSTEM_LIBJPEG!r}
         c = native.core()
         png = glob.glob(os.path.join(os.path.dirname(os.path.dirname(PIL.__file__)), "pillow.libs", "libpng*"))
         assert "cannot open" in c.jpeg_open("/nonexistent/libjpeg.so.62")
@@ -205,6 +206,6 @@ def test_system_libjpeg_gives_the_same_pixels_and_other_libraries_are_refused(tm
                 assert status[0] == 0 and np.array_equal(out.reshape(h, w, 3), ref[y:y + h, x:x + w]), (ss, y, x)
         print("ok")
     """)
-    env = dict(os.environ, SLUICE_LIBJPEG=_SYSTEM_LIBJPEG, PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

@@ -87,7 +87,7 @@ def _logmel(files, batch):
 
 
 def _run(files, batch, iterations, graphs, monkeypatch):
-    monkeypatch.setenv("SLUICE_CUDA_GRAPHS", "1" if graphs else "0")
+    monkeypatch.setattr("sluice.pipeline.cuda_graphs.ENABLED", graphs)
     p = _logmel(files, batch)
     outs = []
     for _ in range(iterations):

@@ -139,18 +139,18 @@ py::tuple nonsilent_region(py::array data, Int64s offsets, Int64s lengths, int64
     WorkerPool* workers = pool_of(pool);
     const char kind = data.dtype().kind();
     const size_t size = static_cast<size_t>(data.itemsize());
-#define SLUICE_ALL(T) nonsilent_all<T>(data, off, len, n, workers, window, factor, reference, b, l)
-    if (kind == 'f' && size == 4) SLUICE_ALL(float);
-    else if (kind == 'f' && size == 8) SLUICE_ALL(double);
-    else if (kind == 'i' && size == 1) SLUICE_ALL(int8_t);
-    else if (kind == 'i' && size == 2) SLUICE_ALL(int16_t);
-    else if (kind == 'i' && size == 4) SLUICE_ALL(int32_t);
-    else if (kind == 'i' && size == 8) SLUICE_ALL(int64_t);
-    else if (kind == 'u' && size == 1) SLUICE_ALL(uint8_t);
-    else if (kind == 'u' && size == 2) SLUICE_ALL(uint16_t);
-    else if (kind == 'u' && size == 4) SLUICE_ALL(uint32_t);
+#define NONSILENT_ALL(T) nonsilent_all<T>(data, off, len, n, workers, window, factor, reference, b, l)
+    if (kind == 'f' && size == 4) NONSILENT_ALL(float);
+    else if (kind == 'f' && size == 8) NONSILENT_ALL(double);
+    else if (kind == 'i' && size == 1) NONSILENT_ALL(int8_t);
+    else if (kind == 'i' && size == 2) NONSILENT_ALL(int16_t);
+    else if (kind == 'i' && size == 4) NONSILENT_ALL(int32_t);
+    else if (kind == 'i' && size == 8) NONSILENT_ALL(int64_t);
+    else if (kind == 'u' && size == 1) NONSILENT_ALL(uint8_t);
+    else if (kind == 'u' && size == 2) NONSILENT_ALL(uint16_t);
+    else if (kind == 'u' && size == 4) NONSILENT_ALL(uint32_t);
     else throw std::invalid_argument("nonsilent_region: unsupported sample type");
-#undef SLUICE_ALL
+#undef NONSILENT_ALL
     return py::make_tuple(begin, length);
 }
 

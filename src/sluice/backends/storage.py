@@ -46,6 +46,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from sluice import env as sluice_env
 from sluice.errors import ArgumentError
 
 __all__ = ["StorageError", "is_url", "join", "dirname", "basename", "exists", "size", "list_files", "read_bytes",
@@ -123,15 +124,17 @@ class S3Settings:
 
     @classmethod
     def from_env(cls) -> S3Settings:
-        """The settings the environment gives now (the AWS files are read again only when it changes)."""
-        key = tuple(os.environ.get(k) for k in _ENV_KEYS)
+        """The settings the environment gives now (the AWS files are read again only when it changes); sluice's
+        own (``SLUICE_S3_*``) come from :func:`sluice.env.s3`."""
+        ours = sluice_env.s3()
+        key = (tuple(os.environ.get(k) for k in _ENV_KEYS), ours)
         found = _settings.get(key)
         if found is None:
-            found = _settings[key] = cls._read_env()
+            found = _settings[key] = cls._read_env(ours)
         return found
 
     @classmethod
-    def _read_env(cls) -> S3Settings:
+    def _read_env(cls, ours: sluice_env.S3Env) -> S3Settings:
         env = os.environ
         profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
         creds = _ini(env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"), profile)
@@ -152,9 +155,8 @@ class S3Settings:
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or conf.get("region") or "us-east-1",
             access_key_id=key, secret_access_key=secret, session_token=token,
             anonymous=env.get("AWS_NO_SIGN_REQUEST", "").lower() in ("1", "true", "yes"),
-            timeout=_number("SLUICE_S3_TIMEOUT", 30.0), connect_timeout=_number("SLUICE_S3_CONNECT_TIMEOUT", 5.0),
-            retries=int(_number("SLUICE_S3_RETRIES", 5)), retry_timeout=_number("SLUICE_S3_RETRY_TIMEOUT", 60.0),
-            concurrency=max(1, int(_number("SLUICE_S3_CONCURRENCY", 64))))
+            timeout=ours.timeout, connect_timeout=ours.connect_timeout, retries=ours.retries,
+            retry_timeout=ours.retry_timeout, concurrency=ours.concurrency)
 
     @property
     def deadline(self) -> float:
@@ -164,20 +166,8 @@ class S3Settings:
 
 _ENV_KEYS = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
              "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3",
-             "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_NO_SIGN_REQUEST", "SLUICE_S3_TIMEOUT",
-             "SLUICE_S3_CONNECT_TIMEOUT", "SLUICE_S3_RETRIES", "SLUICE_S3_RETRY_TIMEOUT", "SLUICE_S3_CONCURRENCY",
-             "HOME")
+             "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_NO_SIGN_REQUEST", "HOME")
 _settings: dict[tuple, S3Settings] = {}
-
-
-def _number(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise ArgumentError(f"Invalid {name} ({value!r}): expected a number.") from None
 
 
 def _ini(path: str, section: str) -> dict[str, str]:

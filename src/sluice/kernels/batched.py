@@ -3,7 +3,7 @@
 :func:`resample_batch` is the one entry point of ``fn.resize``, ``fn.crop_mirror_normalize``,
 ``fn.random_resized_crop`` and the fused chain built by :mod:`sluice.kernels.fusion`. On CUDA with Triton it runs
 two kernel launches for the whole batch (:mod:`sluice.kernels._triton_resample`); elsewhere (CPU, no Triton,
-``SLUICE_DISABLE_TRITON=1``, or a layout the kernel does not take) it runs the same arithmetic per sample with
+``SLUICE_EAGER=1``, or a layout the kernel does not take) it runs the same arithmetic per sample with
 :func:`sluice.kernels.resample.resample` and :func:`sluice.kernels.resample.epilogue`.
 
 Example::
@@ -19,13 +19,13 @@ Example::
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from sluice import env
 from sluice.kernels.resample import epilogue, filter_id, filter_radius, resample
 
 __all__ = ["resample_batch", "triton_available", "Packed"]
@@ -36,7 +36,7 @@ _TRITON_STATE: dict[str, object] = {}
 
 def triton_available(device: torch.device) -> bool:
     """Whether the Triton path can run on ``device`` (CUDA, Triton importable, not disabled, not failed)."""
-    if device.type != "cuda" or os.environ.get("SLUICE_DISABLE_TRITON") == "1" or _TRITON_STATE.get("broken"):
+    if device.type != "cuda" or env.eager() or _TRITON_STATE.get("broken"):
         return False
     if "module" not in _TRITON_STATE:
         try:

@@ -13,10 +13,10 @@ Example::
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
+
+from sluice import env
 
 __all__ = ["gather_hwc_crops"]
 
@@ -78,7 +78,7 @@ def gather_hwc_crops(images: list[torch.Tensor], windows: np.ndarray, out: torch
         out = torch.empty(int(sizes.sum()), dtype=torch.uint8, device=device)
     if n == 0:
         return out, []
-    if device.type == "cuda" and os.environ.get("SLUICE_DISABLE_TRITON") != "1":
+    if device.type == "cuda" and not env.eager():
         if not _KERNEL:
             _KERNEL.append(_triton_kernel())
         geo = np.empty((n, 7), np.int64)

@@ -14,21 +14,21 @@ rounded (in registers) before normalising, so the fused result equals the unfuse
 
 Fusion applies when the nodes are on the GPU, the resize output feeds only the crop_mirror_normalize (and is not
 a pipeline output), resize has no ``save_attrs`` output, and (for a leading ``fn.crop``) its output feeds only
-the resize. ``SLUICE_DISABLE_FUSION=1`` turns it off. Windows that leave the image fall back, per batch, to the
-unfused computation.
+the resize. :data:`ENABLED` = False (or ``SLUICE_EAGER=1``, see :mod:`sluice.env`) turns it off. Windows that
+leave the image fall back, per batch, to the unfused computation.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from sluice import env
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -161,11 +161,13 @@ def _unfused(ctx, images: Batch, args, has_crop: bool, layout: str) -> Batch:
 
 
 FUSED_SCHEMA: OpSchema | None = None
+#: Whether :func:`fuse` and the audio rewrite change the graph (tests compare both ways).
+ENABLED = True
 
 
 def _disabled() -> bool:
-    """SLUICE_DISABLE_FUSION=1: the graph runs as written."""
-    return os.environ.get("SLUICE_DISABLE_FUSION") == "1"
+    """:data:`ENABLED` False, or ``SLUICE_EAGER=1``: the graph runs as written."""
+    return not ENABLED or env.eager()
 
 
 def _uses(nodes: Sequence[Any], outputs: Iterable[Any] | None) -> tuple[set[int], dict[int, list[Any]]]:
@@ -257,7 +259,7 @@ def decode_audio_on_device(op_nodes: list[Any], outputs: Iterable[Any] | None = 
     the mixed decoder's rate output keeps its host values, which argument inputs read); neither output may be a
     pipeline output. The transfer node is replaced by the mixed decoder (same id and output, so its consumers
     hold), the rate's readers are copied to read the mixed decoder's rate, and the CPU decoder is dropped.
-    ``SLUICE_DISABLE_FUSION=1`` turns it off.
+    :data:`ENABLED` = False (or ``SLUICE_EAGER=1``) turns it off.
     """
     if _disabled():
         return list(op_nodes)

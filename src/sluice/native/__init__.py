@@ -3,7 +3,7 @@
 The per-sample host work of a batch (reading its files, parsing headers, drawing crop windows, decoding JPEGs and
 WAVs, resizing on the CPU) is done by a small C++ core with the GIL released, one call per batch or per chunk of a
 batch, so that the pipeline's threads work in parallel and the thread that launches GPU work never waits for the
-GIL. pip builds the core on install; where it could not be built (no compiler), or with ``SLUICE_NATIVE=0``, each
+GIL. pip builds the core on install; where it could not be built (no compiler), or inside :func:`fallback`, each
 function here runs its pure-Python twin instead, which gives identical results (tests/native compares the two),
 more slowly.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from types import ModuleType
 
 __all__ = ["core", "available", "fallback"]
@@ -40,12 +39,12 @@ else:
                 f"{CORE_VERSION}")
         _compiled = None
 
-_enabled = os.environ.get("SLUICE_NATIVE", "1") != "0"
+_enabled = True  # False inside fallback()
 _warned = False
 
 
 def core() -> ModuleType | None:
-    """The compiled core, or None when the pure-Python fallbacks are to run (not built, or ``SLUICE_NATIVE=0``)."""
+    """The compiled core, or None when the pure-Python fallbacks are to run (not built, or inside :func:`fallback`)."""
     global _warned
     if _enabled and _compiled is not None:
         return _compiled

@@ -1,11 +1,11 @@
 """Decoding windows of a batch of JPEGs into one buffer (see :mod:`sluice.native`).
 
 The compiled core decodes with the libjpeg-turbo it opens at run time (Pillow's bundled copy, else the system's
-``libjpeg.so.62``; ``SLUICE_LIBJPEG`` names another), the GIL released. Its pure-Python twin is
-``simplejpeg.decode_jpeg(colorspace=..., fastdct=fast_idct, fastupsample=False, strict=True)`` cut to the window,
-and the core gives exactly those pixels (tests/native/test_jpeg_native.py). Several threads may share one batch:
-each call takes the next sample from a shared ``counter`` until none is left, so the batch is balanced however
-the samples' sizes differ. Example::
+``libjpeg.so.62`` wherever the dynamic loader finds it; :data:`LIBJPEG` names another), the GIL released. Its
+pure-Python twin is ``simplejpeg.decode_jpeg(colorspace=..., fastdct=fast_idct, fastupsample=False, strict=True)``
+cut to the window, and the core gives exactly those pixels (tests/native/test_jpeg_native.py). Several threads may
+share one batch: each call takes the next sample from a shared ``counter`` until none is left, so the batch is
+balanced however the samples' sizes differ. Example::
 
     from sluice.native import jpeg
     status = np.zeros(n, np.int32)
@@ -40,12 +40,14 @@ COLORSPACES = {"RGB": 3, "BGR": 3, "GRAY": 1}
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _opened: tuple[str | None] | None = None  # (path,) once looked for; path None when no libjpeg could be opened
 _open_lock = threading.Lock()
+#: A libjpeg (v6.2 ABI) to try before Pillow's and the system's, set before the first decode (tests).
+LIBJPEG: str | None = None
 _counter_lock = threading.Lock()
 
 
 def _candidates() -> list[str]:
-    """The libjpeg builds to try, in order: SLUICE_LIBJPEG, Pillow's bundled libjpeg-turbo, the system's."""
-    paths = [os.environ["SLUICE_LIBJPEG"]] if os.environ.get("SLUICE_LIBJPEG") else []
+    """The libjpeg builds to try, in order: :data:`LIBJPEG`, Pillow's bundled libjpeg-turbo, the system's."""
+    paths = [LIBJPEG] if LIBJPEG else []
     try:
         import PIL
 

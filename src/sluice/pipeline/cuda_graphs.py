@@ -25,19 +25,19 @@ The executor groups consecutive qualifying nodes of the device stage into a :cla
   are kept per run, the least recently used dropped.
 
 The values are those of the eager run: the same kernels on the same data (tests/pipeline/test_cuda_graphs.py).
-``SLUICE_CUDA_GRAPHS=0`` runs every node eagerly.
+:data:`ENABLED` = False (or ``SLUICE_EAGER=1``, see :mod:`sluice.env`) runs every node eagerly.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from sluice import env
 from sluice.pipeline.batch import Batch
 
 __all__ = ["GraphedRun", "graph_runs", "enabled"]
@@ -46,11 +46,12 @@ log = logging.getLogger(__name__)
 
 MAX_GRAPHS = 4      # graphs kept per run (distinct input shapes replayed in turn)
 MAX_SHAPES = 16     # distinct input keys a run meets before it stays eager: the shapes change from batch to batch
+ENABLED = True      # False: every node runs eagerly (tests compare both ways)
 
 
 def enabled() -> bool:
-    """False with ``SLUICE_CUDA_GRAPHS=0``."""
-    return os.environ.get("SLUICE_CUDA_GRAPHS", "1") != "0"
+    """False where :data:`ENABLED` is False or with ``SLUICE_EAGER=1``."""
+    return ENABLED and not env.eager()
 
 
 def qualifies(node: Any) -> bool:

@@ -176,7 +176,7 @@ class Executor:
             spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
                           pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline))
             self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
-        if self.uses_gpu and os.environ.get("SLUICE_PIN_CPU_OUTPUTS", "1") != "0":  # =0: ordinary memory
+        if self.uses_gpu:
             for node in self._feeding_the_device():
                 self.operators[node.id].pin_outputs = True
                 self.operators[node.id].copy_stream = self.stream

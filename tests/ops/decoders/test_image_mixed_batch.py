@@ -164,7 +164,7 @@ def test_the_cpu_share_and_core_failures_keep_the_pixels(lane, monkeypatch):
     from sluice.native import jpeg as native_jpeg
 
     samples = _mixed()[0] * 2
-    monkeypatch.setenv("SLUICE_IMAGE_CPU_LOAD", "0.5")
+    monkeypatch.setattr("sluice.backends.image.gpu.DEFAULT_CPU_LOAD", 0.5)
     kw = {"random_area": [0.3, 1.0], "threads": 4}
     got = _lane("decoders.image_random_crop", samples, **kw)
     assert lane["splits"][-1] == {"gpu": 7, "cpu_core": 9, "cpu_codec": 10}  # 5 of the 10 upright GPU JPEGs
@@ -182,7 +182,7 @@ def test_the_cpu_share_and_core_failures_keep_the_pixels(lane, monkeypatch):
 
     monkeypatch.setattr(native_jpeg, "decode", refuses_one)
     again = _lane("decoders.image_random_crop", samples, **kw)
-    monkeypatch.delenv("SLUICE_IMAGE_CPU_LOAD")
+    monkeypatch.setattr("sluice.backends.image.gpu.DEFAULT_CPU_LOAD", 0.0)
     want = _general(monkeypatch, "decoders.image_random_crop", samples, **kw)
     for i in range(len(samples)):
         assert torch.equal(got[i], want[i]) and torch.equal(again[i], want[i]), i

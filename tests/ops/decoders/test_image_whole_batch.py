@@ -38,7 +38,7 @@ def _run(root, op, gray=False, whole=True, monkeypatch=None, **kw):
     if monkeypatch is not None and not whole:
         monkeypatch.setattr(GpuImageDecoder, "takes_whole_jpeg_batches", property(lambda self: False))
     elif monkeypatch is not None:
-        monkeypatch.setenv("SLUICE_IMAGE_CPU_LOAD", "0")
+        monkeypatch.setattr("sluice.backends.image.gpu.DEFAULT_CPU_LOAD", 0.0)
 
     @pipeline_def(batch_size=6, num_threads=3, device_id=0, seed=5)
     def pipe():
@@ -96,13 +96,13 @@ def test_an_exif_orientation_takes_the_general_path(tmp_path):
     assert tuple(images[0].shape) == (64, 40, 3) and tuple(images[1].shape) == (40, 64, 3)
 
 
-@pytest.mark.parametrize("share", ["0.5", None])
+@pytest.mark.parametrize("share", [0.5, None])
 def test_the_cpu_share_decodes_the_same_windows(tmp_path, monkeypatch, share):
     """With part of each batch decoded by libjpeg-turbo in the compiled core, the crops are the same windows and
     the pixels within the nvJPEG / libjpeg-turbo tolerance of the module test_image_gpu.py."""
     root = _folder(tmp_path)
     if share is not None:
-        monkeypatch.setenv("SLUICE_IMAGE_CPU_LOAD", share)
+        monkeypatch.setattr("sluice.backends.image.gpu.DEFAULT_CPU_LOAD", share)
     mixed, labels = _run(root, "image_random_crop", random_area=[0.2, 1.0])
     monkeypatch.undo()
 

@@ -57,7 +57,7 @@ def test_not_fused_when_resize_output_is_used_elsewhere(monkeypatch):
     for outs in (_graph(resize_is_output=True), _graph(extra_consumer=True)):
         fused = fusion.fuse(topological_order(outs), outs)
         assert "resize" in [n.schema.name for n in fused]
-    monkeypatch.setenv("SLUICE_DISABLE_FUSION", "1")
+    monkeypatch.setattr(fusion, "ENABLED", False)
     outs = _graph()
     assert "resize" in [n.schema.name for n in fusion.fuse(topological_order(outs), outs)]
 
@@ -100,7 +100,7 @@ def test_gpu_pipeline_fused_equals_unfused(monkeypatch):
         return out
 
     fused = run()
-    monkeypatch.setenv("SLUICE_DISABLE_FUSION", "1")
+    monkeypatch.setattr(fusion, "ENABLED", False)
     plain = run()
     assert fused.shape() == plain.shape() == [(3, 28, 28)] * 3
     for a, b in zip(fused.samples, plain.samples):

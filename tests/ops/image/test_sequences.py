@@ -404,8 +404,8 @@ def test_fused_node_takes_clips_in_every_output_layout():
 @pytest.mark.parametrize("output_layout", ["FCHW", "CFHW"])
 def test_gpu_pipeline_fused_clips_equal_unfused(output_layout, monkeypatch):
     outs = []
-    for disable in ("0", "1"):
-        monkeypatch.setenv("SLUICE_DISABLE_FUSION", disable)
+    for enabled in (True, False):
+        monkeypatch.setattr("sluice.kernels.fusion.ENABLED", enabled)
         pipe, _ = _resize_cmn(_clips(), output_layout, device_id=0, mirror=True)
         outs.append(pipe.run()[0])
         pipe.close()

@@ -18,7 +18,7 @@ def _index_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SLUICE_VIDEO_INDEX_DIR", str(tmp_path_factory.getbasetemp() / "video_index"))
     # The hybrid backend's CPU jobs run in threads here (worker processes start a Python each: the tests that
     # are about them ask for them).
-    monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "0")
+    monkeypatch.setattr("sluice.backends.video.hybrid.CPU_PROCESSES", False)
 
 
 @pytest.fixture(scope="session")

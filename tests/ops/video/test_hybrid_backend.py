@@ -439,7 +439,6 @@ def test_nvdec_decodes_while_worker_processes_start(videos, fake_nvdec, monkeypa
 def test_default_cpu_workers_share_the_host(monkeypatch):
     from sluice.backends.video import hybrid
 
-    monkeypatch.delenv("SLUICE_VIDEO_CPU_WORKERS", raising=False)
     monkeypatch.setattr(hybrid.os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert hybrid.default_cpu_workers() == hybrid.MAX_DEFAULT_CPU_WORKERS
@@ -457,14 +456,14 @@ def test_default_cpu_workers_share_the_host(monkeypatch):
     assert HybridBackend(sessions=7).cpu_workers == 16
     monkeypatch.setattr(hybrid.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
     assert hybrid.default_cpu_workers(nvdec_sessions=7) == 1
-    monkeypatch.setenv("SLUICE_VIDEO_CPU_WORKERS", "5")
-    assert hybrid.default_cpu_workers() == 5
+    assert HybridBackend(sessions=0, cpu_workers=5).cpu_workers == 5
 
 
 def test_processes_are_the_default(monkeypatch):
-    monkeypatch.delenv("SLUICE_VIDEO_CPU_PROCESSES")
+    monkeypatch.setattr("sluice.backends.video.hybrid.CPU_PROCESSES", True)  # the conftest sets it False
     assert HybridBackend(sessions=0, cpu_workers=1).cpu_processes
-    monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "0")
+    assert not HybridBackend(sessions=0, cpu_workers=1, cpu_processes=False).cpu_processes
+    monkeypatch.setattr("sluice.backends.video.hybrid.CPU_PROCESSES", False)
     assert not HybridBackend(sessions=0, cpu_workers=1).cpu_processes
 
 

@@ -375,7 +375,7 @@ def test_file_decoder_that_cannot_open_falls_back(gpu_videos, fake_files, monkey
 
 
 def test_file_decoder_can_be_turned_off(videos, fake_files, monkeypatch):
-    monkeypatch.setenv("SLUICE_NVDEC_SIMPLE", "0")
+    monkeypatch.setattr("sluice.backends.video.nvdec.SIMPLE_DECODER", False)
     backend = NvdecBackend()
     assert [read_barcode(f) for f in read_frames(videos["h264-mp4"], frames=[5], backend=backend).frames] == [5]
     assert not _simple(fake_files) and backend.stats["packet_runs"] == 1
@@ -412,9 +412,9 @@ def test_real_file_decoder_exact_and_same_pixels(nvdec_videos, vfr_videos, monke
         req = sorted(set(rng.integers(0, n, 6).tolist()))
         clip = read_frames(path, frames=req, backend=backend)
         assert [read_barcode(f) for f in clip.frames] == req, name
-        monkeypatch.setenv("SLUICE_NVDEC_SIMPLE", "0")
+        monkeypatch.setattr("sluice.backends.video.nvdec.SIMPLE_DECODER", False)
         ref = read_frames(path, frames=req, backend=backend).frames
-        monkeypatch.delenv("SLUICE_NVDEC_SIMPLE")
+        monkeypatch.setattr("sluice.backends.video.nvdec.SIMPLE_DECODER", True)
         diff = (clip.frames.float() - ref.float()).abs()
         print(f"{name}: file decoder vs packets, mean |diff| {diff.mean().item():.3f}, max {diff.max().item():.0f}")
         assert diff.mean().item() < 0.5, name

@@ -190,7 +190,7 @@ def test_cpu_reader_decodes_in_worker_processes_and_ends_them(videos, monkeypatc
     kwargs = dict(batch_size=3, iterations=2, filenames=files, sequence_length=5, stride=2, step=7,
                   enable_frame_num=True)
     _, threads = run_reader(**kwargs)
-    monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "1")
+    monkeypatch.setattr("sluice.backends.video.hybrid.CPU_PROCESSES", True)
     p, procs = run_reader(**kwargs)
     backend = p.executor.operator("Reader").backend
     pids = [backend._fork_server[0].pid] + _ready_workers(backend)  # the server, the workers it forked
@@ -212,7 +212,7 @@ def test_cpu_reader_restarts_a_worker_killed_between_batches(videos, monkeypatch
     import signal
     import time
 
-    monkeypatch.setenv("SLUICE_VIDEO_CPU_PROCESSES", "1")
+    monkeypatch.setattr("sluice.backends.video.hybrid.CPU_PROCESSES", True)
     files = [str(videos["h264-mp4"]), str(videos["hevc-mkv"])]
     p, outs = run_reader(batch_size=3, iterations=1, filenames=files, sequence_length=4, stride=2, step=5,
                          enable_frame_num=True)

@@ -8,10 +8,10 @@ Example::
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
+
+from sluice import env
 
 __all__ = [
     "ImageDecodeError", "set_max_image_pixels", "get_max_image_pixels", "check_pixel_limit",
@@ -25,7 +25,7 @@ OUTPUT_TYPES = ("RGB", "BGR", "GRAY", "YCbCr", "ANY_DATA")
 YCBCR_FROM_RGB = ((0.299, 0.587, 0.114), (-0.168736, -0.331264, 0.5), (0.5, -0.418688, -0.081312))
 
 _DEFAULT_MAX_PIXELS = 1 << 28  # 268 megapixels, e.g. 16384 x 16384
-_max_pixels = int(os.environ.get("SLUICE_MAX_IMAGE_PIXELS", _DEFAULT_MAX_PIXELS))
+_max_pixels = env.max_image_pixels(_DEFAULT_MAX_PIXELS)
 
 
 class ImageDecodeError(ValueError):

@@ -71,10 +71,17 @@ Roi = tuple[int, int, int, int]
 #: Batches a pipeline's decoder works on at once when they are started ahead (GpuImageDecoder.start).
 AHEAD_BATCHES = 2
 
-#: Initial CPU share of the GPU-decodable JPEGs (SLUICE_IMAGE_CPU_LOAD overrides); the tuner moves it up to
+#: CPU share of the GPU-decodable JPEGs where the decoder's ``cpu_load`` is None; the tuner moves it up to
 #: MAX_CPU_LOAD when whole batches get faster.
 DEFAULT_CPU_LOAD = 0.0
 MAX_CPU_LOAD = 0.3
+#: Whether the shares are hill-climbed on the measured batch speed where the decoder's ``adaptive`` is None.
+ADAPTIVE = False
+#: Whether nvImageCodec decodes where installed (False: torchvision's nvJPEG only).
+USE_NVIMGCODEC = True
+#: Where the entropy-coded data of the JPEGs sent to nvJPEG is checked (see scan_check.BatchScanCheck): "gpu",
+#: "cpu", or None (not checked: 10-35 % faster, a damaged file may decode silently).
+VALIDATE_SCANS: str | None = "gpu"
 
 # torch.cuda, behind one name so that the scheduling and assembly logic can be exercised on the CPU in tests.
 _cuda = torch.cuda
@@ -100,8 +107,8 @@ def quiet_stderr():
 
 
 def nvimgcodec_module():
-    """``nvidia.nvimgcodec`` when installed (and not disabled with SLUICE_NVIMGCODEC=0), else None."""
-    if os.environ.get("SLUICE_NVIMGCODEC", "1") == "0":
+    """``nvidia.nvimgcodec`` when installed (and :data:`USE_NVIMGCODEC`), else None."""
+    if not USE_NVIMGCODEC:
         return None
     try:
         with quiet_stderr():
@@ -113,16 +120,7 @@ def nvimgcodec_module():
 
 def nvimgcodec_host_threads(num_cpu_threads: int) -> int:
     """nvImageCodec's own host threads (bitstream parsing for the hardware engines and nvJPEG's CPU stages):
-    SLUICE_NVIMGCODEC_THREADS, else a quarter of the pipeline's threads, at least 2."""
-    env = os.environ.get("SLUICE_NVIMGCODEC_THREADS")
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            raise ValueError(f"SLUICE_NVIMGCODEC_THREADS={env!r}: give a whole number of threads (>= 1)") from None
-        if value < 1:
-            raise ValueError(f"SLUICE_NVIMGCODEC_THREADS={env!r}: give a whole number of threads (>= 1)")
-        return value
+    a quarter of the pipeline's threads, at least 2."""
     return max(2, num_cpu_threads // 4)
 
 
@@ -243,11 +241,11 @@ class GpuImageDecoder:
     the CUDA decoder and the CPU (see the module docstring).
 
     ``hw_decoder_load`` is the fraction of the GPU's JPEGs given to the hardware engines (DALI's meaning).
-    ``cpu_load`` is the fraction of the JPEGs decoded by the CPU instead: by default (None) none, SLUICE_IMAGE_CPU_LOAD
-    or a number fixes it. On the H200 every CPU share measured beside the overlapping torchvision calls made the
+    ``cpu_load`` is the fraction of the JPEGs decoded by the CPU instead: by default (None) :data:`DEFAULT_CPU_LOAD`
+    (none); a number fixes it. On the H200 every CPU share measured beside the overlapping torchvision calls made the
     side-by-side programs slower (share 0 against the rate-balanced share of about 0.16, one lease: `decode`
     22.4k against 19.5-20.1k images/s, `train` 20.9k against 17.9-20.1k): the cores that decode are those that
-    read and parse the next batch. With ``adaptive=True`` (or SLUICE_IMAGE_ADAPTIVE=1) batches of plain JPEGs
+    read and parse the next batch. With ``adaptive=True`` (default: :data:`ADAPTIVE`) batches of plain JPEGs
     (:meth:`start_batch`) give the CPU the share that keeps it in step with the GPU
     (:class:`~sluice.backends.image.hybrid.HybridShare`), and the general path's shares are hill-climbed on the
     measured batch speed (off by default: the exploration cost more than it found).
@@ -298,14 +296,14 @@ class GpuImageDecoder:
         #: image: 23.6k -> 17.4k images/s). So torchvision decodes them all, and nvImageCodec's hardware path
         #: stands by for batches torchvision fails on; ``hw_decoder_load`` has no effect then.
         self.engines_via_torchvision = has_hw and self._cuda is None
-        fixed = cpu_load if cpu_load is not None else os.environ.get("SLUICE_IMAGE_CPU_LOAD")
+        fixed = cpu_load
         cpu_load = DEFAULT_CPU_LOAD if fixed is None else float(fixed)
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ValueError(f"Invalid hw_decoder_load ({hw_decoder_load}). It must lie in [0, 1].")
         if not 0.0 <= cpu_load <= 1.0:
             raise ValueError(f"Invalid cpu_load ({cpu_load}). It must lie in [0, 1].")
         if adaptive is None:
-            adaptive = os.environ.get("SLUICE_IMAGE_ADAPTIVE", "0") == "1"
+            adaptive = ADAPTIVE
         # The CPU's share of the JPEGs and the hardware engines' share of the GPU's are hill-climbed on the
         # measured speed of whole batches (decode calls), one tuner at a time: CPU decoding competes with the GPU
         # decoders' host threads for cores and the GIL, so finishing together is not the same as finishing soon.
@@ -316,10 +314,9 @@ class GpuImageDecoder:
         self._active_tuner = 0
         self._cpu_share = cpu_load
         self._hw_share = hw_decoder_load if split_hw else 0.0
-        #: Check the entropy-coded data of the JPEGs sent to nvJPEG (see scan_check.BatchScanCheck), on the GPU
-        #: (SLUICE_IMAGE_VALIDATE=gpu, the default) or the CPU (=cpu); =0 turns it off.
-        where = os.environ.get("SLUICE_IMAGE_VALIDATE", "gpu").lower()
-        self.validate_scans = where not in ("0", "off", "false", "no")
+        #: Check the entropy-coded data of the JPEGs sent to nvJPEG (:data:`VALIDATE_SCANS`).
+        where = VALIDATE_SCANS
+        self.validate_scans = where is not None
         self._scan_check = BatchScanCheck(self.device, "cpu" if where == "cpu" else "gpu")
         # One thread per GPU path (hardware, CUDA, JPEG 2000) and for the scan checks of this batch and of
         # batches whose checks are still in flight (deferred to the pipeline's output).
@@ -710,7 +707,7 @@ class GpuImageDecoder:
     def takes_whole_jpeg_batches(self) -> bool:
         """Whether :meth:`start_batch` decodes batches here: on a CUDA device, with torchvision's batched nvJPEG
         taking the GPU's part (no nvImageCodec decoder on the SMs to share the JPEGs with), the shares not
-        hill-climbed (SLUICE_IMAGE_ADAPTIVE)."""
+        hill-climbed (``adaptive``)."""
         return self.device.type == "cuda" and (self._nv is None or self.engines_via_torchvision) and not self._tuners
 
     def current_stream(self):

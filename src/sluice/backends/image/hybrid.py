@@ -5,7 +5,7 @@ the compiled core (GIL released), add their own. :class:`HybridShare` gives the 
 proportion to the two rates measured on the previous batches, so that both finish together: the engines' rate
 from the time of the batched GPU call for its part, the CPU's from the wall time its threads took for theirs. It
 starts with a small CPU share (to measure), moves with an exponential average, and never gives the CPU more than
-``max_share`` of a batch. ``fixed`` (the decoder's ``cpu_load``, or ``SLUICE_IMAGE_CPU_LOAD``) holds the share
+``max_share`` of a batch. ``fixed`` (the decoder's ``cpu_load``) holds the share
 still; 0 keeps every image on the GPU. Example::
 
     share = HybridShare()

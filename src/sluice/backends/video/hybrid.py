@@ -85,10 +85,13 @@ class _Job:
 
 #: Most CPU decoder workers a hybrid backend starts by default (each is a process of ~60 MB).
 MAX_DEFAULT_CPU_WORKERS = 16
+#: Whether the CPU jobs of files run in worker processes by default (``cpu_processes=None``); False: in the threads
+#: (the video tests, which start no Python per worker unless they are about the processes).
+CPU_PROCESSES = True
 
 
 def default_cpu_workers(nvdec_sessions: int = 0) -> int:
-    """CPU decoder workers of the hybrid backend: ``$SLUICE_VIDEO_CPU_WORKERS``, else this process's share of the
+    """CPU decoder workers of the hybrid backend (unless its ``cpu_workers`` says): this process's share of the
     cores it may run on (divided among the ``$LOCAL_WORLD_SIZE`` ranks of the host that torchrun starts), less one
     core for each NVDEC session, at most MAX_DEFAULT_CPU_WORKERS: eight ranks on a 128-core host get 16 workers
     each, not 128.
@@ -99,9 +102,6 @@ def default_cpu_workers(nvdec_sessions: int = 0) -> int:
     8 to 14 workers gave 11,700-16,100 (8: 14,100, 10: 14,400); NVDEC alone, 9,000. On the 60 s video, whose
     batches hold fewer and shared groups of pictures, 8 workers gave 12,000 frames/s, 12 gave 7,800-11,500 and
     16, 8,400."""
-    configured = int(os.environ.get("SLUICE_VIDEO_CPU_WORKERS", "0"))
-    if configured > 0:
-        return configured
     return max(1, min(MAX_DEFAULT_CPU_WORKERS, cores_per_rank() - max(0, nvdec_sessions)))
 
 
@@ -119,10 +119,10 @@ class HybridBackend:
     threads (0: the CPU decodes only what NVDEC cannot; default: :func:`default_cpu_workers`); ``share_gops``: decode a
     group of pictures wanted by several requests of a batch once; ``cpu_processes``: CPU jobs of files run in worker
     processes (one per CPU worker thread, frames back through shared memory; see :mod:`.cpu_worker`) instead of in the
-    threads, so that they share no GIL with the NVDEC threads (default: on, unless ``$SLUICE_VIDEO_CPU_PROCESSES`` is
-    "0"; the processes run a small script of their own, so the caller's main module is never imported again). ``nvdec``
-    / ``cpu`` replace the backends used (tests). ``output_device="cpu"`` keeps the frames on the CPU (the CPU video
-    reader: ``sessions=0``, PyAV in worker processes). ``close()`` ends the processes (so does garbage collection).
+    threads, so that they share no GIL with the NVDEC threads (default: :data:`CPU_PROCESSES`; the processes run a
+    small script of their own, so the caller's main module is never imported again). ``nvdec`` / ``cpu`` replace the
+    backends used (tests). ``output_device="cpu"`` keeps the frames on the CPU (the CPU video reader:
+    ``sessions=0``, PyAV in worker processes). ``close()`` ends the processes (so does garbage collection).
     """
 
     device = "cuda"
@@ -144,7 +144,7 @@ class HybridBackend:
         self.cpu_workers = default_cpu_workers(sessions_run) if cpu_workers is None else max(0, int(cpu_workers))
         self.share_gops = share_gops
         if cpu_processes is None:
-            cpu_processes = os.environ.get("SLUICE_VIDEO_CPU_PROCESSES", "1") != "0"
+            cpu_processes = CPU_PROCESSES
         self.cpu_processes = bool(cpu_processes)
         self._workers: list[WorkerProcess] = []  # every process started (closed with the backend)
         self._spare: list[WorkerProcess] = []  # started, not yet owned by a CPU worker thread

@@ -537,29 +537,29 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
 
 # ---------------------------------------------------------------------------------------------- caching
 def cache_dir() -> Path:
-    """Where indexes are stored: ``video_index`` in sluice's cache (``$SLUICE_CACHE``, see :mod:`sluice._cache`),
-    or ``$SLUICE_VIDEO_INDEX_DIR`` when set (e.g. a folder of indexes shared by several machines)."""
-    env = os.environ.get("SLUICE_VIDEO_INDEX_DIR")
-    return Path(env) if env else _sluice_cache().cache_dir("video_index")
+    """Where indexes are stored: ``video_index`` in sluice's cache (``$SLUICE_CACHE``), or
+    ``$SLUICE_VIDEO_INDEX_DIR`` when set (e.g. a folder of indexes shared by several machines); see
+    :mod:`sluice.env`."""
+    return _sluice_env().video_index_dir()
 
 
-def _sluice_cache():
-    """:mod:`sluice._cache`; in a CPU video worker process, which loads this module without sluice, loaded by its
-    path (standard library only): ``import sluice._cache`` would import sluice and torch there, seconds on a
+def _sluice_env():
+    """:mod:`sluice.env`; in a CPU video worker process, which loads this module without sluice, loaded by its
+    path (standard library only): ``import sluice.env`` would import sluice and torch there, seconds on a
     worker's first job with all of them starting at once."""
     if __name__.startswith("sluice."):
-        from sluice import _cache
+        from sluice import env
 
-        return _cache
-    module = sys.modules.get("_sluice_cache")
+        return env
+    module = sys.modules.get("_sluice_env")
     if module is None:
         import importlib.util
 
-        path = Path(__file__).resolve().parents[2] / "_cache.py"
-        spec = importlib.util.spec_from_file_location("_sluice_cache", path)
+        path = Path(__file__).resolve().parents[2] / "env.py"
+        spec = importlib.util.spec_from_file_location("_sluice_env", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        sys.modules["_sluice_cache"] = module
+        sys.modules["_sluice_env"] = module
     return module
 
 

@@ -199,9 +199,13 @@ def stamps_near(stamps: Sequence[int], frames: Sequence[int], idx: VideoIndex) -
     return bool(np.all(got >= pts + lead - 2 * step) and np.all(got <= pts + step))
 
 
+#: Whether files are decoded through PyNvVideoCodec's SimpleDecoder (False: always packet by packet; tests set it).
+SIMPLE_DECODER = True
+
+
 def simple_decoder_enabled() -> bool:
-    """Whether files are decoded through PyNvVideoCodec's SimpleDecoder ($SLUICE_NVDEC_SIMPLE=0 turns it off)."""
-    return os.environ.get("SLUICE_NVDEC_SIMPLE", "1").lower() not in ("0", "off", "false", "no")
+    """Whether files are decoded through PyNvVideoCodec's SimpleDecoder (:data:`SIMPLE_DECODER`)."""
+    return SIMPLE_DECODER
 
 
 class _FileDecoders:

@@ -11,7 +11,6 @@ without a seek when that is no more work. Only wanted frames are converted to RG
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Iterable, Iterator, Sequence
 
@@ -22,6 +21,9 @@ from .index import (Source, VideoError, VideoIndex, open_container, packets_from
                     video_stream)
 
 logger = logging.getLogger(__name__)
+
+#: FFmpeg decoder threads per file of the CPU video operators (their backends are made when sluice loads).
+DEFAULT_THREADS = 2
 
 
 def _decoded_frames(packets: Iterable, name: str, skip=None) -> Iterator:
@@ -231,5 +233,5 @@ def read_audio_window(source: Source, start: float, end: float, *, sample_rate: 
 
 
 def default_threads() -> int:
-    """Decoder threads per file for the CPU backend: 2, or ``$SLUICE_VIDEO_THREADS``."""
-    return int(os.environ.get("SLUICE_VIDEO_THREADS", "2"))
+    """Decoder threads per file for the CPU backend: :data:`DEFAULT_THREADS`."""
+    return DEFAULT_THREADS

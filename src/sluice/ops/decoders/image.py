@@ -55,9 +55,7 @@ _DECODER_ARGS = [
     Arg("hw_decoder_load", float, 0.9,
         "mixed: share of the GPU-decodable JPEGs given to the hardware JPEG engines (nvImageCodec); the rest "
         "goes to CUDA nvJPEG on the SMs. Without an nvImageCodec decoder on the SMs (its CUDA 13 builds) "
-        "torchvision's batched nvJPEG, which drives the same engines, takes every JPEG and this has no effect. "
-        "SLUICE_IMAGE_CPU_LOAD gives a share to the CPU threads, SLUICE_IMAGE_ADAPTIVE=1 tunes both shares on "
-        "the measured batch speed."),
+        "torchvision's batched nvJPEG, which drives the same engines, takes every JPEG and this has no effect."),
     Arg("use_fast_idct", bool, False, "Use libjpeg-turbo's fast integer IDCT (less exact)."),
     Arg("jpeg_fancy_upsampling", bool, False,
         "mixed: upsample chroma like libjpeg-turbo ('fancy' upsampling) so GPU and CPU outputs agree closer."),

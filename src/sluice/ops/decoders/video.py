@@ -6,9 +6,9 @@ the video. ``timestamps`` pick the frame shown at each time, exactly, also in va
 ``device="cpu"`` decodes with PyAV (FFmpeg); ``device="mixed"`` decodes each batch with NVDEC (PyNvVideoCodec) and
 the CPU at once (``sluice.backends.video.hybrid``: the batch's groups of pictures are shared between NVDEC sessions
 and PyAV workers as fast as each takes them, CPU frames converted with NVDEC's colour matrix and copied to the
-GPU), the frames ending on the GPU; ``SLUICE_VIDEO_HYBRID=0`` decodes on NVDEC alone. The PyAV workers decode
-files in worker processes of their own (no GIL shared with the NVDEC threads; ``SLUICE_VIDEO_CPU_PROCESSES=0``:
-in threads); encoded bytes held in memory are decoded in threads.
+GPU), the frames ending on the GPU (:data:`HYBRID` = False: on NVDEC alone). The PyAV workers decode files in
+worker processes of their own (no GIL shared with the NVDEC threads; ``sluice.backends.video.hybrid.CPU_PROCESSES``
+= False: in threads); encoded bytes held in memory are decoded in threads.
 """
 
 from __future__ import annotations
@@ -144,6 +144,8 @@ def video_cpu(ctx, data: torch.Tensor, **args) -> tuple[torch.Tensor, ...]:
 _NVDEC: dict[int, Any] = {}
 _HYBRID: dict[int, Any] = {}
 _NVDEC_LOCK = threading.Lock()
+#: Whether the GPU video operators share each batch between NVDEC and PyAV workers (False: NVDEC alone).
+HYBRID = True
 
 
 def nvdec_backend(device_id: int):
@@ -158,8 +160,8 @@ def nvdec_backend(device_id: int):
 
 def gpu_backend(device_id: int):
     """The backend of the GPU video operators: NVDEC and the CPU sharing each batch (the hybrid backend, on
-    :func:`nvdec_backend`'s sessions), or NVDEC alone with ``SLUICE_VIDEO_HYBRID=0``."""
-    if os.environ.get("SLUICE_VIDEO_HYBRID", "1") == "0":
+    :func:`nvdec_backend`'s sessions), or NVDEC alone where :data:`HYBRID` is False."""
+    if not HYBRID:
         return nvdec_backend(device_id)
     from sluice.backends.video.hybrid import HybridBackend
 

@@ -7,8 +7,7 @@ source info, so that a decoder's error names the file. When the reader feeds GPU
 read back to back into one page-locked buffer (up to 256 MiB a batch; torch's host allocator reuses them), from
 which the GPU copies by DMA: the mixed audio decoder copies each payload straight into its row. The files are read
 by the compiled core (:mod:`sluice.native`), each of the pipeline's threads reading a run of them in one call with
-the GIL released, so that reading holds no GIL the GPU stage needs. ``SLUICE_PIN_CPU_OUTPUTS=0`` reads into
-ordinary memory.
+the GIL released, so that reading holds no GIL the GPU stage needs.
 """
 
 from __future__ import annotations

@@ -394,8 +394,8 @@ class VideoReader(ReaderBase):
 
 @SCHEMA.operator_class("gpu")
 class VideoReaderGPU(VideoReader):
-    """NVDEC and the CPU decode each batch's sequences together (``sluice.backends.video.hybrid``; NVDEC alone with
-    ``SLUICE_VIDEO_HYBRID=0``); outputs on the GPU."""
+    """NVDEC and the CPU decode each batch's sequences together (``sluice.backends.video.hybrid``; NVDEC alone where
+    ``sluice.ops.decoders.video.HYBRID`` is False); outputs on the GPU."""
 
     def _backend(self, spec: OpSpec):
         from sluice.ops.decoders.video import gpu_backend
