@@ -33,6 +33,8 @@ import threading
 import numpy as np
 import torch
 
+from sluice import env
+
 __all__ = ["sample_sizes", "packed_offsets", "largest", "shape_table", "valid_mask", "packed_to_padded",
            "padded_to_packed", "fill_padding", "host_to_device"]
 
@@ -174,7 +176,7 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
         start = int(offsets[0])
         return flat.as_strided((n, extent[0]), (int(offsets[1] - offsets[0]) if n > 1 else extent[0], 1),
                                flat.storage_offset() + start)
-    if ndim == 1 and flat.is_cuda and flat.dtype in _ROWS_KERNEL_TYPES and _rows_kernel() is not None:
+    if ndim == 1 and flat.is_cuda and flat.dtype in _ROWS_KERNEL_TYPES and not env.eager() and _rows_kernel() is not None:
         return _padded_rows(flat, offsets, shapes[:, 0], extent[0], fill)
     if ndim == 1 and int(shapes[:, 0].sum()) >= _COPY_FROM * n:
         # long signals (audio): one copy per signal, made by one multi-tensor call, rather than an index of the

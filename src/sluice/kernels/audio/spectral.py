@@ -21,6 +21,8 @@ import math
 import numpy as np
 import torch
 
+from sluice import env
+
 __all__ = [
     "hann_window", "given_window", "num_windows", "stft_power", "mel_matrix", "hz_to_mel", "mel_to_hz", "dct_matrix",
     "lifter_weights", "apply_matrix", "to_decibels", "pad_batch",
@@ -208,7 +210,7 @@ def _triton_audio():
 def _triton_frames_apply(x: torch.Tensor, nfft: int) -> bool:
     """Whether a ragged batch is framed by :func:`_stft_power_triton`: float32 rows on a GPU, with Triton."""
     return x.is_cuda and x.dtype == torch.float32 and x.is_contiguous() and x.shape[1] > 0 and nfft <= 8192 \
-        and _triton_audio() is not None
+        and not env.eager() and _triton_audio() is not None
 
 
 def _stft_power_triton(x: torch.Tensor, lengths: torch.Tensor, frames: torch.Tensor, t_max: int, t_fft: int,

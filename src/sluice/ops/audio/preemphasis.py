@@ -7,7 +7,7 @@ import functools
 import numpy as np
 import torch
 
-from sluice import types
+from sluice import env, types
 from sluice.ops.tensor._util import convert_saturate
 from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
@@ -134,7 +134,7 @@ def _preemphasis_rows(x: Batch, args: BatchArgs, border: str) -> tuple[torch.Ten
     """The filtered batch ``((n, longest) float32, shapes)`` by one Triton launch over the signals where they lie
     (:mod:`sluice.kernels.audio._triton_audio`); None where the torch path runs instead (no Triton, not a CUDA
     batch of 1-D signals of a type the kernel reads)."""
-    if x.torch_device.type != "cuda" or _kernel() is None:
+    if x.torch_device.type != "cuda" or env.eager() or _kernel() is None:
         return None
     rows = _rows(x)
     if rows is None or rows[0].dtype not in _KERNEL_TYPES:

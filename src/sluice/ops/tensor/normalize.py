@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from sluice import types
+from sluice import env, types
 from sluice.ops.tensor._util import convert_saturate, group_by_shape, resolve_axes
 from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
@@ -264,7 +264,7 @@ def _rows_kernel_applies(x: torch.Tensor, shapes: np.ndarray, axes: Sequence[int
     ndim = shapes.shape[1]
     return (x.is_cuda and x.dtype == torch.float32 and out_dtype == torch.float32 and list(axes) == [ndim - 1]
             and x.is_contiguous() and bool((shapes[:, :-1] == np.asarray(x.shape[1:-1], np.int64)).all())
-            and _kernels() is not None)
+            and not env.eager() and _kernels() is not None)
 
 
 def _normalize_rows(x: torch.Tensor, lengths: np.ndarray, scale: float, shift: float, epsilon: float,
