@@ -21,8 +21,12 @@ from sluice import types
 from sluice._cache import cache_dir
 from sluice.errors import ArgumentError, MissingDependencyError, PipelineBrokenError, PipelineError, SluiceError
 from sluice.pipeline import Batch, Constant, DataNode, Pipeline, pipeline_def
+from sluice.pipeline.graph import types_constant as _types_constant
 from sluice import ops  # noqa: E402  (registers the operators)
+from sluice import _classes  # noqa: E402, F401  (the class form of the operators: ops.Resize, ...)
 from sluice import fn  # noqa: E402
+
+types.Constant = _types_constant  # DALI's types.Constant: the graph layer makes it, the base module names it
 
 __version__ = "0.1.0"
 

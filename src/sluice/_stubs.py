@@ -11,6 +11,7 @@ import enum
 import sys
 from pathlib import Path
 from sluice.schema import REGISTRY, Arg, OpSchema
+import sluice.ops  # noqa: F401 - registers the operators
 
 STUB = Path(__file__).with_name("fn.pyi")
 
@@ -106,8 +107,6 @@ def write_or_check(path: Path, text: str, argv: list[str], command: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import sluice.ops  # noqa: F401 - registers the operators
-
     argv = sys.argv[1:] if argv is None else argv
     return write_or_check(STUB, generate(), argv, "python -m sluice._stubs")
 

@@ -11,12 +11,76 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 import sluice
-from sluice import fn
+from sluice import fn, types
+from sluice._cache import cache_dir
+
+MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Demo data: JPEGs drawn from NumPy patterns, one folder per class
+# ------------------------------------------------------------------------------------------------------------
+def make_demo_images(root: Path, count: int = 320, classes: int = 4, seed: int = 0) -> tuple[list[str], list[int]]:
+    """The first ``count`` demo JPEGs (varied sizes; gradients, rings, stripes, checkers, with noise) under
+    ``root/class_k/``, written where missing: image ``i`` is the same whatever ``count``, so a larger count
+    adds to what an earlier call wrote. Returns their paths relative to ``root`` and their labels."""
+    names, labels = [], []
+    for i in range(count):
+        k = i % classes
+        name = f"class_{k}/img_{i:05d}.jpg"
+        names.append(name)
+        labels.append(k)
+        path = root / name
+        if path.exists():
+            continue
+        from PIL import Image
+
+        rng = np.random.default_rng([seed, i])
+        h, w = int(rng.integers(240, 480)), int(rng.integers(320, 640))
+        y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+        cy, cx = rng.uniform(0, h), rng.uniform(0, w)
+        r = np.hypot(y - cy, x - cx)
+        if k == 0:
+            img = np.stack([x / w, y / h, 1 - x / w], -1)
+        elif k == 1:
+            img = np.stack([np.sin(r / rng.uniform(5, 20)), np.cos(r / 9), np.sin(r / 13)], -1) * 0.5 + 0.5
+        elif k == 2:
+            img = np.stack([(np.sin(x / rng.uniform(4, 12)) > 0), (np.sin(y / 7) > 0), np.full_like(x, 0.5)], -1)
+        else:
+            img = np.stack([((x // 32 + y // 32) % 2), (x / w), (y // 48 % 2)], -1)
+        img = img * rng.uniform(0.6, 1.0, 3) + rng.normal(0, 0.04, (h, w, 3))
+        img = (np.clip(img, 0, 1) * 255).astype(np.uint8)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".part")
+        Image.fromarray(img).save(partial, format="JPEG", quality=90)
+        os.replace(partial, path)  # a run stopped half-way leaves no truncated JPEG behind
+    return names, labels
+
+
+def demo_pipeline(root: str, files: list[str], labels: list[int], batch_size: int, device_id: int | None,
+                  size: int = 224) -> sluice.Pipeline:
+    """The ImageNet-style training pipeline of the demo (and of ``sluice bench``), over ``files`` below ``root``."""
+    decoder_device = "mixed" if device_id is not None else "cpu"
+
+    @sluice.pipeline_def(batch_size=batch_size, num_threads=min(8, os.cpu_count() or 1), device_id=device_id,
+                         seed=2026, prefetch_queue_depth=2)
+    def train():
+        jpegs, label = fn.readers.file(file_root=root, files=files, labels=labels, random_shuffle=True,
+                                       name="Reader")
+        images = fn.decoders.image_random_crop(jpegs, device=decoder_device, output_type=types.RGB)
+        images = fn.resize(images, resize_x=size, resize_y=size)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT16, output_layout="CHW",
+                                          mirror=fn.random.coin_flip(probability=0.5), mean=MEAN, std=STD)
+        return images, label
+
+    return train()
 
 
 def _sync(device: torch.device) -> None:
@@ -126,8 +190,6 @@ def dataloader_images_per_s(paths: list[str], labels: list[int], batch_size: int
 
 
 def sluice_images_per_s(root: str, files: list[str], labels: list[int], batch_size: int, iterations: int) -> float:
-    from sluice.cli import demo_pipeline
-
     cuda = torch.cuda.is_available()
     pipe = demo_pipeline(root, files, labels, batch_size, 0 if cuda else None)
     pipe.run()
@@ -150,8 +212,6 @@ def report(workload: str, unit: str, value: float, peers: dict[str, float], high
 
 
 def main(args: argparse.Namespace) -> int:
-    from sluice.cli import cache_dir, make_demo_images
-
     where = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
     print(f"sluice {sluice.__version__} bench on {where}")
     o = engine_overhead(iterations=max(200, args.iterations * 20))

@@ -22,57 +22,15 @@ from typing import Any, NoReturn
 import sluice
 from sluice._cache import cache_dir
 from sluice._optional import MissingDependencyError, check, from_import_error
+from sluice.bench import MEAN, STD, demo_pipeline, make_demo_images  # noqa: F401 - sluice.cli's names
+from sluice.bench import main as bench_main
+from sluice.video_cli import add_subcommands, at_least
 
 log = logging.getLogger(__name__)
-
-MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
-STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 #: What the demo and the bench need beyond numpy and torch: Pillow to write JPEGs and the contact sheet, the CPU
 #: image codecs to decode them (all in the image extra).
 DEMO_NEEDS = ("PIL", "simplejpeg", "cv2")
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Demo data: JPEGs drawn from NumPy patterns, one folder per class
-# ------------------------------------------------------------------------------------------------------------
-def make_demo_images(root: Path, count: int = 320, classes: int = 4, seed: int = 0) -> tuple[list[str], list[int]]:
-    """The first ``count`` demo JPEGs (varied sizes; gradients, rings, stripes, checkers, with noise) under
-    ``root/class_k/``, written where missing: image ``i`` is the same whatever ``count``, so a larger count
-    adds to what an earlier call wrote. Returns their paths relative to ``root`` and their labels."""
-    import numpy as np
-
-    names, labels = [], []
-    for i in range(count):
-        k = i % classes
-        name = f"class_{k}/img_{i:05d}.jpg"
-        names.append(name)
-        labels.append(k)
-        path = root / name
-        if path.exists():
-            continue
-        from PIL import Image
-
-        rng = np.random.default_rng([seed, i])
-        h, w = int(rng.integers(240, 480)), int(rng.integers(320, 640))
-        y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-        cy, cx = rng.uniform(0, h), rng.uniform(0, w)
-        r = np.hypot(y - cy, x - cx)
-        if k == 0:
-            img = np.stack([x / w, y / h, 1 - x / w], -1)
-        elif k == 1:
-            img = np.stack([np.sin(r / rng.uniform(5, 20)), np.cos(r / 9), np.sin(r / 13)], -1) * 0.5 + 0.5
-        elif k == 2:
-            img = np.stack([(np.sin(x / rng.uniform(4, 12)) > 0), (np.sin(y / 7) > 0), np.full_like(x, 0.5)], -1)
-        else:
-            img = np.stack([((x // 32 + y // 32) % 2), (x / w), (y // 48 % 2)], -1)
-        img = img * rng.uniform(0.6, 1.0, 3) + rng.normal(0, 0.04, (h, w, 3))
-        img = (np.clip(img, 0, 1) * 255).astype(np.uint8)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".part")
-        Image.fromarray(img).save(partial, format="JPEG", quality=90)
-        os.replace(partial, path)  # a run stopped half-way leaves no truncated JPEG behind
-    return names, labels
 
 
 def _progress(iterable: Any, total: int, desc: str, enabled: bool = True) -> Any:
@@ -83,27 +41,6 @@ def _progress(iterable: Any, total: int, desc: str, enabled: bool = True) -> Any
     except ImportError:  # tqdm is in the cli extra; work without it
         return iterable
     return tqdm(iterable, total=total, desc=desc, unit="batch", file=sys.stdout)
-
-
-def demo_pipeline(root: str, files: list[str], labels: list[int], batch_size: int, device_id: int | None,
-                  size: int = 224) -> sluice.Pipeline:
-    """The ImageNet-style training pipeline of the demo (and of ``sluice bench``), over ``files`` below ``root``."""
-    from sluice import fn, types
-
-    decoder_device = "mixed" if device_id is not None else "cpu"
-
-    @sluice.pipeline_def(batch_size=batch_size, num_threads=min(8, os.cpu_count() or 1), device_id=device_id,
-                         seed=2026, prefetch_queue_depth=2)
-    def train():
-        jpegs, label = fn.readers.file(file_root=root, files=files, labels=labels, random_shuffle=True,
-                                       name="Reader")
-        images = fn.decoders.image_random_crop(jpegs, device=decoder_device, output_type=types.RGB)
-        images = fn.resize(images, resize_x=size, resize_y=size)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT16, output_layout="CHW",
-                                          mirror=fn.random.coin_flip(probability=0.5), mean=MEAN, std=STD)
-        return images, label
-
-    return train()
 
 
 def contact_sheet(images: Any, path: Path, columns: int = 8) -> Path:
@@ -170,9 +107,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from sluice import bench
-
-    return bench.main(args)
+    return bench_main(args)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -196,22 +131,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-
-
-def at_least(low: int) -> Any:
-    """An argparse type: a whole number >= ``low``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {value}")
-        return value
-
-    parse.__name__ = f"whole number >= {low}"
-    return parse
 
 
 def cmd_tfrecord_index(args: argparse.Namespace) -> int:
@@ -282,9 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     tfr.set_defaults(func=cmd_tfrecord_index)
     _verbosity(tfr, top=False)
 
-    from sluice.video_cli import add_subcommands  # `sluice probe VIDEO`, `sluice index PATH...`
-
-    add_subcommands(sub)
+    add_subcommands(sub)  # `sluice probe VIDEO`, `sluice index PATH...`
     for name in ("probe", "index"):
         sub.choices[name].set_defaults(needs=("av",))
         _verbosity(sub.choices[name], top=False)

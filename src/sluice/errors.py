@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["SluiceError", "ArgumentError", "MissingDependencyError", "PipelineError", "PipelineBrokenError",
-           "SampleError"]
+           "SampleError", "EndOfEpoch"]
 
 
 class SluiceError(Exception):
@@ -41,3 +41,7 @@ class SampleError(Exception):
         self.index = index
         self.source = source
         self.cause = cause
+
+
+class EndOfEpoch(Exception):
+    """Raised by sources (external_source) when their data ends: the iteration becomes StopIteration."""

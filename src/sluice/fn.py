@@ -16,6 +16,7 @@ import sluice.ops as _ops  # noqa: F401 - registers every operator
 from sluice.pipeline.graph import make_node as _make_node
 from sluice.schema import REGISTRY as _REGISTRY
 from sluice.schema import OpSchema as _OpSchema
+from sluice.pipeline import conditionals
 
 __all__: list[str] = []
 
@@ -56,8 +57,6 @@ def _build() -> None:
 def _conditional_namespace() -> None:
     """``fn._conditional.split`` / ``merge`` / ``not_``: the operators behind ``if`` on DataNodes, under DALI's
     names and signatures (the predicate a keyword)."""
-    from sluice.pipeline import conditionals
-
     name = f"{__name__}._conditional"
     module = _pytypes.ModuleType(name, "The operators of conditional execution (DALI's fn._conditional).")
     module.split = conditionals.split  # type: ignore[attr-defined]

@@ -33,6 +33,7 @@ from sluice import sequences as _seq
 from sluice import types
 from sluice.errors import ArgumentError, SampleError
 from sluice.pipeline.batch import Batch
+from sluice._optional import check as _check_installed
 
 __all__ = ["REQUIRED", "Arg", "OpSchema", "Operator", "OpSpec", "BatchArgs", "BatchContext", "SampleContext",
            "REGISTRY", "get_schema", "DEVICES"]
@@ -604,9 +605,7 @@ class OpSchema:
         extra that brings it."""
         modules = self.requires.get(device)
         if modules:
-            from sluice._optional import check
-
-            check(modules, what or f"fn.{self.name} (device '{device}')")
+            _check_installed(modules, what or f"fn.{self.name} (device '{device}')")
 
     def kernel_for(self, device: str) -> type[Operator]:
         try:
@@ -711,9 +710,8 @@ class OpSchema:
 
 
 def get_schema(name: str) -> OpSchema:
-    """The schema registered under ``name`` (``"resize"``, ``"decoders.image"``)."""
-    import sluice.ops  # noqa: F401 - registers every operator
-
+    """The schema registered under ``name`` (``"resize"``, ``"decoders.image"``); ``import sluice`` registers
+    every operator (:mod:`sluice.ops`)."""
     try:
         return REGISTRY[name]
     except KeyError:

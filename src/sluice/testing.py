@@ -14,6 +14,8 @@ from typing import Any
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pipeline import Pipeline, pipeline_def
 from sluice.schema import get_schema
+from sluice.pipeline.graph import make_node
+from sluice import fn
 
 __all__ = ["run_op", "run_pipeline", "s3_server", "S3Server"]
 
@@ -34,9 +36,6 @@ def run_op(op_name: str, *inputs: Sequence[Any], device: str = "cpu", layout: st
     ``layout`` is the inputs' layout; for operators that have an argument called ``layout`` themselves
     (``fn.spectrogram``), give the inputs' layout as ``input_layout`` and ``layout`` goes to the operator.
     """
-    from sluice.pipeline.graph import make_node
-    from sluice import fn
-
     batch_size = max([len(x) for x in inputs] + [1])
     if device in ("gpu", "mixed") and device_id is None:
         device_id = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -174,12 +175,7 @@ class BatchInfo:
     epoch_idx: int
 
 
-def __getattr__(name: str):
-    """``types.Constant`` (DALI's spelling: a typed scalar for arithmetic, or an ``fn.constant`` node): made by the
-    graph layer, which builds on these types, so it is looked up there when first asked for."""
-    if name == "Constant":
-        # imported here: the graph layer builds on this module (layers point one way)
-        from sluice.compat.dali.types import Constant
-
-        return Constant
-    raise AttributeError(f"module 'sluice.types' has no attribute {name!r}")
+#: ``types.Constant`` (DALI's spelling: a typed scalar for arithmetic, or an ``fn.constant`` node) is made by the
+#: graph layer, which builds on these types: ``import sluice`` sets it here to
+#: :func:`sluice.pipeline.graph.types_constant` (layers point one way).
+Constant: Any

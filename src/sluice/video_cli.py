@@ -120,10 +120,24 @@ def _index_command(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def at_least(low: int) -> Any:
+    """An argparse type: a whole number >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"whole number >= {low}"
+    return parse
+
+
 def add_subcommands(subparsers) -> None:
     """Add ``probe`` and ``index`` to the ``sluice`` command's subparsers."""
-    from sluice.cli import at_least
-
     p = subparsers.add_parser("probe", help="codec, size, frames, duration, CFR/VFR and GOP lengths of videos")
     p.add_argument("videos", nargs="+", help="video files")
     p.add_argument("--json", action="store_true", help="one JSON object per video")

@@ -1,4 +1,4 @@
-"""A CPU audio decoder whose audio goes only to .gpu() decodes on the device (kernels.fusion.decode_audio_on_device):
+"""A CPU audio decoder whose audio goes only to .gpu() decodes on the device (pipeline.passes.fusion.decode_audio_on_device):
 the graph rewrite, and the same values as the CPU decoder (cuda)."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import soundfile as sf
 import torch
 
 from sluice import fn, pipeline_def, types
-from sluice.kernels.fusion import decode_audio_on_device
+from sluice.pipeline.passes.fusion import decode_audio_on_device
 
 
 def _wavs(tmp_path, n=6, subtype="PCM_16"):

@@ -47,6 +47,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from sluice import env as sluice_env
+from sluice._cache import cache_dir as _cache_dir
 from sluice.errors import ArgumentError
 
 __all__ = ["StorageError", "is_url", "join", "dirname", "basename", "exists", "size", "list_files", "read_bytes",
@@ -63,9 +64,7 @@ class StorageError(OSError):
 
 def cache_dir() -> Path:
     """sluice's cache folder (indexes of shards and record files): :func:`sluice._cache.cache_dir`."""
-    from sluice._cache import cache_dir as root
-
-    return root()
+    return _cache_dir()
 
 
 # ---- paths and URLs --------------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ from sluice.compat._missing import NotSupportedError
 from sluice.errors import ArgumentError
 from sluice.pipeline.graph import DataNode
 from sluice.schema import OpSchema, _camel
+import sluice.fn
+import sluice.ops
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +276,6 @@ def _sluice_attr(root: Any, dotted: str) -> Any:
 def make_function(schema: OpSchema, dali_name: str, *, legacy: bool = False,
                   default_device: str | None = None) -> Callable[..., Any]:
     """``nvidia.dali.fn.<dali_name>``: sluice's ``fn.<schema.name>`` behind the argument rules."""
-    import sluice.fn
-
     base = _sluice_attr(sluice.fn, schema.name)
     where = f"fn.{dali_name}"
     message = f"fn.{dali_name} is deprecated; use fn.{schema.name}" + (
@@ -299,8 +299,6 @@ def make_function(schema: OpSchema, dali_name: str, *, legacy: bool = False,
 
 def make_class(schema: OpSchema, dali_name: str, *, legacy: bool = False, default_device: str | None = None) -> type:
     """``nvidia.dali.ops.<dali_name>``: a subclass of sluice's ``ops`` class behind the argument rules."""
-    import sluice.ops
-
     *path, _ = schema.name.split(".")
     base = _sluice_attr(sluice.ops, ".".join([*path, _camel(schema.name)]))
     where = f"ops.{dali_name}"

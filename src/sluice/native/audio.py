@@ -40,6 +40,7 @@ from sluice.backends.audio import (
     read_into,
 )
 from sluice.native import core
+from sluice.pipeline.batch import host_empty  # the one place host buffers come from
 
 __all__ = ["open_files", "AudioFiles", "host_tensor", "OK", "FAILED", "NOT_PARSED", "WAV_FORMATS"]
 
@@ -220,6 +221,4 @@ def host_tensor(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     gone: a batch of decoded audio is large (113 MB for 64 clips of 10 s), and fresh memory costs a page fault per
     4 KiB on first touch, more than the decoding; torch's allocator returns such blocks to the kernel. Small
     tensors, and all without the core, come from ``torch.empty`` (the C heap reuses small blocks itself)."""
-    from sluice.pipeline.batch import host_empty  # the one place host buffers come from
-
     return host_empty(tuple(int(d) for d in shape), dtype, reuse=True)

@@ -13,7 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sluice.backends.image.formats import _walk_to_sof, jpeg_scan_is_plausible
 from sluice.native import core
+from sluice.native.crop_window import check_crop_ranges, random_crop_window
+from sluice.pipeline.pool import map_all, runs
+from sluice.schema import _rng
 
 __all__ = ["jpeg_info", "random_crop_windows", "STATUS", "HEIGHT", "WIDTH", "COMPONENTS", "SUBSAMPLING",
            "PROGRESSIVE", "BASELINE", "HAS_EXIF", "ADOBE", "ENDS_WITH_EOI", "SCAN_OK", "INFO_COLUMNS",
@@ -42,8 +46,6 @@ def jpeg_info(data, offsets: np.ndarray, sizes: np.ndarray, check_scans: bool = 
     c = core()
     if c is None:
         return _jpeg_info_py(memoryview(data).cast("B"), offsets, sizes, check_scans)
-    from sluice.pipeline.pool import map_all, runs
-
     parts = runs(offsets.size, pool, per_thread=2)
     if len(parts) == 1:
         return c.jpeg_info(data, offsets, sizes, bool(check_scans))
@@ -53,8 +55,6 @@ def jpeg_info(data, offsets: np.ndarray, sizes: np.ndarray, check_scans: bool = 
 
 
 def _jpeg_info_py(view: memoryview, offsets: np.ndarray, sizes: np.ndarray, check_scans: bool) -> np.ndarray:
-    from sluice.backends.image.formats import _walk_to_sof, jpeg_scan_is_plausible
-
     out = np.zeros((offsets.size, INFO_COLUMNS), np.int32)
     out[:, ADOBE] = -1
     out[:, SCAN_OK] = -1
@@ -80,12 +80,9 @@ def random_crop_windows(seed: int, iteration: int, heights: Sequence[int] | np.n
                         widths: Sequence[int] | np.ndarray, random_area: Sequence[float],
                         random_aspect_ratio: Sequence[float], num_attempts: int) -> np.ndarray:
     """The crop windows ``(y, x, h, w)`` (an ``(n, 4)`` int64 array) that
-    :func:`sluice.ops.decoders.crop_window.random_crop_window` draws for samples ``0..n-1`` of one batch, each with
+    :func:`sluice.native.crop_window.random_crop_window` draws for samples ``0..n-1`` of one batch, each with
     the sample's own generator (:meth:`sluice.schema.BatchContext.sample_rng`): the same values whatever thread
     or worker computes them. Raises ValueError naming the argument for invalid ranges."""
-    from sluice.ops.decoders.crop_window import check_crop_ranges, random_crop_window
-    from sluice.schema import _rng
-
     heights = np.ascontiguousarray(heights, dtype=np.int64).reshape(-1)
     widths = np.ascontiguousarray(widths, dtype=np.int64).reshape(-1)
     area, ratio = check_crop_ranges(random_area, random_aspect_ratio, num_attempts)

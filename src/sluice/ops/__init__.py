@@ -1,8 +1,9 @@
 """Operators: one file per operator (or small family), each a schema plus its CPU and GPU kernels.
 
-Importing this package imports every operator module below it, so that their schemas register, and then
-attaches the class form of each operator (DALI's ``ops`` API: ``ops.Resize``, ``ops.readers.File``,
-``ops.decoders.Image``) to the matching module of this package.
+Importing this package imports every operator module below it, so that their schemas register. The class form
+of each operator (DALI's ``ops`` API: ``ops.Resize``, ``ops.readers.File``, ``ops.decoders.Image``) is attached
+to the matching module of this package by the front end, :mod:`sluice._classes` (it builds graph nodes, which
+belong to the pipeline layer above this one); ``import sluice`` does that.
 
 Example::
 
@@ -14,14 +15,6 @@ from __future__ import annotations as _annotations
 
 import importlib as _importlib
 import pkgutil as _pkgutil
-import sys as _sys
-import types as _pytypes
-from typing import Any as _Any
-
-from sluice.pipeline.graph import make_node as _make_node
-from sluice.schema import REGISTRY as _REGISTRY
-from sluice.schema import OpSchema as _OpSchema
-from sluice.schema import _camel
 
 __all__: list[str] = []
 
@@ -34,66 +27,4 @@ def _import_all() -> None:
         _importlib.import_module(info.name)
 
 
-class _OperatorClass:
-    """The class form of an operator: arguments at construction, inputs (and more arguments) at call."""
-
-    schema: _OpSchema
-
-    def __init__(self, *, device: str | None = None, **kwargs: _Any):
-        from sluice.pipeline.graph import DataNode
-
-        self.device = device
-        # Check the arguments now, so that a mistake is reported where the operator is made.
-        self.schema.validate({k: v for k, v in kwargs.items() if k != "name"}, lambda v: isinstance(v, DataNode))
-        self._kwargs = kwargs
-
-    def __call__(self, *inputs: _Any, **kwargs: _Any) -> _Any:
-        merged = dict(self._kwargs)
-        merged.update(kwargs)
-        if self.device is not None:
-            merged.setdefault("device", self.device)
-        return _make_node(self.schema, list(inputs), merged)
-
-    def __repr__(self) -> str:
-        return f"ops.{type(self).__qualname__}(device={self.device!r}, {self._kwargs})"
-
-
-def _namespace(root: str, path: list[str]) -> _pytypes.ModuleType:
-    module = _sys.modules[root]
-    name = root
-    for part in path:
-        name = f"{name}.{part}"
-        child = _sys.modules.get(name)
-        if child is None:
-            try:
-                child = _importlib.import_module(name)
-            except ImportError:
-                child = _pytypes.ModuleType(name, f"sluice operators under '{'.'.join(path)}'")
-                _sys.modules[name] = child
-        if getattr(module, part, None) is not child:
-            setattr(module, part, child)
-        module = child
-    return module
-
-
-def _make_class(schema: _OpSchema) -> type[_OperatorClass]:
-    cls_name = _camel(schema.name)
-    cls = type(cls_name, (_OperatorClass,), {"schema": schema, "__doc__": schema.docstring(),
-                                           "__module__": "sluice.ops"})
-    return cls
-
-
-def _attach_classes() -> None:
-    for name, schema in sorted(_REGISTRY.items()):
-        if name.startswith("_"):
-            continue
-        *path, _ = name.split(".")
-        target = _namespace(__name__, path)
-        cls = _make_class(schema)
-        setattr(target, cls.__name__, cls)
-        if not path:
-            __all__.append(cls.__name__)
-
-
 _import_all()
-_attach_classes()

@@ -32,11 +32,9 @@ from typing import Any
 import numpy as np
 
 from sluice import types
-from sluice.errors import ArgumentError
-from sluice.errors import SampleError
+from sluice.errors import ArgumentError, EndOfEpoch, SampleError
 from sluice.ops._workers import _STOP, WorkerPool
 from sluice.pipeline.batch import Batch, to_tensor
-from sluice.pipeline.executor import EndOfEpoch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 log = logging.getLogger(__name__)

@@ -38,14 +38,17 @@ Where DALI's rules apply:
 
 from __future__ import annotations
 
+import sys as _sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from sluice.errors import ArgumentError
-from sluice.pipeline.graph import Constant, DataNode, OpNode, make_node
+from sluice.ops.conditional import restriction_message
+from sluice.pipeline.graph import Constant, DataNode, OpNode, current_pipeline, make_node
 from sluice.pipeline.if_rewrite import SourceUnavailable, convert, do_not_convert
+from sluice.schema import get_schema
 
 __all__ = ["ConditionStack", "If", "Undefined", "and_", "or_", "not_", "ifexp", "call", "split", "merge",
            "logical_not", "trace", "do_not_convert", "condition_stack"]
@@ -168,8 +171,6 @@ class ConditionStack:
 
     def push(self, predicate: DataNode, what: str = "if") -> _Scope:
         if predicate.device != "cpu":
-            from sluice.ops.conditional import restriction_message
-
             rule, where = restriction_message(what, "left" if what in ("and", "or") else "")
             raise ArgumentError(f"{rule} Got a GPU input{where} ({predicate!r}); move it with .cpu().")
         scope = _Scope(self.localize(predicate))
@@ -182,22 +183,17 @@ class ConditionStack:
 
 def condition_stack() -> ConditionStack | None:
     """The condition stack of the pipeline being traced in this thread, if it has conditionals enabled."""
-    from sluice.pipeline.pipeline import Pipeline
-
-    pipe = Pipeline.current()
+    pipe = current_pipeline()
     return getattr(pipe, "_conditions", None) if pipe is not None else None
 
 
 def _add_node(schema_name: str, inputs: list[DataNode], args: dict[str, Any], device: str) -> list[DataNode]:
     """An operator node made directly (not through make_node: its inputs are already where they belong, and the
     predicate stays on the CPU for a GPU split or merge)."""
-    from sluice.pipeline.pipeline import Pipeline
-    from sluice.schema import get_schema
-
     schema = get_schema(schema_name)
     const, _ = schema.validate(args, lambda v: False)
     op = OpNode(schema, device, inputs, const, {}, None)
-    pipe = Pipeline.current()
+    pipe = current_pipeline()
     if pipe is not None:
         pipe._register_node(op)
     return op.outputs
@@ -327,8 +323,6 @@ class If:
 
 
 def _schema(name: str):
-    from sluice.schema import get_schema
-
     return get_schema(name)
 
 
@@ -354,8 +348,6 @@ def _short(value: Any) -> str:
 
 def _validated(node: DataNode, what: str, side: str) -> DataNode:
     if node.device != "cpu":
-        from sluice.ops.conditional import restriction_message
-
         rule, where = restriction_message(what, side)
         raise ArgumentError(f"{rule} Got a GPU input{where} ({node!r}); move it with .cpu().")
     return make_node(_schema("_conditional.validate_logical"), [node],
@@ -420,7 +412,7 @@ def call(func: Any, /, *args: Any, **kwargs: Any) -> Any:
     """``func(*args, **kwargs)``; while a pipeline with conditionals is traced, user functions are rewritten
     first (once) so that they may branch on DataNodes too."""
     if condition_stack() is not None:
-        func = convert(func)
+        func = convert(func, _sys.modules[__name__])
     return func(*args, **kwargs)
 
 
@@ -440,8 +432,6 @@ def logical_not(input: DataNode) -> DataNode:
     if not isinstance(input, DataNode):
         raise ArgumentError(f"fn._conditional.not_: the input must be a DataNode, got {type(input).__name__}")
     if input.device != "cpu":
-        from sluice.ops.conditional import restriction_message
-
         rule, where = restriction_message("not")
         raise ArgumentError(f"{rule} Got a GPU input{where} ({input!r}); move it with .cpu().")
     return make_node(_schema("_conditional.not_"), [input], {})
@@ -478,7 +468,7 @@ def trace(pipe: Any, func: Callable, args: tuple, kwargs: dict) -> Any:
     """Run the pipeline function ``func`` for ``pipe`` with conditionals: rewritten, with a condition stack
     open. Returns what it returns; a variable left undefined by an ``if`` raises when returned."""
     try:
-        rewritten = convert(func, force=True)
+        rewritten = convert(func, _sys.modules[__name__], force=True)
     except SourceUnavailable as e:
         raise ArgumentError(f"pipeline_def(enable_conditionals=True): cannot rewrite {func.__qualname__} ({e}); "
                             "define the pipeline function with `def` in a file") from None

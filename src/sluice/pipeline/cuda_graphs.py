@@ -40,6 +40,9 @@ import torch
 from sluice import env
 from sluice.pipeline.batch import Batch
 
+#: The key of an iteration's deferred checks (BatchContext.defer) among a stage's values (the executor's).
+DEFERRED = "deferred"
+
 __all__ = ["GraphedRun", "graph_runs", "enabled"]
 
 log = logging.getLogger(__name__)
@@ -148,10 +151,8 @@ class GraphedRun:
                         type(e).__name__, e)
             self._stop()
             return None
-        from sluice.pipeline.executor import _DEFERRED
-
         outs = [local.get(k) for k in self.needed]
-        if local.get(_DEFERRED) or not all(isinstance(out, Batch) and out.dense is not None for out in outs):
+        if local.get(DEFERRED) or not all(isinstance(out, Batch) and out.dense is not None for out in outs):
             log.info("CUDA graphs: %s gives a ragged batch or defers checks; it runs eagerly", self.describe())
             self._stop()
             return None

@@ -24,21 +24,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError, SampleError
+from sluice.errors import ArgumentError, EndOfEpoch, PipelineBrokenError, PipelineError, SampleError
 from sluice.pipeline.balance import PrepareBalance
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.cuda_graphs import DEFERRED as _DEFERRED
 from sluice.pipeline.cuda_graphs import GraphedRun, graph_runs
 from sluice.pipeline.pool import RuntimePool
 from sluice.pipeline.graph import DataNode, OpNode
+from sluice.pipeline.passes.fusion import decode_audio_on_device, fuse
 from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Executor", "EndOfEpoch"]
-
-
-class EndOfEpoch(Exception):
-    """Raised by sources (external_source) when their data ends: the iteration becomes StopIteration."""
 
 
 @dataclass
@@ -48,7 +46,6 @@ class _Failure:
 
 _END = object()  # an iteration that hit the end of the epoch
 _BATCH_SIZE = "batch_size"  # key of the iteration's batch size among a stage's values
-_DEFERRED = "deferred"  # key of the iteration's deferred checks (BatchContext.defer) among a stage's values
 _PREPARED = "prepared"  # (_PREPARED, node id): what a node's prepare step returned (Operator.prepare)
 _CLOSE = object()
 #: How long ``Executor.stop`` waits for each stage thread to finish the operator it is running (see ``stop``).
@@ -250,8 +247,6 @@ class Executor:
     def _fuse(nodes: list[OpNode], outputs: list[DataNode]) -> list[OpNode]:
         """Replace chains that one fused kernel does better (crop -> resize -> crop_mirror_normalize on the GPU);
         a node whose output the pipeline returns is never fused away."""
-        from sluice.kernels.fusion import decode_audio_on_device, fuse
-
         return decode_audio_on_device(fuse(nodes, outputs=outputs), outputs=outputs)
 
     def operator(self, name: str) -> Operator:

@@ -10,16 +10,34 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from sluice import types
 from sluice.errors import ArgumentError
+from sluice.ops.arithmetic import MAX_SUBSCRIPT_DIMS
+from sluice.schema import OpSchema, get_schema
 
-if TYPE_CHECKING:
-    from sluice.schema import OpSchema
+__all__ = ["DataNode", "OpNode", "make_node", "Constant", "current_pipeline", "types_constant"]
 
-__all__ = ["DataNode", "OpNode", "make_node", "Constant"]
+#: The pipelines being defined on this thread (``with pipe:``), innermost last: graph nodes are recorded into the
+#: innermost one. Held here, where nodes are made; :class:`sluice.pipeline.pipeline.Pipeline` pushes and pops.
+_defining = threading.local()
+
+
+def current_pipeline() -> Any:
+    """The pipeline being defined on this thread (``with pipe:``), or None."""
+    stack = getattr(_defining, "stack", [])
+    return stack[-1] if stack else None
+
+
+def enter_pipeline(pipe: Any) -> None:
+    _defining.stack = getattr(_defining, "stack", []) + [pipe]
+
+
+def exit_pipeline() -> None:
+    _defining.stack.pop()
 
 _ids = itertools.count()
 _ids_lock = threading.Lock()
@@ -144,9 +162,6 @@ class DataNode:
 
     def shape(self, dtype: Any = None, device: str = "cpu") -> DataNode:
         """The shape of each sample (DALI's shortcut for ``fn.shapes``)."""
-        from sluice import types
-        from sluice.schema import get_schema
-
         node = make_node(get_schema("shapes"), [self], {"dtype": dtype or types.INT64})
         return node.cpu() if device == "cpu" else node.gpu()
 
@@ -182,8 +197,6 @@ class DataNode:
                 raise ArgumentError("DataNode subscripts take integers, slices and ..., got bool")
             else:
                 spec.append(("index", bound(item, "at", position)))
-        from sluice.ops.arithmetic import MAX_SUBSCRIPT_DIMS
-
         if arg_nodes and len(index) > MAX_SUBSCRIPT_DIMS:
             raise ArgumentError(f"DataNode subscripts with DataNode indices take at most {MAX_SUBSCRIPT_DIMS} "
                                 "positions")
@@ -205,13 +218,27 @@ class Constant:
 def constant_array(value: Any, dtype: Any = None) -> np.ndarray:
     """``value`` as the array of a DALI constant: of ``dtype`` when given, else its own type with 64-bit types made
     32-bit (Python floats float32, ints int32), as DALI's ``types.Constant`` does."""
-    from sluice import types
-
     arr = np.asarray(value)
     if dtype is not None:
         return arr.astype(types.to_numpy_dtype(dtype))
     narrower = {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32, np.dtype(np.uint64): np.uint32}
     return arr.astype(narrower[arr.dtype]) if arr.dtype in narrower else arr
+
+
+def types_constant(value: Any, dtype: Any = None, shape: Any = None, layout: str | None = None,
+                   device: str | None = None, **kwargs: Any) -> Constant | DataNode:
+    """DALI's ``types.Constant``: a scalar without ``device``/``shape``/``layout`` stays a typed constant for
+    arithmetic (``node * types.Constant(2, types.UINT8)``); anything else becomes an ``fn.constant`` node,
+    usable as an operator input (``fn.spectrogram(types.Constant(signal, device="gpu"), ...)``)."""
+    if kwargs:
+        raise TypeError(f"types.Constant: unexpected arguments {sorted(kwargs)}")
+    array = np.asarray(value)
+    if device is None and shape is None and layout is None and array.ndim == 0:
+        return Constant(value, dtype)
+    # 64-bit arrays become 32-bit ones unless a dtype says otherwise, as in DALI
+    return make_node(get_schema("constant"), [], {"value": constant_array(array), "dtype": dtype,  # type: ignore[return-value]
+                                                  "shape": list(shape) if shape is not None else None,
+                                                  "layout": layout or "", "device": device or "cpu"})
 
 
 def arithmetic(op: str, *operands: Any) -> DataNode:
@@ -238,8 +265,6 @@ def arithmetic(op: str, *operands: Any) -> DataNode:
 
 
 def _call(op_name: str, inputs: list[DataNode], args: dict[str, Any], device: str) -> DataNode:
-    from sluice.schema import get_schema
-
     outs = make_node(get_schema(op_name), inputs, dict(args, device=device))
     return outs if isinstance(outs, DataNode) else outs[0]
 
@@ -261,17 +286,13 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
         want = (str(schema.min_inputs) if schema.min_inputs == schema.max_inputs
                 else f"{schema.min_inputs} to {schema.max_inputs}")
         raise ArgumentError(f"fn.{schema.name} takes {want} input(s), got {n}")
-    from sluice.pipeline.pipeline import Pipeline
-
-    current = Pipeline.current()
+    current = current_pipeline()
     conditions = getattr(current, "_conditions", None)  # tracing a pipeline_def(enable_conditionals=True)
     nodes: list[DataNode] = []
     for i, x in enumerate(inputs):
         if isinstance(x, DataNode):
             nodes.append(x)
         else:
-            from sluice.schema import get_schema
-
             nodes.append(make_node(get_schema("constant"), [], {"value": np.asarray(x)}))  # type: ignore[arg-type]
     if conditions is not None:  # inside an `if` on a DataNode: the inputs as this branch sees them (split)
         nodes = [conditions.localize(x) for x in nodes]
@@ -328,9 +349,7 @@ def _per_input_set(schema: OpSchema, inputs: list[Any], sets: list[int], kwargs:
 def _shared_seed() -> int:
     """One seed for the nodes of one multi-set call, derived from the pipeline's seed and the call's rank among
     such calls in its definition: the same program with the same seed draws the same values."""
-    from sluice.pipeline.pipeline import Pipeline   # graph nodes are recorded into the pipeline being defined
-
-    current = Pipeline.current()
+    current = current_pipeline()
     base, rank = (current.seed, getattr(current, "_input_set_calls", 0)) if current is not None else (0, 0)
     if current is not None:
         current._input_set_calls = rank + 1

@@ -125,23 +125,24 @@ _templates_lock = threading.Lock()
 _converted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def convert(func: Any, *, force: bool = False) -> Any:
-    """``func`` with its source rewritten (see the module's doc), or ``func`` itself where it is not user code
+def convert(func: Any, helper: types.ModuleType, *, force: bool = False) -> Any:
+    """``func`` with its source rewritten (see the module's doc) into calls of ``helper``
+    (:mod:`sluice.pipeline.conditionals`, which passes itself: it builds on this module), or ``func`` itself where it is not user code
     (``force`` rewrites any Python function), is marked :func:`do_not_convert`, or its source cannot be rewritten.
     Bound methods, ``functools.partial`` objects and instances of user classes with ``__call__`` are rewritten
     through their function. With ``force``, a function that cannot be rewritten raises SourceUnavailable."""
     if getattr(func, _NO_CONVERT, False):
         return func
     if isinstance(func, types.MethodType):
-        inner = convert(func.__func__, force=force)
+        inner = convert(func.__func__, helper, force=force)
         return func if inner is func.__func__ else types.MethodType(inner, func.__self__)
     if isinstance(func, functools.partial):
-        inner = convert(func.func, force=force)
+        inner = convert(func.func, helper, force=force)
         return func if inner is func.func else functools.partial(inner, *func.args, **func.keywords)
     if not isinstance(func, types.FunctionType):
         method = getattr(type(func), "__call__", None)
         if isinstance(method, types.FunctionType) and not isinstance(func, type):
-            inner = convert(method, force=force)
+            inner = convert(method, helper, force=force)
             return func if inner is method else types.MethodType(inner, func)
         return func
     if not force and not _is_user_code(func):
@@ -154,7 +155,7 @@ def convert(func: Any, *, force: bool = False) -> Any:
         if force:
             raise template
         return func
-    out = _instantiate(template, func)
+    out = _instantiate(template, func, helper)
     _converted[func] = out
     return out
 
@@ -177,14 +178,13 @@ def _template(code: types.CodeType) -> types.CodeType | SourceUnavailable:
     return made
 
 
-def _instantiate(template: types.CodeType, func: types.FunctionType) -> types.FunctionType:
-    from sluice.pipeline import conditionals
-
+def _instantiate(template: types.CodeType, func: types.FunctionType,
+                 helper: types.ModuleType) -> types.FunctionType:
     cells = dict(zip(func.__code__.co_freevars, func.__closure__ or ()))
     closure = []
     for name in template.co_freevars:
         if name == HELPER:
-            closure.append(types.CellType(conditionals))
+            closure.append(types.CellType(helper))
         else:
             closure.append(cells[name])
     out = types.FunctionType(template, func.__globals__, func.__name__, func.__defaults__, tuple(closure))

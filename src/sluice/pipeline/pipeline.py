@@ -30,17 +30,17 @@ import numpy as np
 import torch
 
 from sluice._pipes import cores_per_rank
-from sluice.errors import ArgumentError, PipelineBrokenError, PipelineError
+from sluice.errors import ArgumentError, EndOfEpoch, PipelineBrokenError, PipelineError
+from sluice.pipeline import conditionals
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.executor import _END, Executor, _Failure
-from sluice.pipeline.graph import DataNode, OpNode
+from sluice.pipeline.graph import DataNode, OpNode, current_pipeline, enter_pipeline, exit_pipeline
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Pipeline", "pipeline_def"]
 
 _AUTO = -1
-_local = threading.local()
 _live: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -136,15 +136,14 @@ class Pipeline:
     # ---- the current pipeline (for `with pipe:` definitions) --------------------------------------------
     @staticmethod
     def current() -> Pipeline | None:
-        stack = getattr(_local, "stack", [])
-        return stack[-1] if stack else None
+        return current_pipeline()
 
     def __enter__(self) -> Pipeline:
-        _local.stack = getattr(_local, "stack", []) + [self]
+        enter_pipeline(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _local.stack.pop()
+        exit_pipeline()
 
     def _register_node(self, node: OpNode) -> None:
         self._created_nodes.append(node)
@@ -279,8 +278,6 @@ class Pipeline:
                     item = (batches, None, deferred)
                     ex.iteration += 1
                 except BaseException as e:  # noqa: BLE001
-                    from sluice.pipeline.executor import EndOfEpoch
-
                     item = _END if isinstance(e, EndOfEpoch) else _Failure(e)
             if item is _END:
                 self._epoch_ended = True
@@ -523,8 +520,6 @@ def pipeline_def(fn: Callable | None = None, *, enable_conditionals: bool = Fals
 def _trace(pipe: Pipeline, func: Callable, args: tuple, kwargs: dict, enable_conditionals: bool) -> Any:
     """Run a pipeline function for ``pipe`` (rewritten for conditionals with ``enable_conditionals``)."""
     if enable_conditionals:
-        from sluice.pipeline import conditionals
-
         return conditionals.trace(pipe, func, args, kwargs)
     with pipe:
         return func(*args, **kwargs)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sluice import fn, types
-from sluice.kernels import fusion
+from sluice.pipeline.passes import fusion
 from sluice.pipeline.executor import topological_order
 from sluice.pipeline.pipeline import Pipeline
 from sluice.schema import BatchArgs, BatchContext

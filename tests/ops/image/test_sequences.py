@@ -166,7 +166,7 @@ def test_frames_that_disagree_in_shape_are_an_error():
 
 
 def _fused_node():
-    from sluice.kernels import fusion
+    from sluice.pipeline.passes import fusion
     from sluice.pipeline.executor import topological_order
 
     pipe = Pipeline(batch_size=2, num_threads=1, device_id=None, seed=1, exec_async=False)
@@ -180,7 +180,7 @@ def _fused_node():
 
 def test_fused_resize_crop_mirror_normalize_takes_clips():
     """The fused GPU node (its kernel runs on CPU tensors too): a batch of clips is the batch of their frames."""
-    from sluice.kernels import fusion
+    from sluice.pipeline.passes import fusion
     from sluice.pipeline.batch import Batch
     from sluice.schema import BatchArgs, BatchContext, OpSpec
 
@@ -378,7 +378,7 @@ def test_fused_node_takes_clips_in_every_output_layout():
     """The fused GPU resize -> crop_mirror_normalize node (sequences='frames') on FHWC clips, run through its
     sequence wrapper on CPU tensors, equals the unfused CPU operators frame by frame (float resize vs Pillow:
     within two grey levels before normalising)."""
-    from sluice.kernels import fusion
+    from sluice.pipeline.passes import fusion
     from sluice.pipeline.batch import Batch
     from sluice.pipeline.executor import topological_order
     from sluice.schema import BatchArgs, BatchContext, OpSpec

@@ -19,6 +19,9 @@ import numpy as np
 from sluice import types
 from sluice.auto_aug.core._args import MissingArgException, accepted_kwargs, missing_kwargs, num_positional_args
 from sluice.pipeline.graph import DataNode, constant_array
+from sluice import fn
+from sluice.pipeline.graph import make_node
+from sluice.schema import get_schema
 
 __all__ = ["Augmentation", "signed_bin", "constant", "table_row"]
 
@@ -29,17 +32,12 @@ class _Unset:
 
 def constant(value: Any, device: str = "cpu") -> DataNode:
     """A constant batch of ``value`` (64-bit types made 32-bit, as DALI's ``types.Constant``) on ``device``."""
-    from sluice import fn
-
     return fn.constant(value=constant_array(value), device=device)
 
 
 def table_row(table: Any, index: int | DataNode, device: str = "cpu") -> DataNode:
     """``constant(table, device)[index]``: row ``index[i]`` of ``table`` for sample ``i`` (``index`` a CPU batch of
     integers, or one integer), made by one operator whose only input is the index."""
-    from sluice.pipeline.graph import make_node
-    from sluice.schema import get_schema
-
     if isinstance(index, int):
         return constant(np.asarray(table)[index], device)
     return make_node(get_schema("_table_row"), [], {"table": constant_array(table), "index": index, "device": device})
@@ -68,8 +66,6 @@ class _SignedMagnitudeBin:
         if random_sign is not None and (seed is not None or shape is not None):
             raise ValueError("Give random_sign, or seed and shape to draw it, not both.")
         if random_sign is None:
-            from sluice import fn
-
             random_sign = fn.random.uniform(values=[0, 1], dtype=types.INT32, seed=seed, shape=shape)
         # made here, where the bins are made: used inside branches, it is split there, not computed per branch
         return cls(magnitude_bin, random_sign, 2 * magnitude_bin + random_sign)

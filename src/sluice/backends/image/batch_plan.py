@@ -36,6 +36,7 @@ from sluice.errors import SampleError
 
 from .common import get_max_image_pixels
 from .cpu import ImageInfo, probe
+from sluice.native import image as nimg
 
 __all__ = ["GPU", "CORE", "CODEC", "PATHS", "BatchPlan", "plan_batch"]
 
@@ -98,8 +99,6 @@ def plan_batch(region: torch.Tensor, offsets: np.ndarray, sizes: np.ndarray, sou
     decoder; ``core_decodes``: whether the compiled core decodes JPEGs here (else progressive ones go to CODEC);
     ``info``: :func:`sluice.native.image.jpeg_info`'s rows when already read. A sample whose header cannot be read
     raises SampleError naming it and its file, as the per-sample probe does."""
-    from sluice.native import image as nimg
-
     offsets = np.asarray(offsets, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
     if info is None:

@@ -29,7 +29,8 @@ from sluice.errors import SampleError
 from sluice.native import jpeg as native_jpeg
 from sluice.native.image import random_crop_windows
 from sluice.ops.decoders.image import _WINDOWS, _sample_bytes, convert_image_dtype
-from sluice.ops.readers.file import _host_buffer, map_all
+from sluice.ops._host import batch_buffer
+from sluice.pipeline.pool import map_all
 from sluice.pipeline.batch import Batch
 from sluice.schema import BatchArgs, BatchContext, Operator
 
@@ -169,7 +170,7 @@ def cpu_operator(op: str) -> type[Operator]:
             sizes = windows[:, 2] * windows[:, 3] * c
             offsets = np.zeros(len(idx), np.int64)
             np.cumsum(sizes[:-1], out=offsets[1:])
-            buf = _host_buffer(max(1, int(sizes.sum())), self.pin_outputs, self.spec.device_id)
+            buf = batch_buffer(max(1, int(sizes.sum())), self.pin_outputs, self.spec.device_id)
             status = np.full(len(idx), -1, np.int32)
             counter = np.zeros(1, np.int64)
             data = [plan.bufs[i] for i in idx]

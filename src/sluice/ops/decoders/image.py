@@ -31,7 +31,7 @@ import torch
 from sluice import types
 from sluice.backends.image import ImageDecodeError, ImageInfo, decode, probe
 from sluice.errors import SampleError
-from sluice.ops.decoders.crop_window import random_crop_window
+from sluice.native.crop_window import random_crop_window
 from sluice.ops.readers.file import batch_region, contiguous_bytes
 from sluice.ops.tensor.slice import SCHEMA as SLICE
 from sluice.ops.tensor.slice import slice_bounds

@@ -18,6 +18,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from sluice import types
+from sluice.kernels.resample import cast_round
+from sluice.pipeline.ragged import host_to_device, valid_mask
+from sluice.pipeline.batch import Batch
 
 
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params", "spatial_dims",
@@ -270,8 +274,6 @@ def norm_params(channels: int, mean, std, scale: float = 1.0, shift: float = 0.0
 
 def out_dtype(dtype, default: torch.dtype) -> torch.dtype:
     """The torch dtype of a ``dtype`` argument (``types.DALIDataType`` or None / NO_TYPE for ``default``)."""
-    from sluice import types
-
     if dtype is None or dtype == types.NO_TYPE:
         return default
     return types.to_torch_dtype(dtype)
@@ -317,10 +319,6 @@ def warp_affine_padded(x: torch.Tensor, hw: np.ndarray, matrices: np.ndarray, ou
     ``fill`` (one value or one per channel). Returns ``(N, OH, OW, C)`` of ``dtype`` (the largest ``out_sizes``;
     sample ``i`` in its leading ``out_sizes[i]`` corner).
     """
-    from sluice.kernels.resample import cast_round
-
-    from sluice.pipeline.ragged import host_to_device, valid_mask
-
     n, hmax, wmax, c = x.shape
     dev = x.device
     hw = np.asarray(hw, np.int64).reshape(n, 2)
@@ -489,8 +487,6 @@ def channel_last_padded(images, layout: str, fill: float | None, op: str) -> tup
 def from_channel_last(out: torch.Tensor, out_hw: np.ndarray, images, layout: str):
     """The :class:`Batch` of ``out`` (``(N, H, W, C)``, sample ``i`` in its leading ``out_hw[i]`` corner) in
     ``layout`` (as :func:`channel_last_padded` gave it), with ``images``' channel counts, layout and sources."""
-    from sluice.pipeline.batch import Batch
-
     shapes = images.shapes_array()
     out_hw = np.asarray(out_hw, np.int64)
     if layout == "HW":

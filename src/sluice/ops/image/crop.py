@@ -85,7 +85,8 @@ def crop_volumes(volumes: Batch, layout: str, args) -> Batch:
     return Batch.from_padded(out, out_shapes, layout)
 
 
-def _crop_one(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
+def crop_one(image: torch.Tensor, layout: str, args: dict) -> torch.Tensor:
+    """One sample cropped by its own arguments (``args``: one sample's values of fn.crop's arguments)."""
     if is_volume(layout):
         return crop_volumes(Batch([image], layout), layout, BatchArgs(args, {}, 1))[0]
     win = window_of(tuple(image.shape), layout, args)
@@ -110,7 +111,7 @@ def crop(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
     def one(i: int) -> torch.Tensor:
         s = samples[i]
         try:
-            return _crop_one(s, layout or ("HWC" if s.dim() == 3 else "HW"), args.sample(i))
+            return crop_one(s, layout or ("HWC" if s.dim() == 3 else "HW"), args.sample(i))
         except Exception as exc:  # noqa: BLE001 - re-raised naming the sample
             raise SampleError(i, ctx.source_info[i] if ctx.source_info else "", exc) from exc
 

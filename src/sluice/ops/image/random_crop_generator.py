@@ -1,6 +1,6 @@
 """``fn.random_crop_generator``: a random crop window (random area and aspect ratio, Inception style) for each
 input shape, as DALI's operator: the window ``fn.random_resized_crop`` and ``fn.decoders.image_random_crop``
-draw (:func:`sluice.ops.decoders.crop_window.random_crop_window`), given as ``anchor`` and ``shape`` (int32,
+draw (:func:`sluice.native.crop_window.random_crop_window`), given as ``anchor`` and ``shape`` (int32,
 ``(y, x)`` and ``(h, w)``) to feed ``fn.slice`` or ``fn.decoders.image_slice``.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sluice.ops.decoders.crop_window import check_crop_ranges, random_crop_window
+from sluice.native.crop_window import check_crop_ranges, random_crop_window
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 

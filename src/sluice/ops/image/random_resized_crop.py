@@ -1,6 +1,6 @@
 """``fn.random_resized_crop``: a random window (area and aspect ratio as Inception's) resized to ``size``.
 
-The window comes from :func:`sluice.ops.decoders.crop_window.random_crop_window` with the sample's seeded
+The window comes from :func:`sluice.native.crop_window.random_crop_window` with the sample's seeded
 generator, so the CPU and GPU operators pick the same windows; the resampling is resize's (antialiased when
 shrinking). On the GPU the whole batch is one Triton kernel pair into a dense batch.
 """
@@ -13,7 +13,7 @@ import torch
 from sluice import types
 from sluice.kernels.batched import resample_batch
 from sluice.kernels.resample import resample
-from sluice.ops.decoders.crop_window import random_crop_window
+from sluice.native.crop_window import random_crop_window
 from sluice.ops.image._geometry import as_list, out_dtype, reject_volume, spatial_dims
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema

@@ -25,7 +25,8 @@ from sluice.kernels.resample import cast_round, filter_id, resample
 from sluice.native.resize import resize as native_resize
 from sluice.ops.image._geometry import out_dtype, resize_params, resize_params_batch, spatial_dims
 from sluice.ops.image._volume import is_volume, resample_volumes, resize_params_3d, spatial_axes
-from sluice.ops.readers.file import _host_buffer, map_all
+from sluice.ops._host import batch_buffer
+from sluice.pipeline.pool import map_all
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema
 
@@ -111,7 +112,7 @@ def filters(args: dict):
     return args.get("min_filter") or interp, args.get("mag_filter") or interp
 
 
-def _check_dtype(dtype, image: torch.Tensor) -> torch.dtype:
+def check_dtype(dtype, image: torch.Tensor) -> torch.dtype:
     t = out_dtype(dtype, image.dtype)
     if t not in (image.dtype, torch.float32):
         raise ValueError(f"Invalid dtype ({dtype!r}): resize outputs the input type or FLOAT.")
@@ -123,7 +124,7 @@ def resize_sample(image: torch.Tensor, layout: str, args: dict):
     layout = layout or ("HWC" if image.dim() == 3 else "HW")
     roi, out = resize_sample_params(tuple(image.shape), layout, args)
     fmin, fmag = filters(args)
-    y = resample(image, roi, out, fmin, fmag, args.get("antialias", True), _check_dtype(args.get("dtype"), image),
+    y = resample(image, roi, out, fmin, fmag, args.get("antialias", True), check_dtype(args.get("dtype"), image),
                  "CHW" if layout == "CHW" else "HWC")
     if args.get("save_attrs"):
         return y, torch.tensor(out, dtype=torch.int32)
@@ -155,7 +156,7 @@ def resize_volumes(volumes: Batch, layout: str, args) -> Batch | tuple[Batch, Ba
             raise SampleError(i, volumes.source_info[i], exc) from exc
     fmin, fmag = (filter_id(f) for f in filters({k: args[k][0] for k in ("interp_type", "min_filter", "mag_filter")}))
     data, _ = volumes.padded(fill=0)
-    dtype = _check_dtype(args["dtype"][0], data)
+    dtype = check_dtype(args["dtype"][0], data)
     y, out_shapes = resample_volumes(data.to(torch.float32), shapes, axes, lo, hi, outs, fmin, fmag,
                                      bool(args["antialias"][0]))
     out = Batch.from_padded(cast_round(y, dtype), out_shapes, layout)
@@ -191,7 +192,7 @@ class ResizeCpu(Operator):
         nbytes = outs[:, 0] * outs[:, 1] * c
         offsets = np.zeros(n, np.int64)
         np.cumsum(nbytes[:-1], out=offsets[1:])
-        buf = _host_buffer(max(1, int(nbytes.sum())), self.pin_outputs, self.spec.device_id)
+        buf = batch_buffer(max(1, int(nbytes.sum())), self.pin_outputs, self.spec.device_id)
         out, counter = buf.numpy(), np.zeros(1, np.int64)
         tasks = max(1, min(n, self.spec.num_threads)) if ctx.thread_pool is not None else 1
         map_all(ctx.thread_pool, lambda _: native_resize(arrays, rois, outs, fmin, fmag, args.const("antialias"),
@@ -258,7 +259,7 @@ def resize_gpu(ctx, images: Batch, *, args) -> Batch | tuple[Batch, Batch]:
     rois, outs = resize_params_batch(hw, args, args.sample)
     a0 = {"antialias": args.const("antialias")}
     fmin, fmag = filters({k: args.const(k) for k in ("interp_type", "min_filter", "mag_filter")})
-    dtype = _check_dtype(args.const("dtype"), samples[0]) if n else None
+    dtype = check_dtype(args.const("dtype"), samples[0]) if n else None
     if layout == "HW":
         samples = [s.unsqueeze(2) for s in samples]
     dense = n > 0 and bool((outs == outs[0]).all())

@@ -19,7 +19,7 @@ import torch
 from sluice.kernels.batched import resample_batch
 from sluice.ops.image._geometry import crop_windows_batch, reject_volume, resize_params_batch, spatial_dims
 from sluice.ops.image.crop import CROP_ARGS
-from sluice.ops.image.resize import RESIZE_ARGS, _check_dtype, filters, resampling_args, resize_sample_params
+from sluice.ops.image.resize import RESIZE_ARGS, check_dtype, filters, resampling_args, resize_sample_params
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
@@ -79,7 +79,7 @@ def resize_crop_mirror(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> 
     hw = np.array([(s.shape[hd], s.shape[wd]) for s in samples], np.int64).reshape(n, 2)
     rois, outs = source_regions(hw, args)
     fmin, fmag = filters({k: args.const(k) for k in ("interp_type", "min_filter", "mag_filter")})
-    dtype = _check_dtype(args.const("dtype"), samples[0])
+    dtype = check_dtype(args.const("dtype"), samples[0])
     if layout == "HW":
         samples = [s.unsqueeze(2) for s in samples]
     dense = bool((outs == outs[0]).all())

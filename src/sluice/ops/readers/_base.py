@@ -30,7 +30,7 @@ from sluice import native
 from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
 from sluice.native import io as native_io
-from sluice.ops.readers.file import _host_buffer
+from sluice.ops._host import batch_buffer
 from sluice.pipeline.pool import map_all, run_shared, runs
 
 __all__ = ["read_packed", "read_into", "cached_index", "member_name", "as_list", "record_table"]
@@ -100,7 +100,7 @@ def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.nda
         for i in sorted(set(align_at) - {0}):  # shift everything from i on to the next multiple of 8
             offsets[i:] += -offsets[i] % 8
     total = int(offsets[-1] + sizes[-1]) if n else 0
-    buf = _host_buffer(max(1, total), pin, device_id)
+    buf = batch_buffer(max(1, total), pin, device_id)
     host = buf.numpy()
     for i, data in fetched.items():
         host[offsets[i]: offsets[i] + sizes[i]] = storage.to_array(data)

@@ -23,8 +23,10 @@ import torch
 from sluice import native
 from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
+from sluice.ops._host import MAX_PINNED_BATCH_BYTES, batch_buffer  # noqa: F401 - MAX_PINNED_BATCH_BYTES re-exported
+from sluice.ops.readers._base import read_packed
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
-from sluice.pipeline.batch import Batch, host_empty, is_page_locked
+from sluice.pipeline.batch import Batch, is_page_locked
 from sluice.pipeline.pool import map_all, run_shared, runs
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
@@ -235,18 +237,6 @@ def read_files(paths: list[str], pool=None, *, one_buffer: bool = False, pin: bo
     return [t for part in map_all(pool, read_run, parts) for t in part]
 
 
-#: Larger batches (of videos, say) are read into ordinary memory: page-locked memory is scarce, and torch's
-#: host allocator keeps what it has handed out.
-MAX_PINNED_BATCH_BYTES = 256 << 20
-
-
-def _host_buffer(nbytes: int, pin: bool, device_id: int | None) -> torch.Tensor:
-    """A batch's buffer: page-locked (:func:`sluice.pipeline.batch.host_empty`, on the pipeline's GPU) with
-    ``pin`` up to MAX_PINNED_BATCH_BYTES, else ordinary memory (a large one reused once no batch holds it)."""
-    return host_empty((nbytes,), torch.uint8, pin=pin and nbytes <= MAX_PINNED_BATCH_BYTES, device=device_id,
-                      reuse=True)
-
-
 def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | None) -> Batch:
     """The files back to back in one buffer (page-locked with ``pin``), as a packed batch of 1-D uint8 samples
     named by their paths (see :meth:`Batch.from_packed`; a file that changed size while read makes the batch an
@@ -264,7 +254,7 @@ def _read_into_one_buffer(paths: list[str], pool, pin: bool, device_id: int | No
         raise SampleError(i, paths[i], _cannot_read(paths[i], OSError(-int(sizes[i]), os.strerror(-int(sizes[i])))))
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    buf = _host_buffer(max(1, int(offsets[-1])), pin, device_id)
+    buf = batch_buffer(max(1, int(offsets[-1])), pin, device_id)
     host = buf.numpy()
     got = np.zeros(n, np.int64)
     grown: dict[int, torch.Tensor] = {}
@@ -406,8 +396,6 @@ class FileReader(ReaderBase):
         picks = self.next_samples(ctx)
         paths = [self.paths[i] for i, _ in picks]
         if self.remote:  # objects in S3 (or a mix): fetched concurrently, back to back in one buffer
-            from sluice.ops.readers._base import read_packed
-
             n = len(paths)
             buf, _, sizes = read_packed(self.op_name, paths, np.zeros(n, np.int64), np.full(n, -1, np.int64),
                                         paths, pool=ctx.thread_pool, pin=self.pin_outputs,

@@ -23,7 +23,8 @@ import torch
 from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._base import as_list, member_name, read_packed, record_table
-from sluice.ops.readers.file import READER_ARGS, ReaderBase, _host_buffer
+from sluice.ops._host import batch_buffer
+from sluice.ops.readers.file import READER_ARGS, ReaderBase
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all, runs
 from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema, OpSpec
@@ -161,7 +162,7 @@ class MXNetReader(ReaderBase):
 
         map_all(ctx.thread_pool, parse, runs(n, ctx.thread_pool))
         lengths = np.array([len(p[0]) for p in parsed], np.int64)
-        out = _host_buffer(max(1, int(lengths.sum())), self.pin_outputs, self.spec.device_id)
+        out = batch_buffer(max(1, int(lengths.sum())), self.pin_outputs, self.spec.device_id)
         dst = out.numpy()
         pos = 0
         for (image, _), z in zip(parsed, lengths.tolist()):

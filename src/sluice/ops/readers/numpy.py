@@ -31,7 +31,8 @@ import torch
 from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._base import as_list, read_into
-from sluice.ops.readers.file import READER_ARGS, ReaderBase, _host_buffer
+from sluice.ops._host import batch_buffer
+from sluice.ops.readers.file import READER_ARGS, ReaderBase
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all, runs
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, OpSpec
@@ -377,7 +378,7 @@ class NumpyReader(ReaderBase):
         out_bytes = np.array([math.prod(p.out_shape) * dtype.itemsize for p in plans], np.int64)
         out_offsets = np.zeros(len(plans), np.int64)
         np.cumsum(out_bytes[:-1], out=out_offsets[1:])
-        buf = _host_buffer(max(1, int(out_bytes.sum())), pin, self.spec.device_id)
+        buf = batch_buffer(max(1, int(out_bytes.sum())), pin, self.spec.device_id)
         host = buf.numpy()
         # Direct samples: their runs land in their slots, back to back. The others are read apart, then finished.
         direct = [k for k, p in enumerate(plans) if p.direct]

@@ -33,7 +33,8 @@ from sluice.backends.tfrecord import (
 )
 from sluice.errors import ArgumentError, SampleError
 from sluice.ops.readers._base import as_list, cached_index, member_name, read_packed, record_table
-from sluice.ops.readers.file import READER_ARGS, ReaderBase, _host_buffer
+from sluice.ops._host import batch_buffer
+from sluice.ops.readers.file import READER_ARGS, ReaderBase
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all, runs
 from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema, OpSpec
@@ -177,7 +178,7 @@ class TFRecordReader(ReaderBase):
                     spans.append(value[1][0])
             default = f.default_value.encode() if isinstance(f.default_value, str) else bytes(f.default_value or b"")
             sizes = np.array([len(default) if s is None else s[1] - s[0] for s in spans], np.int64)
-            out = _host_buffer(max(1, int(sizes.sum())), self.pin_outputs, self.spec.device_id)
+            out = batch_buffer(max(1, int(sizes.sum())), self.pin_outputs, self.spec.device_id)
             dst = out.numpy()
             pos = 0
             for s, z in zip(spans, sizes.tolist()):

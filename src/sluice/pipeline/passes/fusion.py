@@ -29,7 +29,15 @@ import numpy as np
 import torch
 
 from sluice import env
+from sluice.kernels.batched import Packed, resample_batch
+from sluice.ops.image import crop, crop_mirror_normalize, resize
+from sluice.ops.image._geometry import crop_windows_batch, out_dtype, resize_params_batch
+from sluice.ops.image.crop import crop_one, crop_volumes
+from sluice.ops.image.crop_mirror_normalize import (crop_mirror_normalize_gpu, frame_output_layout, norm_batch,
+                                                    output_layout_of)
+from sluice.ops.image.resize import check_dtype, filters, resize_gpu
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.graph import DataNode
 from sluice.schema import Arg, OpSchema
 
 __all__ = ["fuse", "FUSED_SCHEMA"]
@@ -40,8 +48,6 @@ _PREFIX = {"crop": "k.", "resize": "r.", "crop_mirror_normalize": "c."}
 
 
 def _fused_args() -> list[Arg]:
-    from sluice.ops.image import crop, crop_mirror_normalize, resize
-
     out = []
     for mod, prefix in ((crop, "k."), (resize, "r."), (crop_mirror_normalize, "c.")):
         for a in mod.SCHEMA.args.values():
@@ -51,11 +57,9 @@ def _fused_args() -> list[Arg]:
 
 
 def _make_schema() -> OpSchema:
-    from sluice.ops.image.crop_mirror_normalize import output_layout_of
-
     schema = OpSchema(
         "_fused_crop_resize_crop_mirror_normalize",
-        doc="""[crop ->] resize -> crop_mirror_normalize as one GPU node (made by sluice.kernels.fusion.fuse).""",
+        doc="""[crop ->] resize -> crop_mirror_normalize as one GPU node (made by sluice.pipeline.passes.fusion.fuse).""",
         devices=("gpu",),
         sequences="frames",  # a batch of clips is the batch of their frames: one kernel pair for all of them
         output_layout=lambda a, lay: output_layout_of(a.get("c.output_layout"), lay[0] if lay else ""),
@@ -70,11 +74,6 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
     """Map each output pixel through crop_mirror_normalize's window, resize's ROI and crop's window at once.
 
     The geometry is computed with NumPy over the whole batch (no per-sample Python on the hot path)."""
-    from sluice.kernels.batched import Packed, resample_batch
-    from sluice.ops.image._geometry import crop_windows_batch, out_dtype, resize_params_batch
-    from sluice.ops.image.crop_mirror_normalize import frame_output_layout, norm_batch
-    from sluice.ops.image.resize import _check_dtype, filters
-
     layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "") or "HWC"
     n = len(images)
     if "D" in layout:  # volumes: the operators' own whole-batch kernels
@@ -118,7 +117,7 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
     res = resample_batch(samples, src, outs, fmin, fmag, r.const("antialias"),
                          dtype=out_dtype(c.const("dtype"), torch.float32), mirror=mirror,
                          norm=norm_batch(channels, c, n), output_layout=out_layout, dense=dense,
-                         mid_dtype=_check_dtype(r.const("dtype"), packed[0] if packed is not None else samples[0]))
+                         mid_dtype=check_dtype(r.const("dtype"), packed[0] if packed is not None else samples[0]))
     return Batch.from_dense(res, out_layout) if dense else Batch(res, out_layout)
 
 
@@ -146,16 +145,13 @@ class _Args:
 
 def _unfused(ctx, images: Batch, args, has_crop: bool, layout: str) -> Batch:
     """The original kernels one after the other (windows outside the image, unusual layouts)."""
-    from sluice.ops.image.crop import _crop_one, crop_volumes
-    from sluice.ops.image.crop_mirror_normalize import crop_mirror_normalize_gpu
-    from sluice.ops.image.resize import resize_gpu
 
     x = images if images.layout() else Batch(images.samples, layout)
     if has_crop and "D" in layout:
         x = crop_volumes(x, layout, _Args(args, "k."))
     elif has_crop:
         crop_args = _Args(args, "k.")
-        x = Batch([_crop_one(s, x.layout(), crop_args.sample(i)) for i, s in enumerate(x.samples)], x.layout())
+        x = Batch([crop_one(s, x.layout(), crop_args.sample(i)) for i, s in enumerate(x.samples)], x.layout())
     x = resize_gpu(ctx, x, args=_Args(args, "r."))
     return crop_mirror_normalize_gpu(ctx, x, args=_Args(args, "c."))
 
@@ -263,8 +259,6 @@ def decode_audio_on_device(op_nodes: list[Any], outputs: Iterable[Any] | None = 
     """
     if _disabled():
         return list(op_nodes)
-    from sluice.pipeline.graph import DataNode
-
     out_ids, consumers = _uses(op_nodes, outputs)
     drop: set[int] = set()
     replace: dict[int, Any] = {}
