@@ -15,10 +15,12 @@ import re
 import sys
 from pathlib import Path
 
-from sluice.schema import REGISTRY, REQUIRED, Arg, OpSchema, _camel
-from sluice._optional import EXTRAS
 import sluice.ops  # noqa: F401 - registers the operators
+from sluice._optional import EXTRAS
 from sluice._stubs import write_or_check
+from sluice.compat._legacy import (ARG_RULES, FN_ALIASES, FN_OTHER_NAMES, OPS_ALIASES, OPS_OTHER_NAMES, Dropped,
+                                   OnlyValues, Renamed)
+from sluice.schema import REGISTRY, REQUIRED, Arg, OpSchema, _camel
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operators.md"
 
@@ -120,9 +122,6 @@ def _requires(schema: OpSchema) -> str:
 
 def dali_differences(schema: OpSchema) -> list[str]:
     """Where this operator differs from DALI's, as lines of Markdown."""
-    from sluice.compat._legacy import (ARG_RULES, FN_ALIASES, FN_OTHER_NAMES, OPS_ALIASES, OPS_OTHER_NAMES,
-                                       Dropped, OnlyValues, Renamed)
-
     lines = []
     names = sorted(f"`fn.{n}`" for n, (target, _) in FN_ALIASES.items() if target == schema.name)
     names += sorted(f"`ops.{n}`" for n, (target, _) in OPS_ALIASES.items() if target == schema.name)

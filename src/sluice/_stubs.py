@@ -10,8 +10,8 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from sluice.schema import REGISTRY, Arg, OpSchema
 import sluice.ops  # noqa: F401 - registers the operators
+from sluice.schema import REGISTRY, Arg, OpSchema
 
 STUB = Path(__file__).with_name("fn.pyi")
 

@@ -22,6 +22,8 @@ from typing import Any, NoReturn
 import sluice
 from sluice._cache import cache_dir
 from sluice._optional import MissingDependencyError, check, from_import_error
+from sluice.backends import storage
+from sluice.backends.tfrecord import build_index
 from sluice.bench import MEAN, STD, demo_pipeline, make_demo_images  # noqa: F401 - sluice.cli's names
 from sluice.bench import main as bench_main
 from sluice.video_cli import add_subcommands, at_least
@@ -65,7 +67,7 @@ def contact_sheet(images: Any, path: Path, columns: int = 8) -> Path:
 def cmd_demo(args: argparse.Namespace) -> int:
     import torch
 
-    from sluice.torch import DALIClassificationIterator, LastBatchPolicy
+    from sluice.torch import DALIClassificationIterator, LastBatchPolicy  # import time: only the demo needs it
 
     root = cache_dir("demo_images")
     log.info("demo images: %s", root)
@@ -135,9 +137,6 @@ class _Parser(argparse.ArgumentParser):
 
 def cmd_tfrecord_index(args: argparse.Namespace) -> int:
     """Write the index of a TFRecord file (DALI's tfrecord2idx format) for ``fn.readers.tfrecord(index_path=)``."""
-    from sluice.backends import storage
-    from sluice.backends.tfrecord import build_index
-
     index = args.index or storage.basename(args.tfrecord) + ".idx"
     with storage.open_file(args.tfrecord, buffer_size=8 << 20) as f:
         text = build_index(f, args.tfrecord, storage.size(args.tfrecord))

@@ -13,10 +13,10 @@ from collections.abc import Callable as _Callable
 from typing import Any as _Any
 
 import sluice.ops as _ops  # noqa: F401 - registers every operator
-from sluice.pipeline.graph import make_node as _make_node
-from sluice.schema import REGISTRY as _REGISTRY
-from sluice.schema import OpSchema as _OpSchema
 from sluice.pipeline import conditionals
+from sluice.pipeline.graph import make_node as _make_node
+from sluice.schema import OpSchema as _OpSchema
+from sluice.schema import REGISTRY as _REGISTRY
 
 __all__: list[str] = []
 

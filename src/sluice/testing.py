@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from sluice import fn
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.graph import make_node
 from sluice.pipeline.pipeline import Pipeline, pipeline_def
 from sluice.schema import get_schema
-from sluice.pipeline.graph import make_node
-from sluice import fn
 
 __all__ = ["run_op", "run_pipeline", "s3_server", "S3Server"]
 

@@ -26,13 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sluice.fn
+import sluice.ops
 from sluice import types
 from sluice.compat._missing import NotSupportedError
 from sluice.errors import ArgumentError
 from sluice.pipeline.graph import DataNode
 from sluice.schema import OpSchema, _camel
-import sluice.fn
-import sluice.ops
 
 log = logging.getLogger(__name__)
 

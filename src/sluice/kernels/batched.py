@@ -40,7 +40,7 @@ def triton_available(device: torch.device) -> bool:
         return False
     if "module" not in _TRITON_STATE:
         try:
-            from sluice.kernels import _triton_resample
+            from sluice.kernels import _triton_resample  # optional dependency: Triton
             _TRITON_STATE["module"] = _triton_resample
         except Exception as e:  # noqa: BLE001 - Triton missing or broken: use the torch path
             logger.info("Triton kernels unavailable (%s); using the per-sample torch path", e)

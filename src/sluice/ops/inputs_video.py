@@ -23,6 +23,7 @@ from sluice.backends.video.pyav import default_threads
 from sluice.errors import ArgumentError
 from sluice.pipeline.batch import Batch, to_tensor
 from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
+from sluice.ops.decoders.video import gpu_backend
 
 __all__ = ["SCHEMA", "sequence_plan"]
 
@@ -146,8 +147,6 @@ class InputsVideoMixed(_InputsVideo):
 
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
-        from sluice.ops.decoders.video import gpu_backend
-
         self._backend = gpu_backend(spec.device_id or 0)
 
     def backend(self):

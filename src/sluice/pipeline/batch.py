@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from sluice import native
+
 from . import ragged
 from .to_host import samples_to_host
 
@@ -59,8 +61,6 @@ def host_empty(shape: Sequence[int], dtype: torch.dtype, *, pin: bool = False,
             logger.warning("cannot page-lock a %s buffer of shape %s (%s); using ordinary memory from now on",
                            dtype, tuple(shape), exc)
     if reuse:
-        from sluice import native
-
         c = native.core()
         nbytes = int(np.prod(tuple(shape), dtype=np.int64)) * dtype.itemsize
         if c is not None and hasattr(c, "host_buffer") and nbytes >= REUSED_FROM:

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from sluice import native   # the core or its twins (native knows no pipeline)
+
 __all__ = ["MAX_TASKS", "runs", "map_all", "share_work", "run_shared", "share_range", "share_items", "RuntimePool"]
 
 #: The samples of a batch go to at most this many pool tasks: a task per file cost more in the pool's hand-offs
@@ -184,8 +186,6 @@ class RuntimePool(ThreadPoolExecutor):
 
     def __init__(self, threads: int):
         super().__init__(threads, thread_name_prefix="sluice-cpu")
-        from sluice import native   # the core or its twins (native knows no pipeline)
-
         c = native.core()
         self.core = c.WorkerPool(threads) if c is not None and hasattr(c, "WorkerPool") else None
 

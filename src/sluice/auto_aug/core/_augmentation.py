@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from sluice import fn
 from sluice import types
 from sluice.auto_aug.core._args import MissingArgException, accepted_kwargs, missing_kwargs, num_positional_args
 from sluice.pipeline.graph import DataNode, constant_array
-from sluice import fn
 from sluice.pipeline.graph import make_node
 from sluice.schema import get_schema
 

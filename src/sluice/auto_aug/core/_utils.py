@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sluice.auto_aug import augmentations as a
 from sluice.auto_aug.core._args import MissingArgException
 from sluice.auto_aug.core._augmentation import Augmentation
 from sluice.auto_aug.core._select import select
+from sluice.pipeline.conditionals import condition_stack
 from sluice.pipeline.graph import DataNode
+from sluice.pipeline.pipeline import Pipeline
 
 __all__ = ["warp_kwargs", "max_translate_hw", "parse_validate_offset", "get_translations", "pretty_select",
            "require_conditionals"]
@@ -53,8 +56,6 @@ def get_translations(use_shape: bool, default_translate_abs: float, default_tran
                      max_translate_abs: Any = None, max_translate_rel: Any = None) -> list[Augmentation]:
     """``[translate_x, translate_y]`` with magnitudes up to the limits: relative ones (``shape`` needed) or, without
     ``use_shape``, ones in pixels."""
-    from sluice.auto_aug import augmentations as a
-
     height, width = parse_validate_offset(use_shape, max_translate_abs, max_translate_rel, default_translate_abs,
                                           default_translate_rel)
     x, y = (a.translate_x, a.translate_y) if use_shape else (a.translate_x_no_shape, a.translate_y_no_shape)
@@ -64,8 +65,6 @@ def get_translations(use_shape: bool, default_translate_abs: float, default_tran
 def pretty_select(augmentations: Sequence[Augmentation], aug_ids: DataNode, op_kwargs: dict[str, Any],
                   auto_aug_name: str, ref_suite_name: str) -> DataNode:
     """:func:`select`, explaining what to do when a relative translation misses ``shape``."""
-    from sluice.auto_aug import augmentations as a
-
     try:
         return select(augmentations, aug_ids, **op_kwargs)
     except MissingArgException as e:
@@ -80,9 +79,6 @@ def pretty_select(augmentations: Sequence[Augmentation], aug_ids: DataNode, op_k
 def require_conditionals(call_name: str) -> None:
     """Raise unless a pipeline with ``enable_conditionals=True`` is being defined: the augmentations are chosen per
     sample by ``if`` statements on DataNodes."""
-    from sluice.pipeline.conditionals import condition_stack
-    from sluice.pipeline.pipeline import Pipeline
-
     if condition_stack() is None:
         where = "outside a pipeline definition" if Pipeline.current() is None else \
             "in a pipeline defined without enable_conditionals=True"

@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 from sluice.errors import SampleError
+from sluice.native import image as nimg
 
 from .common import get_max_image_pixels
 from .cpu import ImageInfo, probe
-from sluice.native import image as nimg
 
 __all__ = ["GPU", "CORE", "CODEC", "PATHS", "BatchPlan", "plan_batch"]
 

@@ -53,6 +53,8 @@ import numpy as np
 import torch
 
 from sluice.errors import SampleError
+from sluice.kernels.crops import gather_hwc_crops
+from sluice.native import jpeg as native_jpeg
 
 from . import cpu
 from .batch_plan import CODEC, CORE, GPU, BatchPlan
@@ -778,8 +780,6 @@ class GpuImageDecoder:
     def _place(pieces: torch.Tensor, sizes: np.ndarray, out: torch.Tensor, offsets: np.ndarray) -> None:
         """Copy the pieces lying back to back in ``pieces`` (``sizes`` bytes each) to ``offsets`` in ``out``, in one
         kernel (each piece a one-row, one-channel image for :func:`~sluice.kernels.crops.gather_hwc_crops`)."""
-        from sluice.kernels.crops import gather_hwc_crops
-
         sizes = np.asarray(sizes, np.int64)
         rows = list(pieces[: int(sizes.sum())].view(1, 1, -1).split(sizes.tolist(), dim=2))
         lines = np.zeros((len(sizes), 4), np.int64)
@@ -799,8 +799,6 @@ class GpuImageDecoder:
         buffer (an EXIF-rotated one's stored window after the batch's end, then turned into place); returns the
         seconds the GPU call cost (from its start, or from the end of the call before it where the two
         overlapped) and the buffer."""
-        from sluice.kernels.crops import gather_hwc_crops
-
         total = int(out_offsets[-1])
         c = plan.channels
         cut, places = windows[idx], out_offsets[idx].copy()
@@ -837,8 +835,6 @@ class GpuImageDecoder:
         of ``idx``; returns a function that waits and gives ``(staging, seconds)``, raising SampleError naming the
         first sample (by index) that could not be decoded. A JPEG the core fails on is decoded again by the codec,
         whose error names the damage (or whose image is kept)."""
-        from sluice.native import jpeg as native_jpeg
-
         c = plan.channels
         sizes = out_sizes[idx]
         local = np.zeros(len(idx), np.int64)
@@ -902,8 +898,6 @@ class GpuImageDecoder:
     @staticmethod
     def core_decodes_jpeg() -> bool:
         """Whether the compiled core decodes JPEGs here (with the pure-Python twin the CPU share costs the GIL)."""
-        from sluice.native import jpeg as native_jpeg
-
         return native_jpeg.library() is not None
 
     @staticmethod

@@ -58,7 +58,7 @@ def _rebuild_error(error_type: str, message: str) -> Exception:
     import builtins
 
     if error_type == "VideoError":
-        from .index import VideoError
+        from .index import VideoError  # import time: the worker side loads index by path (_load_backend_modules)
 
         return VideoError(message)
     cls = getattr(builtins, error_type, None)

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from .bitstream import nonref_detector
-from .index import (Source, VideoError, VideoIndex, open_container, packets_from, reusable_container,
+from .index import (Source, VideoError, VideoIndex, describe, open_container, packets_from, reusable_container,
                     video_stream)
 
 logger = logging.getLogger(__name__)
@@ -191,8 +191,6 @@ def read_audio_window(source: Source, start: float, end: float, *, sample_rate: 
         audio, rate = read_audio_window("clip.mp4", 1.0, 1.5)
     """
     import av
-
-    from .index import describe
 
     name = name or describe(source)
     if not end > start >= 0:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from sluice.kernels.audio.spectral import apply_matrix
 from sluice.pipeline.batch import Batch
 
 __all__ = ["pad_stack", "unpad", "make_batch", "as_signal", "contract_batch"]
@@ -72,8 +73,6 @@ def contract_batch(batch: Batch, axis_of: Callable[[int], int],
     form (its padding stays padding: zeros stay zeros). ``axis_of(ndim)`` gives the contracted axis of a sample;
     ``matrix_for(extent, x)`` the ``(out, extent)`` matrix (on ``x``'s device and dtype). Samples must share the
     extent of that axis."""
-    from sluice.kernels.audio.spectral import apply_matrix
-
     if not len(batch):
         return Batch([], batch.layout())
     shapes = batch.shapes_array()

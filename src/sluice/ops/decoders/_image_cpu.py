@@ -23,15 +23,19 @@ import torch
 
 from sluice import types
 from sluice.backends.image import ImageDecodeError, decode, probe
+from sluice.backends.image.batch_plan import plan_batch
 from sluice.backends.image.common import check_pixel_limit
+from sluice.backends.image.common import get_max_image_pixels
 from sluice.backends.image.cpu import JPEG_DECODER
 from sluice.errors import SampleError
+from sluice.native import image as nimg
 from sluice.native import jpeg as native_jpeg
 from sluice.native.image import random_crop_windows
-from sluice.ops.decoders.image import _WINDOWS, _sample_bytes, convert_image_dtype
 from sluice.ops._host import batch_buffer
-from sluice.pipeline.pool import map_all
+from sluice.ops.decoders.image import _WINDOWS, _sample_bytes, convert_image_dtype
+from sluice.ops.readers.file import batch_region
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.pool import map_all
 from sluice.schema import BatchArgs, BatchContext, Operator
 
 __all__ = ["cpu_operator"]
@@ -84,11 +88,6 @@ def cpu_operator(op: str) -> type[Operator]:
             the headers read by the compiled core in the pool's threads, a probe only for what the core cannot read
             and for JPEGs with an Exif block (:func:`~sluice.backends.image.batch_plan.plan_batch`), the windows
             drawn for the whole batch. None when the op or its arguments need the per-sample plan."""
-            from sluice.backends.image.batch_plan import plan_batch
-            from sluice.backends.image.common import get_max_image_pixels
-            from sluice.native import image as nimg
-            from sluice.ops.readers.file import batch_region
-
             if extra or op not in ("decoders.image", "decoders.image_random_crop") or \
                     args.const("output_type") not in _CORE_COLORSPACES or args.const("dtype") is not types.UINT8:
                 return None

@@ -37,6 +37,9 @@ from sluice.ops.tensor.slice import SCHEMA as SLICE
 from sluice.ops.tensor.slice import slice_bounds
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec, SampleContext
+from sluice.backends.image.batch_plan import plan_batch
+from sluice.native import image as nimg
+from sluice.backends.image.gpu import GpuImageDecoder
 
 __all__ = ["IMAGE", "IMAGE_RANDOM_CROP", "IMAGE_CROP", "IMAGE_SLICE", "PEEK_IMAGE_SHAPE", "convert_image_dtype"]
 
@@ -232,8 +235,6 @@ def _make_mixed_operator(op: str) -> type[Operator]:
 
         def _get_decoder(self, ctx: BatchContext):
             if self._decoder is None:
-                from sluice.backends.image.gpu import GpuImageDecoder
-
                 a = self.spec.args
                 device = ctx.device if ctx.device.index is not None or ctx.device.type != "cuda" else \
                     torch.device("cuda", 0)
@@ -285,9 +286,6 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             windows drawn for the whole batch at once, and the decoding of the whole batch started in one call: one
             batched GPU call for the GPU's JPEGs while the pool's threads decode the others. None when the batch
             does not qualify (then the general path below decodes it, sample by sample where it must)."""
-            from sluice.backends.image.batch_plan import plan_batch
-            from sluice.native import image as nimg
-
             otype = args.const("output_type").name
             if (extra or op not in ("decoders.image", "decoders.image_random_crop") or otype not in ("RGB", "GRAY")
                     or ctx.sample_ids is not None):

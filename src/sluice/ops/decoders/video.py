@@ -24,6 +24,7 @@ from sluice.backends.video.pyav import default_threads
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, Operator
+from sluice.backends.video.nvdec import NvdecBackend
 
 
 def _num_outputs(args: dict[str, Any]) -> int:
@@ -150,8 +151,6 @@ HYBRID = True
 
 def nvdec_backend(device_id: int):
     """The process-wide NVDEC backend of GPU ``device_id`` (its decoder sessions are shared by operators)."""
-    from sluice.backends.video.nvdec import NvdecBackend
-
     with _NVDEC_LOCK:
         if device_id not in _NVDEC:
             _NVDEC[device_id] = NvdecBackend(device_id=device_id)

@@ -33,7 +33,7 @@ def triton_available(x: torch.Tensor) -> bool:
 def _kernels():
     """:mod:`sluice.kernels._triton_channels`, or None without Triton (the operators then use the torch path)."""
     try:
-        from sluice.kernels import _triton_channels
+        from sluice.kernels import _triton_channels  # optional dependency: Triton
     except ImportError:  # Triton is optional: present on GPU machines, absent on CPU-only installs
         return None
     return _triton_channels

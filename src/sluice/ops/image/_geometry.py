@@ -18,10 +18,11 @@ from typing import Sequence
 
 import numpy as np
 import torch
+
 from sluice import types
 from sluice.kernels.resample import cast_round
-from sluice.pipeline.ragged import host_to_device, valid_mask
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.ragged import host_to_device, valid_mask
 
 
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params", "spatial_dims",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from sluice.kernels.image2d import sample2d
 from sluice.ops.tensor._util import convert_saturate
 from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
@@ -87,8 +88,6 @@ def resampled(x: torch.Tensor, hw: np.ndarray, layout: str, px: torch.Tensor, py
     """The channel-first batch ``x`` (sample ``i`` in its leading ``hw[i]``) sampled at OpenCV coordinates ``px``,
     ``py`` (``(n, Ho, Wo)``, any float type) by :func:`sluice.kernels.image2d.sample2d`: a Batch in ``layout``,
     sample ``i`` of ``out_hw[i]``, rounded and saturated into ``dtype`` (default ``x``'s)."""
-    from sluice.kernels.image2d import sample2d
-
     y = sample2d(x.to(torch.float32), extents_on(hw, x.device), px.to(torch.float32), py.to(torch.float32), interp,
                  mode, fill)
     return from_channels_first(y, out_hw, layout, dtype or x.dtype)

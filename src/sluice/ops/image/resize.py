@@ -23,11 +23,11 @@ from sluice.errors import SampleError
 from sluice.kernels.batched import resample_batch
 from sluice.kernels.resample import cast_round, filter_id, resample
 from sluice.native.resize import resize as native_resize
+from sluice.ops._host import batch_buffer
 from sluice.ops.image._geometry import out_dtype, resize_params, resize_params_batch, spatial_dims
 from sluice.ops.image._volume import is_volume, resample_volumes, resize_params_3d, spatial_axes
-from sluice.ops._host import batch_buffer
-from sluice.pipeline.pool import map_all
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.pool import map_all
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema
 
 __all__ = ["SCHEMA", "resize_sample_params", "resize_sample", "RESIZE_ARGS", "resize_volumes"]

@@ -30,8 +30,8 @@ import torch
 
 from sluice.backends import storage
 from sluice.errors import ArgumentError, SampleError
-from sluice.ops.readers._base import as_list, read_into
 from sluice.ops._host import batch_buffer
+from sluice.ops.readers._base import as_list, read_into
 from sluice.ops.readers.file import READER_ARGS, ReaderBase
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all, runs

@@ -32,8 +32,8 @@ from sluice.backends.tfrecord import (
     parse_index,
 )
 from sluice.errors import ArgumentError, SampleError
-from sluice.ops.readers._base import as_list, cached_index, member_name, read_packed, record_table
 from sluice.ops._host import batch_buffer
+from sluice.ops.readers._base import as_list, cached_index, member_name, read_packed, record_table
 from sluice.ops.readers.file import READER_ARGS, ReaderBase
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all, runs

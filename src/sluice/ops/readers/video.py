@@ -35,6 +35,8 @@ from sluice.errors import ArgumentError, PipelineError, SampleError
 from sluice.ops.readers.file import READER_ARGS, ReaderBase, list_files
 from sluice.pipeline.batch import Batch
 from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema, OpSpec
+from sluice.ops.decoders.video import gpu_backend
+from sluice.backends.video.hybrid import HybridBackend
 
 logger = logging.getLogger(__name__)
 
@@ -281,8 +283,6 @@ class VideoReader(ReaderBase):
     def _backend(self, spec: OpSpec):
         # A batch's groups of pictures shared out to PyAV worker processes, one per pipeline thread (threads would
         # share the GIL: 2.3x slower on small frames here), frames kept on the CPU and converted as FFmpeg does.
-        from sluice.backends.video.hybrid import HybridBackend
-
         return HybridBackend(sessions=0, cpu_workers=max(1, spec.num_threads), cpu=PyAVBackend(threads=1),
                              output_device="cpu")
 
@@ -398,8 +398,6 @@ class VideoReaderGPU(VideoReader):
     ``sluice.ops.decoders.video.HYBRID`` is False); outputs on the GPU."""
 
     def _backend(self, spec: OpSpec):
-        from sluice.ops.decoders.video import gpu_backend
-
         return gpu_backend(spec.device_id or 0)
 
     def load(self, sample: int) -> tuple[torch.Tensor, ...]:
