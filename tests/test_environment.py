@@ -108,8 +108,9 @@ def test_a_bad_value_is_an_error_naming_the_variable(monkeypatch, name, value, c
 def test_eager_turns_off_the_fast_paths(monkeypatch):
     import torch
 
-    from sluice.kernels import batched, fusion
+    from sluice.kernels import batched
     from sluice.pipeline import cuda_graphs
+    from sluice.pipeline.passes import fusion
 
     monkeypatch.delenv("SLUICE_EAGER", raising=False)
     assert cuda_graphs.enabled() and not fusion._disabled()

@@ -117,7 +117,7 @@ def s3() -> S3Env:
 
 def eager() -> bool:
     """``SLUICE_EAGER=1``: the pipeline runs as written, to tell a bug of a fast path from one of the graph: no
-    graph rewrites (the fusions of :mod:`sluice.kernels.fusion`, the audio decoder moved to the device), no CUDA
-    graphs (every GPU operator launched from Python), and the per-sample torch kernels instead of the Triton
-    ones."""
+    graph rewrites (the fusions of :mod:`sluice.pipeline.passes.fusion`, the audio decoder moved to the device),
+    no CUDA graphs (every GPU operator launched from Python), and the per-sample torch kernels instead of the
+    Triton ones."""
     return _flag("SLUICE_EAGER")

@@ -65,7 +65,7 @@ def _with_and_without_fusion(monkeypatch, graph):
     """Two batches of the GPU pipeline whose output ``graph()`` makes, built with the fusion and without it."""
     out = []
     for fused in (True, False):
-        monkeypatch.setattr("sluice.kernels.fusion.ENABLED", fused)
+        monkeypatch.setattr("sluice.pipeline.passes.fusion.ENABLED", fused)
 
         @pipeline_def(batch_size=3, num_threads=2, device_id=0)
         def pipe():

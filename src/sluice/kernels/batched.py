@@ -1,8 +1,8 @@
 """Batched resampling of ragged image batches: crop -> antialiased resize -> mirror -> normalise -> layout -> cast.
 
 :func:`resample_batch` is the one entry point of ``fn.resize``, ``fn.crop_mirror_normalize``,
-``fn.random_resized_crop`` and the fused chain built by :mod:`sluice.pipeline.passes.fusion`. On CUDA with Triton it runs
-two kernel launches for the whole batch (:mod:`sluice.kernels._triton_resample`); elsewhere (CPU, no Triton,
+``fn.random_resized_crop`` and the fused chain built by :mod:`sluice.pipeline.passes.fusion`. On CUDA with Triton it
+runs two kernel launches for the whole batch (:mod:`sluice.kernels._triton_resample`); elsewhere (CPU, no Triton,
 ``SLUICE_EAGER=1``, or a layout the kernel does not take) it runs the same arithmetic per sample with
 :func:`sluice.kernels.resample.resample` and :func:`sluice.kernels.resample.epilogue`.
 

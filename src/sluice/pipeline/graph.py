@@ -236,9 +236,9 @@ def types_constant(value: Any, dtype: Any = None, shape: Any = None, layout: str
     if device is None and shape is None and layout is None and array.ndim == 0:
         return Constant(value, dtype)
     # 64-bit arrays become 32-bit ones unless a dtype says otherwise, as in DALI
-    return make_node(get_schema("constant"), [], {"value": constant_array(array), "dtype": dtype,  # type: ignore[return-value]
-                                                  "shape": list(shape) if shape is not None else None,
-                                                  "layout": layout or "", "device": device or "cpu"})
+    args = {"value": constant_array(array), "dtype": dtype, "shape": list(shape) if shape is not None else None,
+            "layout": layout or "", "device": device or "cpu"}
+    return make_node(get_schema("constant"), [], args)  # type: ignore[return-value]
 
 
 def arithmetic(op: str, *operands: Any) -> DataNode:

@@ -405,7 +405,7 @@ def test_fused_node_takes_clips_in_every_output_layout():
 def test_gpu_pipeline_fused_clips_equal_unfused(output_layout, monkeypatch):
     outs = []
     for enabled in (True, False):
-        monkeypatch.setattr("sluice.kernels.fusion.ENABLED", enabled)
+        monkeypatch.setattr("sluice.pipeline.passes.fusion.ENABLED", enabled)
         pipe, _ = _resize_cmn(_clips(), output_layout, device_id=0, mirror=True)
         outs.append(pipe.run()[0])
         pipe.close()
