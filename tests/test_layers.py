@@ -24,7 +24,7 @@ KNOWN_CYCLES = [["sluice.ops.decoders._image_cpu", "sluice.ops.decoders.image"]]
 
 #: sluice-internal imports inside functions: an upper bound that may only fall (the issue's aim is 25, each for
 #: import time or an optional dependency, with a comment saying which).
-MAX_FUNCTION_IMPORTS = 11
+MAX_FUNCTION_IMPORTS = 10
 
 
 def _import_graph():

@@ -20,11 +20,12 @@ from typing import Any
 import torch
 
 from sluice.backends.video import PAD_MODES, Clip, ClipRequest, PyAVBackend, get_index, prepare_clip, read_clips
+from sluice.backends.video.hybrid import HybridBackend
+from sluice.backends.video.nvdec import NvdecBackend
 from sluice.backends.video.pyav import default_threads
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, Operator
-from sluice.backends.video.nvdec import NvdecBackend
 
 
 def _num_outputs(args: dict[str, Any]) -> int:
@@ -162,8 +163,6 @@ def gpu_backend(device_id: int):
     :func:`nvdec_backend`'s sessions), or NVDEC alone where :data:`HYBRID` is False."""
     if not HYBRID:
         return nvdec_backend(device_id)
-    from sluice.backends.video.hybrid import HybridBackend
-
     nvdec = nvdec_backend(device_id)
     with _NVDEC_LOCK:
         if device_id not in _HYBRID:
