@@ -32,7 +32,7 @@ from sluice.native import image as nimg
 from sluice.native import jpeg as native_jpeg
 from sluice.native.image import random_crop_windows
 from sluice.ops._host import batch_buffer
-from sluice.ops.decoders.image import _WINDOWS, _sample_bytes, convert_image_dtype
+from sluice.ops.decoders.windows import WINDOWS, convert_image_dtype, sample_bytes
 from sluice.ops.readers.file import batch_region
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all
@@ -53,7 +53,7 @@ class _Plan:
 
 def cpu_operator(op: str) -> type[Operator]:
     """The CPU operator class of decoder ``op`` ("decoders.image", "decoders.image_random_crop", ...)."""
-    window = _WINDOWS[op]
+    window = WINDOWS[op]
     random = op == "decoders.image_random_crop"
 
     class ImageDecoderCpu(Operator):
@@ -126,7 +126,7 @@ def cpu_operator(op: str) -> type[Operator]:
             bufs, infos, rois, upright = [], [], [None] * n, np.zeros((n, 2), np.int64)
             for i, sample in enumerate(data.samples):
                 try:
-                    bufs.append(_sample_bytes(sample))
+                    bufs.append(sample_bytes(sample))
                     infos.append(probe(bufs[i], source=sources[i]))
                     upright[i] = infos[i].shape(adjust)[:2]
                     if not random and op != "decoders.image":
