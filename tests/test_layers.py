@@ -23,7 +23,7 @@ KNOWN_CYCLES: list[list[str]] = []
 
 #: sluice-internal imports inside functions: an upper bound that may only fall (the issue's aim is 25, each for
 #: import time or an optional dependency, with a comment saying which).
-MAX_FUNCTION_IMPORTS = 9
+MAX_FUNCTION_IMPORTS = 7
 
 
 def _import_graph():

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from sluice.errors import ArgumentError, EndOfEpoch, PipelineBrokenError, PipelineError, SampleError
@@ -30,7 +29,7 @@ from sluice.pipeline.batch import Batch
 from sluice.pipeline.cuda_graphs import DEFERRED as _DEFERRED
 from sluice.pipeline.cuda_graphs import GraphedRun, graph_runs
 from sluice.pipeline.pool import RuntimePool
-from sluice.pipeline.graph import DataNode, OpNode
+from sluice.pipeline.graph import DataNode, OpNode, derive_seed
 from sluice.pipeline.passes.fusion import decode_audio_on_device, fuse
 from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
 
@@ -167,7 +166,7 @@ class Executor:
             seeded = node.schema.random or "seed" in node.schema.args
             seed = node.const_args.get("seed", -1) if seeded else 0
             if seeded and (seed is None or seed < 0):
-                seed = _derive_seed(pipeline.seed, random_index)
+                seed = derive_seed(pipeline.seed, random_index)
             random_index += seeded
             self.seeds[node.id] = seed
             spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
@@ -543,11 +542,6 @@ class Executor:
                 op.close()
             except Exception:  # noqa: BLE001 - closing must not raise
                 log.exception("closing an operator failed")
-
-
-def _derive_seed(pipeline_seed: int, index: int) -> int:
-    return int(np.random.SeedSequence([pipeline_seed & 0xFFFFFFFF, index]).generate_state(2, np.uint32)
-               .view(np.uint64)[0] & 0x7FFFFFFFFFFFFFFF)
 
 
 def _arg_values(kind: Any, batch: Batch) -> list[Any]:

@@ -353,5 +353,11 @@ def _shared_seed() -> int:
     base, rank = (current.seed, getattr(current, "_input_set_calls", 0)) if current is not None else (0, 0)
     if current is not None:
         current._input_set_calls = rank + 1
-    state = np.random.SeedSequence([base & 0xFFFFFFFF, 0x5E75, rank]).generate_state(2, np.uint32)
+    return derive_seed(base, 0x5E75, rank)
+
+
+def derive_seed(pipeline_seed: int, *keys: int) -> int:
+    """A non-negative 63-bit seed derived from the pipeline's seed and ``keys`` (an operator's rank among the
+    seeded ones, or a multi-set call's): the same program with the same seed gets the same seeds."""
+    state = np.random.SeedSequence([pipeline_seed & 0xFFFFFFFF, *keys]).generate_state(2, np.uint32)
     return int(state.view(np.uint64)[0] & 0x7FFFFFFFFFFFFFFF)

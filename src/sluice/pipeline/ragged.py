@@ -176,7 +176,8 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
         start = int(offsets[0])
         return flat.as_strided((n, extent[0]), (int(offsets[1] - offsets[0]) if n > 1 else extent[0], 1),
                                flat.storage_offset() + start)
-    if ndim == 1 and flat.is_cuda and flat.dtype in _ROWS_KERNEL_TYPES and not env.eager() and _rows_kernel() is not None:
+    if ndim == 1 and flat.is_cuda and flat.dtype in _ROWS_KERNEL_TYPES and not env.eager() \
+            and triton_kernels() is not None:
         return _padded_rows(flat, offsets, shapes[:, 0], extent[0], fill)
     if ndim == 1 and int(shapes[:, 0].sum()) >= _COPY_FROM * n:
         # long signals (audio): one copy per signal, made by one multi-tensor call, rather than an index of the
@@ -211,8 +212,9 @@ _ROWS_KERNEL_TYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, to
 
 
 @functools.cache
-def _rows_kernel():
-    """:mod:`sluice.kernels._triton_ragged`, or None without Triton (torch's gather or copies are used then)."""
+def triton_kernels():
+    """:mod:`sluice.kernels._triton_ragged`, or None without Triton (the torch paths run then): the ragged kernels
+    of this module and of the operators (``normalize``)."""
     try:
         # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
         from sluice.kernels import _triton_ragged
@@ -227,7 +229,7 @@ def _padded_rows(flat: torch.Tensor, offsets: np.ndarray, lengths: np.ndarray, e
     n = len(lengths)
     out = flat.new_empty((n, extent))
     table = host_to_device(np.stack([np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)], 1), flat.device)
-    k = _rows_kernel()
+    k = triton_kernels()
     # the fill as the sample type holds it (-3 in uint8 is 253, as torch's full gives): Triton converts in range only
     value = 0.0 if fill is None else float(torch.tensor(fill).to(flat.dtype))
     k.rows_kernel[(-(-extent // k.BLOCK), n)](flat, table, out, extent, value, FILL=fill is not None, BLOCK=k.BLOCK)

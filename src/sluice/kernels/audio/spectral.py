@@ -197,8 +197,9 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
 
 
 @functools.cache
-def _triton_audio():
-    """:mod:`sluice.kernels.audio._triton_audio`, or None without Triton (the torch path runs then)."""
+def triton_audio():
+    """:mod:`sluice.kernels.audio._triton_audio`, or None without Triton (the torch paths run then): the speech
+    kernels of this module and of ``preemphasis_filter``."""
     try:
         # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
         from sluice.kernels.audio import _triton_audio as kernels
@@ -210,7 +211,7 @@ def _triton_audio():
 def _triton_frames_apply(x: torch.Tensor, nfft: int) -> bool:
     """Whether a ragged batch is framed by :func:`_stft_power_triton`: float32 rows on a GPU, with Triton."""
     return x.is_cuda and x.dtype == torch.float32 and x.is_contiguous() and x.shape[1] > 0 and nfft <= 8192 \
-        and not env.eager() and _triton_audio() is not None
+        and not env.eager() and triton_audio() is not None
 
 
 def _stft_power_triton(x: torch.Tensor, lengths: torch.Tensor, frames: torch.Tensor, t_max: int, t_fft: int,
@@ -220,7 +221,7 @@ def _stft_power_triton(x: torch.Tensor, lengths: torch.Tensor, frames: torch.Ten
     frames of every signal, each extended at its own ends (one Triton kernel), the batched FFT, and the power of its
     first ``t_max`` frames (one Triton kernel). The rows past a signal's frame count hold whatever its padding
     gave."""
-    k = _triton_audio()
+    k = triton_audio()
     batch, dev = x.shape[0], x.device
     if window_length < nfft:      # DALI's window, zero-padded, is made once; a given one is padded here
         window = _on_device(_hann_np(window_length, nfft), x.dtype, str(dev)) if default_window else \

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
 from sluice import env, types
+from sluice.kernels.audio.spectral import triton_audio
 from sluice.ops.tensor._util import convert_saturate
 from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
@@ -102,17 +101,6 @@ _KERNEL_TYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.i
                            torch.int8})
 
 
-@functools.cache
-def _kernel():
-    """:mod:`sluice.kernels.audio._triton_audio`, or None without Triton (the torch path runs then)."""
-    try:
-        # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
-        from sluice.kernels.audio import _triton_audio
-    except ImportError:
-        return None
-    return _triton_audio
-
-
 def _rows(x: Batch) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
     """``(buffer, start of each signal in it, lengths)`` of a batch of 1-D signals as it lies: packed (at any
     offsets), or padded or dense (row ``i`` at ``i * extent``); None for other ranks."""
@@ -134,7 +122,7 @@ def _preemphasis_rows(x: Batch, args: BatchArgs, border: str) -> tuple[torch.Ten
     """The filtered batch ``((n, longest) float32, shapes)`` by one Triton launch over the signals where they lie
     (:mod:`sluice.kernels.audio._triton_audio`); None where the torch path runs instead (no Triton, not a CUDA
     batch of 1-D signals of a type the kernel reads)."""
-    if x.torch_device.type != "cuda" or env.eager() or _kernel() is None:
+    if x.torch_device.type != "cuda" or env.eager() or triton_audio() is None:
         return None
     rows = _rows(x)
     if rows is None or rows[0].dtype not in _KERNEL_TYPES:
@@ -144,7 +132,7 @@ def _preemphasis_rows(x: Batch, args: BatchArgs, border: str) -> tuple[torch.Ten
     out = torch.empty((n, extent), dtype=torch.float32, device=dev)
     if extent == 0:
         return out, lengths[:, None]
-    k = _kernel()
+    k = triton_audio()
     if args.is_const("preemph_coeff"):
         coeffs, coeff, per_sample = out, float(args.const("preemph_coeff")), False   # coeffs unused
     else:

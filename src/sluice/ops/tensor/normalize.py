@@ -10,8 +10,6 @@ are float32; integer ``dtype`` outputs are rounded to nearest and clamped.
 
 from __future__ import annotations
 
-import functools
-
 from collections.abc import Sequence
 
 import numpy as np
@@ -247,31 +245,20 @@ def normalize_padded(data: Batch, axes: Sequence[int], *, scale: float = 1.0, sh
     return Batch.from_padded(convert_saturate(y, out_dtype), shapes, data.layout(), fill=fill)
 
 
-@functools.cache
-def _kernels():
-    """:mod:`sluice.kernels._triton_ragged`, or None without Triton (the torch path runs then)."""
-    try:
-        # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
-        from sluice.kernels import _triton_ragged
-    except ImportError:
-        return None
-    return _triton_ragged
-
-
 def _rows_kernel_applies(x: torch.Tensor, shapes: np.ndarray, axes: Sequence[int], out_dtype: torch.dtype) -> bool:
     """Whether :func:`_normalize_rows` takes the batch: float32 on a GPU with Triton, the statistics over the last
     axis alone, every other axis whole in every sample (a speech batch's spectra, normalised over time)."""
     ndim = shapes.shape[1]
     return (x.is_cuda and x.dtype == torch.float32 and out_dtype == torch.float32 and list(axes) == [ndim - 1]
             and x.is_contiguous() and bool((shapes[:, :-1] == np.asarray(x.shape[1:-1], np.int64)).all())
-            and not env.eager() and _kernels() is not None)
+            and not env.eager() and ragged.triton_kernels() is not None)
 
 
 def _normalize_rows(x: torch.Tensor, lengths: np.ndarray, scale: float, shift: float, epsilon: float,
                     ddof: int) -> torch.Tensor:
     """:func:`normalize_padded` over the last axis by one Triton launch, one program a row (its padding
     ``shift``)."""
-    k = _kernels()
+    k = ragged.triton_kernels()
     rows, extent = int(np.prod(x.shape[1:-1])), int(x.shape[-1])
     out = torch.empty_like(x)
     if x.numel():
