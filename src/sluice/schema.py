@@ -284,6 +284,11 @@ class BatchContext:
     #: Random draws are the sample's, so every frame of a clip gets the same window. None: item i is sample i.
     sample_ids: list[int] | None = field(default=None, repr=False)
 
+    def layout_of(self, batch: Batch) -> str:
+        """``batch``'s layout, or else the one the graph knows for the first input (kernels given lists of samples,
+        which carry none)."""
+        return batch.layout() or (self.layouts[0] if self.layouts else "")
+
     @property
     def rng(self) -> np.random.Generator:
         """A generator for this operator and this batch: the same on every run, whatever the threads."""

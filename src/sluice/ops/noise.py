@@ -172,7 +172,7 @@ def _extremes(dtype: torch.dtype) -> tuple[float, float]:
 def salt_and_pepper(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
     if not len(data):
         return data
-    layout = data.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(data)
     ndim = len(data.shape()[0])
     axis = None if args.const("per_channel") else _channel_axis(layout, ndim)
     flat, seg, rng = _noise_setup(ctx, data, _pixel_counter(axis))

@@ -149,7 +149,7 @@ def _make(kind: str) -> OpSchema:
 
     def kernel(ctx: BatchContext, data: Batch, mean: Batch | None = None, *, args: BatchArgs) -> Batch:
         op = f"reductions.{kind}"
-        in_layout = data.layout() or (ctx.layouts[0] if ctx.layouts else "")
+        in_layout = ctx.layout_of(data)
         shapes = data.shape()
         ndims = {len(s) for s in shapes}
         if len(ndims) > 1:

@@ -194,7 +194,7 @@ def clahe_gpu(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
     if not len(images):
         return images
     tiles_x, tiles_y, clip, luma = _settings(args)
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     x, hw, layout = channels_first(images, layout, "clahe", fill=None, supported=("HWC", "HW"))
     n, c = x.shape[0], x.shape[1]
     _check_input(x.dtype, c)

@@ -101,7 +101,7 @@ def crop(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
     """Images: a view of each window (a copy only when padding or casting), in the pool's threads on the CPU.
     Volumes: the whole batch in one gather (:func:`crop_volumes`)."""
     n = len(images)
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     if n == 0:
         return Batch([], layout)
     if is_volume(layout):

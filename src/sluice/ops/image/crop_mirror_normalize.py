@@ -213,7 +213,7 @@ def crop_mirror_normalize_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 @SCHEMA.batch_kernel("gpu")
 def crop_mirror_normalize_gpu(ctx, images: Batch, *, args) -> Batch:
     """The batch in one Triton pass pair; padded out-of-bounds windows take the per-sample path."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     if is_volume(layout):
         return cmn_volumes(images, layout, args)
     out_layout = frame_output_layout(args.const("output_layout"))

@@ -140,7 +140,7 @@ def debayer_gpu(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
     if algorithm not in GPU_ALGORITHMS:
         raise ValueError(f"debayer: algorithm '{algorithm}' runs on the CPU only; on the GPU use one of "
                          f"{', '.join(GPU_ALGORITHMS)}")
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     x, hw, _ = channels_first(images, layout, "debayer", fill=None, supported=("HW", "HWC"))
     _check(x.dtype, x.shape[1])
     blue = np.array([_blue(v, i) for i, v in enumerate(args["blue_position"])], np.int64)

@@ -100,7 +100,7 @@ def _interp(args: BatchArgs, op: str) -> str:
 def _displaced(ctx: BatchContext, images: Batch, args: BatchArgs, op: str, source) -> Batch:
     if not len(images):
         return images
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     x, hw, layout = channels_first(images, layout, op, fill=None, supported=("HWC",))
     interp = _interp(args, op)
     xs, ys = output_grid(hw, x.device)

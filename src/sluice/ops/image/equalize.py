@@ -59,7 +59,7 @@ def equalize_luts(hist: torch.Tensor) -> torch.Tensor:
 @SCHEMA.batch_kernel("gpu")
 def equalize(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
     """The batch padded to one channel-last tensor; padding counts into a bin of its own."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     n = len(images)
     if n == 0:
         return images

@@ -120,7 +120,7 @@ def filter_(ctx: BatchContext, images: Batch, filters: Batch, fill: Batch | None
     n = len(images)
     if n == 0:
         return images
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     reject_volume("filter", layout, "HW, HWC, CHW and the sequences FHW, FHWC, FCHW")
     if len(filters) != n:
         raise ValueError(f"fn.filter: {len(filters)} filters for a batch of {n}")

@@ -49,7 +49,7 @@ def flip_cpu(ctx, image: torch.Tensor, *, horizontal=1, vertical=0, depthwise=0,
 @SCHEMA.batch_kernel("gpu")
 def flip_gpu(ctx, images: Batch, *, args) -> Batch:
     """Dense batches: one flip per distinct (horizontal, vertical, depthwise) flags; ragged: per sample."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     n = len(images)
     flags = list(zip(*([bool(v) for v in args[name]] for name in ("horizontal", "vertical", "depthwise"))))
     dense = images.dense

@@ -55,7 +55,7 @@ def grid_mask(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
     """The whole padded batch multiplied by its masks in one pass."""
     if not len(images):
         return images
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     x, hw, layout = channels_first(images, layout, "grid_mask", fill=None)
     params = torch.from_numpy(np.array([[float(v) for v in args[name]] for name in
                                         ("tile", "ratio", "angle", "shift_x", "shift_y")], np.float64))

@@ -72,6 +72,6 @@ def jitter_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 @SCHEMA.batch_kernel("gpu")
 def jitter_gpu(ctx, images: Batch, *, args) -> Batch:
     """Per sample, with the same generators as the CPU kernel."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     return Batch([jitter_one(s, layout, ctx.sample_rng(i, reuse=True), args.sample(i)) for i, s in enumerate(images.samples)],
                  layout)

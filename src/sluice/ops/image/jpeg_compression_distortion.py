@@ -94,7 +94,7 @@ def jpeg_compression_distortion_gpu(ctx: BatchContext, images: Batch, *, args: B
     n = len(images)
     if not n:
         return images
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     samples = images.samples
     for s in samples:
         _check(s, layout)

@@ -133,7 +133,7 @@ def _run(ctx: BatchContext, images: Batch, args: BatchArgs) -> Batch:
     n = len(images)
     if n == 0:
         return images
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     shapes = images.shapes_array()
     ndim = shapes.shape[1]
     axes = spatial_axes(ndim, layout, "laplacian")

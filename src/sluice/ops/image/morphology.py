@@ -121,7 +121,7 @@ def _check_type(dtype: torch.dtype, op: str) -> None:
 
 
 def _prepare(ctx: BatchContext, images: Batch, op: str) -> tuple[torch.Tensor, np.ndarray, str]:
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     x, hw, layout = channels_first(images, layout, op, fill=None, supported=_LAYOUTS)
     _check_type(x.dtype, op)
     return _working(x), hw, layout
@@ -211,6 +211,6 @@ def median_blur_gpu(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Bat
     """The whole padded batch: every tap of the largest window gathered, sorted once."""
     if not len(images):
         return images
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     _check_type(images.dtype, "experimental.median_blur")
     return _median_batch(images, layout, _median_sizes(args.sample, len(images)))

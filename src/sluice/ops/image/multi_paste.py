@@ -126,7 +126,7 @@ def _source(inputs: tuple[Batch, ...]) -> tuple[torch.Tensor, np.ndarray]:
 @SCHEMA.batch_kernel("cpu")
 @SCHEMA.batch_kernel("gpu")
 def multi_paste(ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
-    layout = inputs[0].layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(inputs[0])
     has_ids = any(v is not None for v in args["in_ids"])
     if has_ids and len(inputs) != 1:
         raise ValueError(f"multi_paste: with in_ids the operator takes one input batch, got {len(inputs)}")

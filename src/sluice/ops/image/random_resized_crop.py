@@ -82,7 +82,7 @@ def random_resized_crop_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 @SCHEMA.batch_kernel("gpu")
 def random_resized_crop_gpu(ctx, images: Batch, *, args) -> Batch:
     """Windows drawn per sample (same generators as the CPU kernel), one kernel pair for the batch."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "") or "HWC"
+    layout = ctx.layout_of(images) or "HWC"
     samples = images.samples
     n = len(samples)
     if n == 0:

@@ -85,7 +85,7 @@ def remap_gpu(ctx: BatchContext, images: Batch, mapx: Batch, mapy: Batch, *, arg
     n = len(images)
     if not n:
         return images
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     x, hw, layout = channels_first(images, layout, "experimental.remap", fill=None, supported=_LAYOUTS)
     shapes = []
     for i in range(n):  # shapes only: no data is read here

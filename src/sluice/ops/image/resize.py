@@ -174,7 +174,7 @@ class ResizeCpu(Operator):
 
     def run(self, ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch | tuple[Batch, Batch]:
         n = len(images)
-        layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+        layout = ctx.layout_of(images)
         if is_volume(layout):
             return resize_volumes(images, layout, args)
         if n and not layout:
@@ -248,7 +248,7 @@ def _fits(shape, layout: str) -> bool:
 def resize_gpu(ctx, images: Batch, *, args) -> Batch | tuple[Batch, Batch]:
     """The whole batch in two kernel launches (Triton) on the pipeline's stream."""
     n = len(images)
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     if is_volume(layout):
         return resize_volumes(images, layout, args)
     samples = images.samples

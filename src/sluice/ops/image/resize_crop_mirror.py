@@ -14,7 +14,6 @@ filter per sample.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from sluice.kernels.batched import resample_batch
 from sluice.ops.image._geometry import crop_windows_batch, reject_volume, resize_params_batch, spatial_dims
@@ -69,7 +68,7 @@ def source_regions(hw: np.ndarray, args: BatchArgs) -> tuple[np.ndarray, np.ndar
 def resize_crop_mirror(ctx: BatchContext, images: Batch, *, args: BatchArgs) -> Batch:
     """The batch's source regions resampled at once (two Triton launches on the GPU, per sample on the CPU)."""
     n = len(images)
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     reject_volume("resize_crop_mirror", layout, "HWC, CHW, HW and their sequences FHWC, FCHW, CFHW")
     if not n:
         return images

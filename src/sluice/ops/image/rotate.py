@@ -94,7 +94,7 @@ def rotate_cpu(ctx, image: torch.Tensor, **args) -> torch.Tensor:
 @SCHEMA.batch_kernel("gpu")
 def rotate_gpu(ctx, images: Batch, *, args) -> Batch:
     """The batch in one grid_sample over its padded form."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     n = len(images)
     if n == 0:
         return images

@@ -129,7 +129,7 @@ def image_hw(shapes: np.ndarray, layout: str) -> np.ndarray:
 @SCHEMA.batch_kernel("gpu")
 def warp_affine_gpu(ctx, images: Batch, mts: Batch | None = None, *, args) -> Batch:
     """The batch padded into one tensor and warped by one grid_sample."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     n = len(images)
     if n == 0:
         return images

@@ -134,7 +134,7 @@ def warp_perspective_gpu(ctx: BatchContext, images: Batch, mats: Batch | None = 
     n = len(images)
     if not n:
         return images
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(images)
     x, hw, layout = channels_first(images, layout, "experimental.warp_perspective", fill=None, supported=_LAYOUTS)
     m = _matrices(args.sample, None if mats is None else mats.as_cpu().samples, n)  # one copy of all matrices
     if not args.const("inverse_map"):

@@ -15,10 +15,6 @@ from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema
 __all__ = ["EXPAND_DIMS", "SQUEEZE", "expanded_shape", "squeezed_axes"]
 
 
-def _layout(batch: Batch, ctx: BatchContext) -> str:
-    return batch.layout() or (ctx.layouts[0] if ctx.layouts else "")
-
-
 # ------------------------------------------------------------------------------------------------------------
 EXPAND_DIMS = OpSchema(
     "expand_dims",
@@ -82,7 +78,7 @@ def expand_dims(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
     a = {"axes": args.const("axes"), "new_axis_names": args.const("new_axis_names")}
     axes = [axis for axis, _ in _sorted_axes(a)]
     shapes = data.shape()
-    layout = _layout(data, ctx)
+    layout = ctx.layout_of(data)
     ndim = len(shapes[0]) if shapes else None
     if a["new_axis_names"] and not layout and ndim:
         raise ValueError("expand_dims: new_axis_names needs an input with a layout; the input has none")
@@ -144,7 +140,7 @@ def squeezed_axes(ndim: int, layout: str, axes: list[int] | None, axis_names: st
 @SQUEEZE.batch_kernel("cpu")
 @SQUEEZE.batch_kernel("gpu")
 def squeeze(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
-    layout = _layout(data, ctx)
+    layout = ctx.layout_of(data)
     names = args.const("axis_names")
     shapes = data.shape()
     out, kept = [], None

@@ -20,10 +20,6 @@ from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema
 __all__ = ["ELEMENT_EXTRACT", "SEQUENCE_REARRANGE", "PER_FRAME", "gather_frames"]
 
 
-def _layout(batch: Batch, ctx: BatchContext) -> str:
-    return batch.layout() or (ctx.layouts[0] if ctx.layouts else "")
-
-
 def _check_sequence(op: str, layout: str) -> None:
     if layout and not layout.startswith("F"):
         raise ValueError(f"{op}: the input layout {layout!r} does not start with F (frames); give sequences, or mark "
@@ -78,7 +74,7 @@ ELEMENT_EXTRACT = OpSchema(
 @ELEMENT_EXTRACT.batch_kernel("cpu")
 @ELEMENT_EXTRACT.batch_kernel("gpu")
 def element_extract(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
-    layout = _layout(data, ctx)
+    layout = ctx.layout_of(data)
     _check_sequence("element_extract", layout)
     element_map = [int(k) for k in args.const("element_map")]
     if not element_map:
@@ -121,7 +117,7 @@ SEQUENCE_REARRANGE = OpSchema(
 @SEQUENCE_REARRANGE.batch_kernel("cpu")
 @SEQUENCE_REARRANGE.batch_kernel("gpu")
 def sequence_rearrange(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
-    layout = _layout(data, ctx)
+    layout = ctx.layout_of(data)
     _check_sequence("sequence_rearrange", layout)
     picks = []
     for i, (shape, order) in enumerate(zip(data.shape(), args["new_order"])):
@@ -175,4 +171,4 @@ def per_frame(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
     if ndim == 0:
         raise ValueError("per_frame: the samples are scalars; a per-frame argument needs one value per frame (a 1-D "
                          "sample at least)")
-    return data.with_layout(_frame_layout(_layout(data, ctx), ndim, args.const("replace")))
+    return data.with_layout(_frame_layout(ctx.layout_of(data), ndim, args.const("replace")))

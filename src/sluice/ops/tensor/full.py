@@ -115,7 +115,7 @@ def _constant_like_schema(name: str, value: int) -> OpSchema:
     def kernel(ctx: BatchContext, like: Batch, *, args: BatchArgs) -> Batch:
         dtype_arg = args.const("dtype")
         dtype = types.to_torch_dtype(dtype_arg) if dtype_arg is not None else (like.dtype or torch.int32)
-        return filled(like.shape(), value, dtype, ctx.device, like.layout() or (ctx.layouts[0] if ctx.layouts else ""))
+        return filled(like.shape(), value, dtype, ctx.device, ctx.layout_of(like))
 
     kernel.__name__ = kernel.__qualname__ = name
     schema.batch_kernel("cpu")(kernel)
@@ -215,5 +215,5 @@ FULL_LIKE = OpSchema(
 @FULL_LIKE.batch_kernel("cpu")
 @FULL_LIKE.batch_kernel("gpu")
 def full_like(ctx: BatchContext, like: Batch, fill: Batch, *, args: BatchArgs) -> Batch:
-    layout = like.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(like)
     return _broadcast_fill("full_like", ctx, fill, like.shape(), like.dtype or fill.dtype or torch.float32, layout)

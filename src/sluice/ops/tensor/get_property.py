@@ -36,7 +36,7 @@ def get_property(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
     key = args.const("key")
     n = len(data)
     if key == "layout":
-        layout = data.layout() or (ctx.layouts[0] if ctx.layouts else "")
+        layout = ctx.layout_of(data)
         texts = [layout] * n
     else:
         info = data.source_info if any(data.source_info) else (ctx.source_info or [""] * n)

@@ -150,7 +150,7 @@ def view_kernel(op: str) -> Callable[..., Batch]:
         in_size = in_dtype.itemsize if in_dtype is not None else 1
         out_size = dtype.itemsize if dtype is not None else in_size
         given = _shape_input(shape_input, n)
-        layout_in = data.layout() or (ctx.layouts[0] if ctx.layouts else "")
+        layout_in = ctx.layout_of(data)
         shapes = []
         for i, (in_shape, sample) in enumerate(zip(data.shape(), args.samples())):
             shape = given[i] if given[i] is not None else _ints(sample["shape"])

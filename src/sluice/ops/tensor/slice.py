@@ -24,7 +24,7 @@ from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import share_range
 from sluice.schema import Arg, OpSchema
 
-__all__ = ["filled", "slice_axes", "slice_bounds", "slice_bounds_batch", "slice_sample", "slice_batch"]
+__all__ = ["filled", "slice_axes", "slice_bounds", "slice_bounds_batch", "slice_sample"]
 
 _POLICIES = ("error", "pad", "trim_to_shape")
 

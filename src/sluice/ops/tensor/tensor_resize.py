@@ -146,7 +146,7 @@ def tensor_resize(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> Batch:
     n = len(data)
     if not n:
         return data
-    layout = data.layout() or (ctx.layouts[0] if ctx.layouts else "")
+    layout = ctx.layout_of(data)
     shapes = data.shapes_array()
     ndim = shapes.shape[1]
     axes = resolve_axes(ndim, layout, args.const("axes"), args.const("axis_names"), op="tensor_resize")

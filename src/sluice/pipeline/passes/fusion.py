@@ -74,7 +74,7 @@ def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
     """Map each output pixel through crop_mirror_normalize's window, resize's ROI and crop's window at once.
 
     The geometry is computed with NumPy over the whole batch (no per-sample Python on the hot path)."""
-    layout = images.layout() or (ctx.layouts[0] if ctx.layouts else "") or "HWC"
+    layout = ctx.layout_of(images) or "HWC"
     n = len(images)
     if "D" in layout:  # volumes: the operators' own whole-batch kernels
         return _unfused(ctx, images, args, bool(args.const("has_crop")), layout)
