@@ -223,12 +223,18 @@ def triton_kernels():
     return _triton_ragged
 
 
+def row_table(starts: np.ndarray, lengths: np.ndarray, device: torch.device) -> torch.Tensor:
+    """``(start, length)`` of each 1-D sample as int64 pairs on ``device``: the table the Triton row kernels read
+    (:mod:`sluice.kernels._triton_ragged`, :mod:`sluice.kernels.audio._triton_audio`)."""
+    return host_to_device(np.stack([np.asarray(starts, np.int64), np.asarray(lengths, np.int64)], 1), device)
+
+
 def _padded_rows(flat: torch.Tensor, offsets: np.ndarray, lengths: np.ndarray, extent: int,
                  fill: float | None) -> torch.Tensor:
     """The padded form of 1-D samples on a GPU, by one Triton launch (:mod:`sluice.kernels._triton_ragged`)."""
     n = len(lengths)
     out = flat.new_empty((n, extent))
-    table = host_to_device(np.stack([np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)], 1), flat.device)
+    table = row_table(offsets, lengths, flat.device)
     k = triton_kernels()
     # the fill as the sample type holds it (-3 in uint8 is 253, as torch's full gives): Triton converts in range only
     value = 0.0 if fill is None else float(torch.tensor(fill).to(flat.dtype))

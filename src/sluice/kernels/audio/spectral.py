@@ -68,13 +68,17 @@ def _window_np(values: tuple[float, ...]) -> np.ndarray:
 def num_windows(length, window_length: int, window_step: int, center_windows: bool):
     """How many windows a signal of ``length`` samples gives: ``length // step + 1`` when centred, else the
     number of whole windows inside the signal (``(length - window_length) // step + 1``, or 0). An empty signal
-    has no windows. ``length``: a number (gives an int), or a tensor of lengths (gives an int64 tensor)."""
-    n = torch.as_tensor(length, dtype=torch.int64)
+    has no windows. ``length``: a number (gives an int), a NumPy array (gives an int64 array) or a host tensor of
+    lengths (gives an int64 tensor). Computed in NumPy: a torch call on these few numbers would give up the GIL
+    and wait to take it back."""
+    n = np.asarray(length.numpy() if isinstance(length, torch.Tensor) else length, dtype=np.int64)
     if center_windows:
-        counts = torch.where(n > 0, n // window_step + 1, 0)
+        counts = np.where(n > 0, n // window_step + 1, 0)
     else:
-        counts = torch.where(n >= window_length, (n - window_length).clamp(min=0) // window_step + 1, 0)
-    return counts if isinstance(length, torch.Tensor) else int(counts)
+        counts = np.where(n >= window_length, np.maximum(n - window_length, 0) // window_step + 1, 0)
+    if isinstance(length, torch.Tensor):
+        return torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
+    return counts.astype(np.int64) if isinstance(length, np.ndarray) else int(counts)
 
 
 def pad_batch(samples: list[torch.Tensor], fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,14 +135,9 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     window = window.to(device=dev, dtype=dtype)
     if window.numel() != window_length:
         raise ValueError(f"window_fn has {window.numel()} samples, window_length is {window_length}")
-    # the counts in NumPy: each torch call on these few numbers would give up the GIL and wait to take it back
-    lengths_cpu = lengths.cpu()
-    n_np = lengths_cpu.numpy().astype(np.int64)
-    if center_windows:
-        frames_np = np.where(n_np > 0, n_np // window_step + 1, 0)
-    else:
-        frames_np = np.where(n_np >= window_length, np.maximum(n_np - window_length, 0) // window_step + 1, 0)
-    frames = torch.from_numpy(frames_np)          # num_windows' values
+    n_np = lengths.cpu().numpy().astype(np.int64)
+    frames_np = num_windows(n_np, window_length, window_step, center_windows)
+    frames = torch.from_numpy(frames_np)
     batch = x.shape[0]
     t_max = int(frames_np.max()) if batch else 0
     nbins = nfft // 2 + 1
@@ -159,14 +158,15 @@ def stft_power(signals: torch.Tensor, lengths: torch.Tensor, *, nfft: int, windo
     # cached) and the buffers then repeat from batch to batch instead of being new for every longest signal.
     t_fft = t_max if uniform else -(-t_max // FRAME_BUCKET) * FRAME_BUCKET
     if _triton_frames_apply(x, nfft):
-        return _stft_power_triton(x, torch.from_numpy(n_np), frames, t_max, t_fft, nfft, window_length, window_step, window,
-                                  default_window, offset, power, reflect_padding), frames
+        return _stft_power_triton(x, torch.from_numpy(n_np), frames, t_max, t_fft, nfft, window_length, window_step,
+                                  window, default_window, offset, power, reflect_padding), frames
     if x.shape[1] == 0:
         windows = x.new_zeros(batch, t_fft, window_length)
     else:
         # Each row extended at both of its own ends (reflected, or zeros) by one gather of (B, N + pads), then
         # framed as a strided view: no index per window element (2 W / step times the signal's size).
-        n = torch.full((1, 1), x.shape[1], device=dev) if uniform else to_device(lengths_cpu, dev).view(batch, 1)
+        n = torch.full((1, 1), x.shape[1], device=dev) if uniform else \
+            to_device(torch.from_numpy(n_np), dev).view(batch, 1)
         width = (t_fft - 1) * window_step + nfft
         pos = torch.arange(width, device=dev)[None, :] - offset                               # (1, width)
         if reflect_padding:

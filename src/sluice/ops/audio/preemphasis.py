@@ -138,7 +138,7 @@ def _preemphasis_rows(x: Batch, args: BatchArgs, border: str) -> tuple[torch.Ten
     else:
         coeffs = ragged.host_to_device(np.asarray(args["preemph_coeff"], np.float32), dev)
         coeff, per_sample = 0.0, True
-    table = ragged.host_to_device(np.stack([starts, lengths.astype(np.int64)], 1), dev)
+    table = ragged.row_table(starts, lengths, dev)
     k.preemphasis_kernel[(-(-extent // k.BLOCK), n)](flat, table, coeffs, out, extent, coeff, PER_SAMPLE=per_sample,
                                                      BORDER=k.BORDERS[border], BLOCK=k.BLOCK)
     return out, lengths[:, None]
