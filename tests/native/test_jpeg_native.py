@@ -174,11 +174,34 @@ def test_frame_kind():
     assert jpeg.frame_kind(b"") == ""  # no frame header: the decoder names the damage
 
 
-_SYSTEM_LIBJPEG = "/usr/lib/x86_64-linux-gnu/libjpeg.so.62"
+def _abi() -> int:
+    return native.core().jpeg_abi() if native.available() else 62
+
+
+# The system's libjpeg-turbo of the core's ABI (62 where jconfig.h says so; 80 where libjpeg-turbo8's headers were
+# the ones compiled against, as on the GPU machine).
+_SYSTEM_LIBJPEG = f"/usr/lib/x86_64-linux-gnu/libjpeg.so.{62 if _abi() == 62 else _abi() // 10}"
+
+
+def test_candidates_follow_the_cores_abi():
+    """A core built against libjpeg-turbo8's headers opens only v8 builds: Pillow's v6.2 copy would be refused
+    (the device's core once fell back to the twin for every JPEG that way)."""
+    assert jpeg._candidates(80) == ["libjpeg.so.8"]
+    assert jpeg._candidates(62)[-1] == "libjpeg.so.62"
 
 
 @pytest.mark.skipif(not native.available() or not os.path.exists(_SYSTEM_LIBJPEG),
-                    reason="needs the core and the system's libjpeg.so.62")
+                    reason="needs the core and the system's libjpeg of the core's ABI")
+def test_the_core_opens_a_libjpeg_of_its_abi_by_default():
+    """Without LIBJPEG, in a fresh process, the core finds a library it can use wherever one of its ABI exists."""
+    script = "from sluice.native import jpeg; print(jpeg.library())"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() not in ("", "None"), run.stderr
+
+
+@pytest.mark.skipif(not native.available() or not os.path.exists(_SYSTEM_LIBJPEG),
+                    reason="needs the core and the system's libjpeg of the core's ABI")
 def test_system_libjpeg_gives_the_same_pixels_and_other_libraries_are_refused(tmp_path):
     """Another libjpeg-turbo build (the system's, where Pillow's is missing) opened in a fresh process: libraries
     that are not libjpeg are refused with a reason, and the pixels are still simplejpeg's."""
@@ -189,7 +212,7 @@ def test_system_libjpeg_gives_the_same_pixels_and_other_libraries_are_refused(tm
         jpeg.LIBJPEG = {_SYSTEM_LIBJPEG!r}
         c = native.core()
         png = glob.glob(os.path.join(os.path.dirname(os.path.dirname(PIL.__file__)), "pillow.libs", "libpng*"))
-        assert "cannot open" in c.jpeg_open("/nonexistent/libjpeg.so.62")
+        assert "cannot open" in c.jpeg_open("/nonexistent/libjpeg.so")
         if png:
             assert "lacks" in c.jpeg_open(png[0]), c.jpeg_open(png[0])
         assert jpeg.library() == {_SYSTEM_LIBJPEG!r}, jpeg.library()

@@ -1,9 +1,10 @@
 // Decoding (windows of) a batch of JPEGs with libjpeg, GIL released, several threads sharing one batch.
 //
 // libjpeg is opened at run time (dlopen) rather than linked: the core then builds where only jpeglib.h is
-// installed, and runs with the copy of libjpeg-turbo that Pillow's wheel brings (or the system's libjpeg.so.62).
-// The header compiled against is libjpeg's v6.2 API; jpeg_CreateDecompress checks the version and the size of
-// the decompression struct, so a library of another ABI is refused when it is opened, never used.
+// installed, and runs with the copy of libjpeg-turbo that Pillow's wheel brings or the system's. The header
+// compiled against fixes the ABI (jpeg_abi(): 62 where jconfig.h says so, 80 on systems with libjpeg-turbo8's
+// headers); jpeg_CreateDecompress checks the version and the size of the decompression struct, so a library of
+// another ABI is refused when it is opened, never used, and sluice.native.jpeg tries the builds of this ABI.
 //
 // The pixels are those of simplejpeg.decode_jpeg(fastdct=False, fastupsample=False, strict=True) cut to the
 // window (sluice.native.jpeg's fallback is exactly that): ISLOW IDCT (IFAST with fast_idct), fancy upsampling, and
@@ -372,8 +373,11 @@ py::list jpeg_decode(const py::sequence& data, py::array_t<int64_t, py::array::c
 
 void register_jpeg(py::module_& m) {
     m.def("jpeg_open", &jpeg_open, py::arg("path"),
-          "Open the libjpeg (v6.2 ABI, libjpeg-turbo) at path, once per process: '' when usable, else why not.");
+          "Open the libjpeg (libjpeg-turbo, of the ABI jpeg_abi() names) at path, once per process: '' when usable, else why not.");
     m.def("jpeg_library", [] { return g_path; }, "The path of the libjpeg opened ('' when none).");
+    // The ABI of the jpeglib.h this core was compiled against (62, 70 or 80): the structs it hands libjpeg have
+    // that version's layout, so only a library of the same ABI opens (jpeg_CreateDecompress checks).
+    m.def("jpeg_abi", [] { return JPEG_LIB_VERSION; }, "JPEG_LIB_VERSION of the jpeglib.h the core was built with.");
     m.def("jpeg_decode", &jpeg_decode, py::arg("data"), py::arg("windows"), py::arg("colorspace"),
           py::arg("fast_idct"), py::arg("out"), py::arg("out_offsets"), py::arg("status"),
           py::arg("counter") = py::none(),

@@ -1,7 +1,8 @@
 """Decoding windows of a batch of JPEGs into one buffer (see :mod:`sluice.native`).
 
-The compiled core decodes with the libjpeg-turbo it opens at run time (Pillow's bundled copy, else the system's
-``libjpeg.so.62`` wherever the dynamic loader finds it; :data:`LIBJPEG` names another), the GIL released. Its
+The compiled core decodes with the libjpeg-turbo it opens at run time, of the ABI its jpeglib.h had (v6.2: Pillow's
+bundled copy, else the system's ``libjpeg.so.62``; v8: the system's ``libjpeg.so.8``; :data:`LIBJPEG` names
+another), the GIL released. Its
 pure-Python twin is ``simplejpeg.decode_jpeg(colorspace=..., fastdct=fast_idct, fastupsample=False, strict=True)``
 cut to the window, and the core gives exactly those pixels (tests/native/test_jpeg_native.py). Several threads may
 share one batch: each call takes the next sample from a shared ``counter`` until none is left, so the batch is
@@ -45,9 +46,14 @@ LIBJPEG: str | None = None
 _counter_lock = threading.Lock()
 
 
-def _candidates() -> list[str]:
-    """The libjpeg builds to try, in order: :data:`LIBJPEG`, Pillow's bundled libjpeg-turbo, the system's."""
+def _candidates(abi: int = 62) -> list[str]:
+    """The libjpeg builds to try, in order: :data:`LIBJPEG`, then those of the core's ABI ``abi``
+    (``JPEG_LIB_VERSION``): for 62 Pillow's bundled libjpeg-turbo and the system's ``libjpeg.so.62``; for 70 or 80
+    (a core built where jconfig.h is libjpeg-turbo8's, as on Ubuntu with libjpeg-dev) the system's
+    ``libjpeg.so.7`` or ``.8``, which the structs the core hands over fit."""
     paths = [LIBJPEG] if LIBJPEG else []
+    if abi != 62:
+        return paths + [f"libjpeg.so.{abi // 10}"]
     try:
         import PIL
 
@@ -73,7 +79,8 @@ def _core_jpeg() -> ModuleType | None:
 
 def _open(c: ModuleType) -> str | None:
     reasons = []
-    for path in _candidates():
+    abi = c.jpeg_abi()
+    for path in _candidates(abi):
         why = c.jpeg_open(path) or _self_check(c)
         if not why:
             logger.info("sluice's core decodes JPEGs with %s", path)
