@@ -61,3 +61,20 @@ def device(request):
 @pytest.fixture
 def device_id(device):
     return 0 if device == "gpu" else None
+
+
+@pytest.fixture
+def triton_interpreter():
+    """Runs a script in a fresh Python with ``TRITON_INTERPRET=1`` (the flag is read when kernels are defined, so
+    not in this process) and asserts it exits cleanly with ``ok`` last on its output: Triton kernels checked on a
+    machine without a GPU."""
+    import subprocess
+    import sys
+
+    def run(script: str, timeout: float = 600) -> None:
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout)
+        assert res.returncode == 0 and res.stdout.strip().lower().endswith("ok"), \
+            res.stdout[-2000:] + res.stderr[-3000:]
+
+    return run

@@ -278,6 +278,23 @@ class Batch:
             self._fill = fill
         return self._padded, shapes
 
+    def signal_rows(self) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
+        """``(buffer, start of each sample in it, lengths)`` of a batch of 1-D samples as it lies, for the row
+        kernels that read each signal in place: packed (at any offsets), or padded or dense (row ``i`` at
+        ``i * extent``); None for other ranks or a padded form that is not contiguous."""
+        shapes = self.shapes_array()
+        if shapes.ndim != 2 or shapes.shape[1] != 1:
+            return None
+        if self.storage == "packed":
+            flat, _, offsets = self.packed_form()
+            return flat, np.asarray(offsets, np.int64), shapes[:, 0]
+        if self.storage in ("padded", "dense"):
+            rows = self.padded(fill=None)[0]
+            if not rows.is_contiguous():
+                return None
+            return rows.reshape(-1), np.arange(len(self), dtype=np.int64) * rows.shape[1], shapes[:, 0]
+        return None
+
     def packed_form(self) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """``(flat, shapes, offsets)``: the batch's samples in one 1-D tensor, sample ``i`` row-major from element
         ``offsets[i]``; converted (one copy or one scatter) unless the batch is held so."""

@@ -4,9 +4,6 @@ Triton's interpreter (``TRITON_INTERPRET=1``, in a subprocess because the flag i
 on a GPU the ``cuda`` test runs the compiled kernels. Tolerance: exact for uint8 except ties at .5 after float32
 math in another order (<= 1 level), 1e-5 relative for float outputs."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -68,10 +65,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_triton_kernels_equal_torch_path_in_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
+def test_triton_kernels_equal_torch_path_in_interpreter(triton_interpreter):
+    triton_interpreter(SCRIPT, timeout=300)
 
 
 @pytest.mark.cuda

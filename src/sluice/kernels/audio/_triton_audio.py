@@ -5,7 +5,11 @@
   padded output;
 * :func:`frames_kernel` and :func:`power_kernel` (``fn.spectrogram``'s ragged batches,
   :func:`sluice.kernels.audio.spectral.stft_power`): every signal's windowed frames, each signal extended at its
-  own ends; then the power of the batched FFT.
+  own ends; then the power of the batched FFT;
+* :func:`polyphase_kernel` (``fn.audio_resample`` on a GPU, :func:`sluice.kernels.audio.resample.resample_rows`):
+  every signal of one rate pair resampled where it lies, integers converted as they are read, only the nonzero
+  taps of each phase summed (the torch schedule's matrix product pads the batch to its longest signal, converts
+  it, and multiplies the phase matrix's zeros too: 533 columns of which about 90 are nonzero at 44.1 -> 16 kHz).
 
 The torch paths took about ten launches each (index arithmetic, a gather, shifted copies, window products) and as
 many temporaries, each a trip through the GIL for the device stage's thread, which shares it with the CPU stage's.
@@ -18,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["preemphasis_kernel", "frames_kernel", "power_kernel", "BLOCK", "BORDERS"]
+__all__ = ["preemphasis_kernel", "frames_kernel", "power_kernel", "polyphase_kernel", "BLOCK", "BORDERS"]
 
 BLOCK = 2048
 BORDERS = {"zero": 0, "clamp": 1, "reflect": 2}
@@ -96,3 +100,31 @@ def power_kernel(spec_ptr, out_ptr, spec_frames, frames, NBINS: tl.constexpr, MA
     if MAGNITUDE:
         p = tl.sqrt(p)
     tl.store(out_ptr + (b * frames + t) * NBINS + f, p, mask=keep)
+
+
+@triton.jit
+def polyphase_kernel(x_ptr, table_ptr, w_ptr, first_ptr, out_ptr, extent, L, M, left, taps, scale,
+                     BLOCK: tl.constexpr):
+    """``fn.audio_resample`` of one rate pair ``L / M``, each signal read where it lies: output ``j = q * L + p`` of
+    signal ``r`` is ``sum_t w[p, t] * x[q * M - left + first[p] + t]``, ``x`` read as float32 divided by ``scale``
+    (1 for floats, the integer type's largest value for integers) and 0 outside ``[0, length_r)``; 0 from the
+    signal's output length on. ``w`` holds each phase's nonzero taps (``(L, taps)``, zero-padded), ``first`` where
+    they start in the phase matrix's frame. ``table`` row ``r`` holds ``(start, length, out_length, output row)``
+    as int64; the output is ``(rows, extent)`` float32."""
+    r = tl.program_id(1)
+    j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    start = tl.load(table_ptr + 4 * r)
+    length = tl.load(table_ptr + 4 * r + 1)
+    n_out = tl.load(table_ptr + 4 * r + 2)
+    row = tl.load(table_ptr + 4 * r + 3)
+    live = j < n_out
+    q = j // L
+    p = j - q * L
+    pos = q * M - left + tl.load(first_ptr + p, mask=live, other=0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for t in range(0, taps):
+        at = pos + t
+        x = tl.load(x_ptr + start + at, mask=live & (at >= 0) & (at < length), other=0).to(tl.float32)
+        w = tl.load(w_ptr + p * taps + t, mask=live, other=0.0)
+        acc += (x / scale) * w
+    tl.store(out_ptr + row * extent + j, acc, mask=j < extent)

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from sluice.backends.audio import resample_length
-from sluice.kernels.audio.spectral import _on_device
+from sluice.kernels.audio.spectral import _on_device, to_device, triton_audio
 
-__all__ = ["quality_to_lobes", "resample_batch"]
+__all__ = ["quality_to_lobes", "polyphase_ratio", "resample_batch", "resample_rows"]
 
 _MAX_PHASE_MATRIX = 1 << 22      # elements of the (L, M + taps) matrix above which the direct schedule is used
 _DIRECT_CHUNK = 1 << 24          # (batch * outputs * taps) elements per chunk of the direct schedule
@@ -104,6 +104,60 @@ def _direct(x: torch.Tensor, n_out: int, in_rate: float, out_rate: float, lobes:
     return out
 
 
+def polyphase_ratio(in_rate: float, out_rate: float, lobes: int) -> tuple[int, int] | None:
+    """``(L, M)``, the reduced ratio ``out_rate / in_rate``, where the polyphase schedule serves this pair (an exact
+    ratio whose phase matrix is small enough); None where the direct schedule runs."""
+    frac = Fraction(float(out_rate) / float(in_rate)).limit_denominator(1 << 20)
+    L, M = frac.numerator, frac.denominator
+    exact = abs(L / M - float(out_rate) / float(in_rate)) < 1e-12
+    half = int(math.ceil(lobes / min(1.0, L / M))) + 1
+    return (L, M) if exact and L * (M + 2 * half) <= _MAX_PHASE_MATRIX else None
+
+
+@functools.lru_cache(maxsize=32)
+def _phase_taps(L: int, M: int, lobes: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The phase matrix (:func:`_phase_matrix`) cut to each row's run of nonzero weights: ``((L, taps)`` float32
+    weights, zero-padded; ``(L,)`` int64 column of each run's first weight; the frames' left margin ``half - 1``)."""
+    w, half, width = _phase_matrix(L, M, lobes)
+    nonzero = w != 0
+    first = nonzero.argmax(1)
+    last = width - 1 - nonzero[:, ::-1].argmax(1)
+    taps = int((last - first + 1).max())
+    cols = first[:, None] + np.arange(taps)[None, :]
+    compact = np.where(cols <= last[:, None], w[np.arange(L)[:, None], np.minimum(cols, width - 1)], 0.0)
+    compact = compact.astype(np.float32)
+    first = first.astype(np.int64)
+    compact.setflags(write=False)
+    first.setflags(write=False)
+    return compact, first, half - 1
+
+
+def resample_rows(flat: torch.Tensor, table: np.ndarray, out: torch.Tensor, in_rate: float, out_rate: float,
+                  quality: float, scale: float) -> bool:
+    """Resample 1-D signals of one rate pair where they lie, by one Triton launch, into rows of ``out`` (a
+    ``(rows, extent)`` float32 CUDA tensor): ``table`` (int64, on the host) holds per signal ``(start in flat,
+    length, output length, output row)``; samples are divided by ``scale`` as read (an integer type's largest
+    value, as :func:`sluice.ops.audio.resample.convert_audio_dtype` converts, or 1). The filter is
+    :func:`resample_batch`'s polyphase schedule, its zero weights skipped. False, doing nothing, where that
+    schedule does not serve the pair (equal rates, an inexact or large ratio) or Triton is missing."""
+    k = triton_audio()
+    lobes = quality_to_lobes(quality)
+    ratio = None if float(in_rate) == float(out_rate) else polyphase_ratio(in_rate, out_rate, lobes)
+    if k is None or ratio is None:
+        return False
+    rows, extent = len(table), out.shape[1]
+    if rows == 0 or extent == 0:
+        return True
+    weights, first, left = _phase_taps(*ratio, lobes)
+    dev = str(out.device)
+    block = 1024
+    grid = (-(-int(np.asarray(table)[:, 2].max()) // block), rows)
+    k.polyphase_kernel[grid](flat, to_device(torch.from_numpy(np.ascontiguousarray(table, np.int64)), out.device),
+                             _on_device(weights, torch.float32, dev), _on_device(first, torch.int64, dev), out,
+                             extent, ratio[0], ratio[1], left, weights.shape[1], float(scale), BLOCK=block)
+    return True
+
+
 def resample_batch(signals: torch.Tensor, lengths: torch.Tensor, in_rate: float, out_rate: float,
                    quality: float = 50.0) -> tuple[torch.Tensor, list[int]]:
     """Resample a padded batch ``(B, N)`` (or ``(B, N, C)``) of signals sharing one rate pair.
@@ -127,14 +181,8 @@ def resample_batch(signals: torch.Tensor, lengths: torch.Tensor, in_rate: float,
     elif float(in_rate) == float(out_rate):
         y = x[:, :n_out]
     else:
-        frac = Fraction(float(out_rate) / float(in_rate)).limit_denominator(1 << 20)
-        L, M = frac.numerator, frac.denominator
-        exact = abs(L / M - float(out_rate) / float(in_rate)) < 1e-12
-        half = int(math.ceil(lobes / min(1.0, L / M))) + 1
-        if exact and L * (M + 2 * half) <= _MAX_PHASE_MATRIX:
-            y = _polyphase(x, n_out, L, M, lobes)
-        else:
-            y = _direct(x, n_out, in_rate, out_rate, lobes)
+        ratio = polyphase_ratio(in_rate, out_rate, lobes)
+        y = _polyphase(x, n_out, *ratio, lobes) if ratio else _direct(x, n_out, in_rate, out_rate, lobes)
     if channels is not None:
         y = y.reshape(-1, channels, n_out).permute(0, 2, 1)
     return y, out_lengths

@@ -101,30 +101,13 @@ _KERNEL_TYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.i
                            torch.int8})
 
 
-def _rows(x: Batch) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
-    """``(buffer, start of each signal in it, lengths)`` of a batch of 1-D signals as it lies: packed (at any
-    offsets), or padded or dense (row ``i`` at ``i * extent``); None for other ranks."""
-    shapes = x.shapes_array()
-    if shapes.ndim != 2 or shapes.shape[1] != 1:
-        return None
-    if x.storage == "packed":
-        flat, _, offsets = x.packed_form()
-        return flat, np.asarray(offsets, np.int64), shapes[:, 0]
-    if x.storage in ("padded", "dense"):
-        rows = x.padded(fill=None)[0]
-        if not rows.is_contiguous():
-            return None
-        return rows.reshape(-1), np.arange(len(x), dtype=np.int64) * rows.shape[1], shapes[:, 0]
-    return None
-
-
 def _preemphasis_rows(x: Batch, args: BatchArgs, border: str) -> tuple[torch.Tensor, np.ndarray] | None:
     """The filtered batch ``((n, longest) float32, shapes)`` by one Triton launch over the signals where they lie
     (:mod:`sluice.kernels.audio._triton_audio`); None where the torch path runs instead (no Triton, not a CUDA
     batch of 1-D signals of a type the kernel reads)."""
     if x.torch_device.type != "cuda" or env.eager() or triton_audio() is None:
         return None
-    rows = _rows(x)
+    rows = x.signal_rows()
     if rows is None or rows[0].dtype not in _KERNEL_TYPES:
         return None
     flat, starts, lengths = rows

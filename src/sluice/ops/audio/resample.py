@@ -8,9 +8,9 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from sluice import types
-from sluice.backends.audio import resample_soxr
-from sluice.kernels.audio.resample import resample_batch
+from sluice import env, types
+from sluice.backends.audio import resample_length, resample_soxr
+from sluice.kernels.audio.resample import polyphase_ratio, quality_to_lobes, resample_batch, resample_rows
 from sluice.ops.tensor._util import convert_saturate
 from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
@@ -122,13 +122,17 @@ def audio_resample_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> B
         per = [args[k] for k in names]
         pairs = [_rates(int(shapes[i, 0]), *(p[i] for p in per)) for i in range(n)]
     out_type = audio.dtype if args.const("dtype") is None else types.to_torch_dtype(args.const("dtype"))
+    groups: dict[tuple[float, float], list[int]] = defaultdict(list)
+    for i, pair in enumerate(pairs):
+        groups[pair].append(i)
+    fast = _resample_where_they_lie(audio, groups, quality)
+    if fast is not None:
+        y, out_shapes = fast
+        return Batch.from_padded(convert_audio_dtype(y, out_type), out_shapes, audio.layout())
     x, _ = audio.padded(fill=0.0)
     if not x.is_floating_point():
         x = convert_audio_dtype(x, torch.float32)
     lengths = torch.from_numpy(shapes[:, 0].copy())
-    groups: dict[tuple[float, float], list[int]] = defaultdict(list)
-    for i, pair in enumerate(pairs):
-        groups[pair].append(i)
     if len(groups) == 1:
         (a, b), = groups
         y, out_lengths = resample_batch(x, lengths, a, b, quality)
@@ -147,3 +151,35 @@ def audio_resample_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> B
     out_shapes = shapes.copy()
     out_shapes[:, 0] = out_lengths
     return Batch.from_padded(convert_audio_dtype(y, out_type), out_shapes, audio.layout())
+
+
+#: Sample types the Triton resampler reads and converts as torch's path does (through float32; wider integers
+#: convert through float64 there)
+_KERNEL_TYPES = {torch.float32: 1.0, torch.float16: 1.0, torch.bfloat16: 1.0, torch.int16: 32767.0,
+                 torch.int8: 127.0, torch.uint8: 255.0}
+
+
+def _resample_where_they_lie(audio: Batch, groups: dict[tuple[float, float], list[int]],
+                             quality: float) -> tuple[torch.Tensor, np.ndarray] | None:
+    """A CUDA batch of 1-D signals resampled where the signals lie, one Triton launch per rate pair
+    (:func:`resample_rows`): no padded copy, no conversion pass, only the filter's nonzero taps. ``(padded float32
+    output, output shapes)``, or None where the padded torch path runs (no Triton, other ranks or types, a pair the
+    polyphase schedule does not serve, ``SLUICE_EAGER=1``)."""
+    if audio.torch_device.type != "cuda" or env.eager():
+        return None
+    rows = audio.signal_rows()
+    if rows is None or rows[0].dtype not in _KERNEL_TYPES:
+        return None
+    flat, starts, lengths = rows
+    lobes = quality_to_lobes(quality)
+    if any(a == b or polyphase_ratio(a, b, lobes) is None for a, b in groups):
+        return None
+    out_lengths = np.zeros(len(lengths), np.int64)
+    for (a, b), idx in groups.items():
+        out_lengths[idx] = resample_length(lengths[idx], a, b)
+    y = torch.empty((len(lengths), int(out_lengths.max())), dtype=torch.float32, device=flat.device)
+    for (a, b), idx in groups.items():
+        table = np.stack([starts[idx], lengths[idx], out_lengths[idx], np.asarray(idx, np.int64)], 1)
+        if not resample_rows(flat, table, y, a, b, quality, _KERNEL_TYPES[flat.dtype]):
+            return None
+    return y, out_lengths[:, None]
