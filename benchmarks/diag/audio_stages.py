@@ -66,10 +66,10 @@ def time_stages():
                 STAGE_SECONDS[key] = STAGE_SECONDS.get(key, 0.0) + time.perf_counter() - t
         setattr(Executor, method.__name__, node_timed)
 
-    def timed(self, stage, iteration, values):
+    def timed(self, stage, iteration, values, stoppable=False):
         t = time.perf_counter()
         try:
-            return inner(self, stage, iteration, values)
+            return inner(self, stage, iteration, values, stoppable)
         finally:
             key = "gpu" if stage.on_gpu else "cpu"
             STAGE_SECONDS[key] = STAGE_SECONDS.get(key, 0.0) + time.perf_counter() - t

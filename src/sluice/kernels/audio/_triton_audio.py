@@ -106,11 +106,12 @@ def power_kernel(spec_ptr, out_ptr, spec_frames, frames, NBINS: tl.constexpr, MA
 def polyphase_kernel(x_ptr, table_ptr, w_ptr, first_ptr, out_ptr, extent, L, M, left, taps, scale,
                      BLOCK: tl.constexpr):
     """``fn.audio_resample`` of one rate pair ``L / M``, each signal read where it lies: output ``j = q * L + p`` of
-    signal ``r`` is ``sum_t w[p, t] * x[q * M - left + first[p] + t]``, ``x`` read as float32 divided by ``scale``
-    (1 for floats, the integer type's largest value for integers) and 0 outside ``[0, length_r)``; 0 from the
-    signal's output length on. ``w`` holds each phase's nonzero taps (``(L, taps)``, zero-padded), ``first`` where
-    they start in the phase matrix's frame. ``table`` row ``r`` holds ``(start, length, out_length, output row)``
-    as int64; the output is ``(rows, extent)`` float32."""
+    signal ``r`` is ``sum_t w[t, p] * x[q * M - left + first[p] + t] / scale``, ``x`` read as float32 (``scale``:
+    1 for floats, the integer type's largest value for integers; divided once, after the sum) and 0 outside
+    ``[0, length_r)``; 0 from the signal's output length on. ``w`` holds each phase's nonzero taps, tap-major
+    (``(taps, L)``, zero-padded: neighbouring outputs read neighbouring weights), ``first`` where they start in
+    the phase matrix's frame. ``table`` row ``r`` holds ``(start, length, out_length, output row)`` as int64; the
+    output is ``(rows, extent)`` float32."""
     r = tl.program_id(1)
     j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     start = tl.load(table_ptr + 4 * r)
@@ -125,6 +126,6 @@ def polyphase_kernel(x_ptr, table_ptr, w_ptr, first_ptr, out_ptr, extent, L, M, 
     for t in range(0, taps):
         at = pos + t
         x = tl.load(x_ptr + start + at, mask=live & (at >= 0) & (at < length), other=0).to(tl.float32)
-        w = tl.load(w_ptr + p * taps + t, mask=live, other=0.0)
-        acc += (x / scale) * w
-    tl.store(out_ptr + row * extent + j, acc, mask=j < extent)
+        w = tl.load(w_ptr + t * L + p, mask=live, other=0.0)
+        acc += x * w
+    tl.store(out_ptr + row * extent + j, acc / scale, mask=j < extent)

@@ -116,8 +116,9 @@ def polyphase_ratio(in_rate: float, out_rate: float, lobes: int) -> tuple[int, i
 
 @functools.lru_cache(maxsize=32)
 def _phase_taps(L: int, M: int, lobes: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """The phase matrix (:func:`_phase_matrix`) cut to each row's run of nonzero weights: ``((L, taps)`` float32
-    weights, zero-padded; ``(L,)`` int64 column of each run's first weight; the frames' left margin ``half - 1``)."""
+    """The phase matrix (:func:`_phase_matrix`) cut to each row's run of nonzero weights: ``((taps, L)`` float32
+    weights, tap-major and zero-padded; ``(L,)`` int64 column of each run's first weight; the frames' left margin
+    ``half - 1``)."""
     w, half, width = _phase_matrix(L, M, lobes)
     nonzero = w != 0
     first = nonzero.argmax(1)
@@ -125,7 +126,7 @@ def _phase_taps(L: int, M: int, lobes: int) -> tuple[np.ndarray, np.ndarray, int
     taps = int((last - first + 1).max())
     cols = first[:, None] + np.arange(taps)[None, :]
     compact = np.where(cols <= last[:, None], w[np.arange(L)[:, None], np.minimum(cols, width - 1)], 0.0)
-    compact = compact.astype(np.float32)
+    compact = np.ascontiguousarray(compact.T.astype(np.float32))
     first = first.astype(np.int64)
     compact.setflags(write=False)
     first.setflags(write=False)
@@ -137,7 +138,8 @@ def resample_rows(flat: torch.Tensor, table: np.ndarray, out: torch.Tensor, in_r
     """Resample 1-D signals of one rate pair where they lie, by one Triton launch, into rows of ``out`` (a
     ``(rows, extent)`` float32 CUDA tensor): ``table`` (int64, on the host) holds per signal ``(start in flat,
     length, output length, output row)``; samples are divided by ``scale`` as read (an integer type's largest
-    value, as :func:`sluice.ops.audio.resample.convert_audio_dtype` converts, or 1). The filter is
+    value, as :func:`sluice.ops.audio.resample.convert_audio_dtype` converts, or 1; the sums are divided, within a
+    float32 rounding of converting first). The filter is
     :func:`resample_batch`'s polyphase schedule, its zero weights skipped. False, doing nothing, where that
     schedule does not serve the pair (equal rates, an inexact or large ratio) or Triton is missing."""
     k = triton_audio()
@@ -154,7 +156,7 @@ def resample_rows(flat: torch.Tensor, table: np.ndarray, out: torch.Tensor, in_r
     grid = (-(-int(np.asarray(table)[:, 2].max()) // block), rows)
     k.polyphase_kernel[grid](flat, to_device(torch.from_numpy(np.ascontiguousarray(table, np.int64)), out.device),
                              _on_device(weights, torch.float32, dev), _on_device(first, torch.int64, dev), out,
-                             extent, ratio[0], ratio[1], left, weights.shape[1], float(scale), BLOCK=block)
+                             extent, ratio[0], ratio[1], left, weights.shape[0], float(scale), BLOCK=block)
     return True
 
 
