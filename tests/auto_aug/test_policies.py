@@ -66,6 +66,69 @@ def test_select_gives_each_sample_its_operation():
         assert (img == 40 * choice[i] + 3).all()
 
 
+def _tree_of_ifs(ops, idx, *args, **kwargs):
+    """DALI's select: a binary search over the index by `if` statements on DataNodes (the reference)."""
+    from sluice.auto_aug.core._select import split_samples_among_ops
+    from sluice.pipeline import conditionals
+
+    return conditionals.call(split_samples_among_ops, 0, len(ops) - 1, ops, idx, args, kwargs)
+
+
+#: images of one size: on the GPU a dense batch, split by one gather and merged by one
+DENSE = list(np.random.default_rng(1).integers(0, 256, (N, *SIZES[0], 3), dtype=np.uint8))
+
+
+@pytest.mark.parametrize("nested,images", [(False, IMAGES), (True, IMAGES), (False, DENSE)],
+                         ids=["alone", "inside_an_if", "dense"])
+def test_select_matches_the_tree_of_ifs(device, nested, images):
+    """select's one many-way split and merge give what DALI's tree of `if` statements gives, with the wide suite
+    (warps, colour, filters, reductions) on images of three sizes (and of one), some augmentations chosen by no
+    sample."""
+    suite = trivial_augment.get_trivial_augment_wide_suite(use_shape=True)
+    rng = np.random.default_rng(3)
+    choice = rng.choice([0, 2, 3, 5, 7, 8, 9, 10, 11, 13], N)   # 1, 4, 6 and 12 chosen by no sample
+    bins = rng.integers(0, 31, N)
+    outs = {}
+    def make(chooser):
+        def policy(x, shape):
+            idx = fn.external_source(source=lambda: [np.int32(c) for c in choice])
+            mag = signed_bin(fn.external_source(source=lambda: [np.int32(b) for b in bins]))
+            kw = dict(magnitude_bin=mag, num_magnitude_bins=31, shape=shape, fill_value=128)
+            if not nested:
+                return chooser(suite, idx, x, **kw)
+            if idx < 9:  # the choice made for some samples only, as auto_augment's steps are
+                x = chooser(suite, idx, x, **kw)
+            return x
+        return policy
+
+    for how, chooser in (("select", select), ("tree", _tree_of_ifs)):
+        outs[how] = _outputs(make(chooser), images=images, device=device)
+    for it, (got, want) in enumerate(zip(outs["select"], outs["tree"])):
+        for i in range(N):
+            np.testing.assert_array_equal(got[i], want[i], err_msg=f"iteration {it}, sample {i}")
+    assert any(not np.array_equal(o, img) for o, img in zip(outs["select"][0], images))  # something was applied
+
+
+def test_select_splits_each_input_once_and_merges_once():
+    ops = _marks(6)
+
+    @sluice.pipeline_def(enable_conditionals=True, batch_size=N, num_threads=1, device_id=None, seed=1)
+    def pipe():
+        x = fn.external_source(source=lambda: IMAGES, layout="HWC")
+        idx = fn.external_source(source=lambda: [np.int32(i % 6) for i in range(N)])
+        return select(ops, idx, x, magnitude_bin=fn.external_source(source=lambda: [np.int32(2)] * N),
+                      num_magnitude_bins=11)
+
+    p = pipe()
+    p.build()
+    names = [n.schema.name for n in p._executor.nodes]
+    assert names.count("_conditional.split_n") == 2 and names.count("_conditional.merge_n") == 1  # images, bins
+    assert "_conditional.split" not in names and "_conditional.merge" not in names
+    (out,) = p.run()
+    assert all((out.as_cpu().at(i) == 40 * (i % 6) + 2).all() for i in range(N))
+    p.close()
+
+
 POLICIES = {
     "auto_augment": lambda x, shape: auto_augment.auto_augment_image_net(x, shape=shape),
     "auto_augment_svhn": lambda x: auto_augment.auto_augment(x, "svhn", max_translate_abs=10, fill_value=None),

@@ -195,6 +195,32 @@ def test_torchvision_v2_transform_as_batched_torch_function():
     torch.testing.assert_close(out.as_tensor(), want)
 
 
+def test_samples_that_are_rows_of_one_tensor_make_a_dense_batch_without_a_copy(device):
+    """DALI's batch functions return ``list(batch_tensor)``: those rows become the dense batch they are views of
+    (no per-sample path downstream); samples that are not such rows stay a list, with the same values."""
+    made = {}
+
+    def rows(xs):
+        made["out"] = torch.stack(xs).flip(1).contiguous()
+        return list(made["out"])
+
+    def not_rows(xs):
+        return [x.flip(0).clone() for x in xs]
+
+    def build():
+        images = _source(SAME_SHAPE, device)
+        return tuple(torch_fn.torch_python_function(images, function=f, batch_processing=True, device=device)
+                     for f in (rows, not_rows))
+
+    a, b = _run(build, device, exec_async=False)
+    assert a.dense is not None and b.dense is None
+    if device == "cpu":  # on the GPU _run hands out a host copy
+        assert a.dense.data_ptr() == made["out"].data_ptr()
+    for i, img in enumerate(SAME_SHAPE):  # NumPy's flip, both ways
+        np.testing.assert_array_equal(a.as_cpu().at(i), img[::-1])
+        np.testing.assert_array_equal(b.as_cpu().at(i), img[::-1])
+
+
 @pytest.mark.cuda
 def test_gpu_functions_get_cuda_tensors_on_the_pipeline_stream():
     kinds = []

@@ -12,7 +12,9 @@ from sluice import fn, types
 from sluice.compat.dali import pipeline_def as dali_pipeline_def
 from sluice.errors import ArgumentError, PipelineError
 from sluice.ops.conditional import merge as merge_kernel
+from sluice.ops.conditional import merge_n as merge_n_kernel
 from sluice.ops.conditional import split as split_kernel
+from sluice.ops.conditional import split_n as split_n_kernel
 from sluice.pipeline import do_not_convert
 from sluice.pipeline.batch import Batch
 from sluice.schema import BatchArgs, BatchContext
@@ -389,6 +391,52 @@ def test_split_merge_kernels_keep_order_dense_and_ragged():
 def test_split_merge_gpu_kernels_match_cpu():
     for (tc, fc, mc), (tg, fg, mg) in zip(_kernels_round_trip("cpu"), _kernels_round_trip("cuda")):
         for a, b in ((tc, tg), (fc, fg), (mc, mg)):
+            assert a.device == "cpu" and b.device == "gpu"
+            assert all(torch.equal(x, y.cpu()) for x, y in zip(a.samples, b.samples))
+
+
+#: a branch per sample for the many-way split: part 2 empty, -1 and 7 clipped to the first and the last part
+PARTS = [3, 0, -1, 1, 7, 0, 3, 1]
+
+
+def _kernels_round_trip_n(device, k=4):
+    index = Batch.from_dense(torch.tensor(PARTS, dtype=torch.int32))
+    want = np.clip(PARTS, 0, k - 1)
+    dense = Batch.from_dense(torch.from_numpy(np.stack(IMAGES)).to(device), "HWC", [f"f{i}" for i in range(N)])
+    ragged = Batch([torch.from_numpy(img[: 2 + i % 3]).to(device) for i, img in enumerate(IMAGES)], "HWC",
+                   [f"r{i}" for i in range(N)])
+    args = BatchArgs({"num_parts": k}, {}, N)
+    results = []
+    for batch in (dense, ragged):
+        parts = split_n_kernel(_ctx(device), batch, index, args=args)
+        assert len(parts) == k
+        for j, part in enumerate(parts):  # part j: the samples that chose j, in order (NumPy's selection)
+            chosen = np.flatnonzero(want == j)
+            assert part.source_info == [batch.source_info[i] for i in chosen]
+            assert len(part) == len(chosen) and all(torch.equal(part.samples[m], batch.samples[i])
+                                                    for m, i in enumerate(chosen))
+        merged = merge_n_kernel(_ctx(device), *parts, index, args=args)
+        assert merged.source_info == batch.source_info and merged.layout() == "HWC"
+        assert all(torch.equal(a, b) for a, b in zip(merged.samples, batch.samples))
+        results.append((parts, merged))
+    assert results[0][1].dense is not None and all(p.dense is not None for p in results[0][0])
+    return results
+
+
+def test_split_n_merge_n_kernels_keep_order_dense_and_ragged():
+    _kernels_round_trip_n("cpu")
+    one = Batch.from_dense(torch.zeros(N, dtype=torch.int64))  # every sample in part 0: the batch itself
+    dense = Batch.from_dense(torch.from_numpy(np.stack(IMAGES)), "HWC")
+    parts = split_n_kernel(_ctx("cpu"), dense, one, args=BatchArgs({"num_parts": 3}, {}, N))
+    assert parts[0].dense.data_ptr() == dense.dense.data_ptr() and [len(p) for p in parts] == [N, 0, 0]
+    with pytest.raises(ValueError, match="the parts have"):
+        merge_n_kernel(_ctx("cpu"), parts[1], parts[0], parts[2], one, args=BatchArgs({"num_parts": 3}, {}, N))
+
+
+@pytest.mark.cuda
+def test_split_n_merge_n_gpu_kernels_match_cpu():
+    for (pc, mc), (pg, mg) in zip(_kernels_round_trip_n("cpu"), _kernels_round_trip_n("cuda")):
+        for a, b in [*zip(pc, pg), (mc, mg)]:
             assert a.device == "cpu" and b.device == "gpu"
             assert all(torch.equal(x, y.cpu()) for x, y in zip(a.samples, b.samples))
 

@@ -21,7 +21,8 @@ import torch
 from sluice.pipeline.batch import Batch, host_empty
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
-__all__ = ["SPLIT", "MERGE", "NOT", "VALIDATE_LOGICAL", "predicate_mask", "restriction_message"]
+__all__ = ["SPLIT", "MERGE", "SPLIT_N", "MERGE_N", "NOT", "VALIDATE_LOGICAL", "predicate_mask", "part_index",
+           "restriction_message"]
 
 SPLIT = OpSchema(
     "_conditional.split",
@@ -42,6 +43,29 @@ MERGE = OpSchema(
     inputs=3,
     devices=("cpu", "gpu"),
     input_names=["true_input", "false_input", "predicate"],
+)
+
+_NUM_PARTS = Arg("num_parts", int, 2, "How many parts (the branches of the choice).", min=1)
+
+SPLIT_N = OpSchema(
+    "_conditional.split_n",
+    doc="""Splits a batch in ``num_parts`` by a per-sample index: output ``k`` holds the samples whose index is
+    ``k``, in their original order (an index below 0 counts as 0, one above ``num_parts - 1`` as the last, as the
+    tree of ``if`` statements it replaces would choose). Made by ``auto_aug``'s ``select``.""",
+    inputs=2,
+    outputs=lambda args: args["num_parts"],
+    devices=("cpu", "gpu"),
+    input_names=["input", "index"],
+    args=[_NUM_PARTS],
+)
+
+MERGE_N = OpSchema(
+    "_conditional.merge_n",
+    doc="""Merges the ``num_parts`` parts made by ``_conditional.split_n`` back into one batch in the original
+    order: sample ``i`` comes from part ``index[i]`` (the last input is the index).""",
+    inputs=(2, 257),
+    devices=("cpu", "gpu"),
+    args=[_NUM_PARTS],
 )
 
 NOT = OpSchema(
@@ -105,6 +129,28 @@ def predicate_mask(pred: Batch, expression: str = "if", side: str = "") -> np.nd
     return flat.numpy().astype(bool, copy=False)
 
 
+def part_index(index: Batch, num_parts: int) -> np.ndarray:
+    """The part of each sample (int64), from a CPU batch of one integer per sample, clipped to
+    ``[0, num_parts - 1]``."""
+    if index.device != "cpu":
+        raise ValueError("the index of a many-way split must be a CPU batch of one integer per sample")
+    n = len(index)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    dense = index.dense
+    if dense is not None and dense[0].numel() == 1:
+        flat = dense.reshape(n)
+    else:
+        bad = next((s for s in index.samples if s.numel() != 1), None)
+        if bad is not None:
+            raise ValueError(f"the index of a many-way split must be one integer per sample, got a sample of shape "
+                             f"{tuple(bad.shape)}")
+        flat = torch.stack([s.reshape(()) for s in index.samples])
+    if flat.dtype.is_floating_point or flat.dtype.is_complex:
+        raise ValueError(f"the index of a many-way split must hold integers, got {flat.dtype}")
+    return np.clip(flat.numpy().astype(np.int64), 0, num_parts - 1)
+
+
 def _indices(positions: np.ndarray, device: torch.device) -> torch.Tensor:
     """``positions`` (int64) as a tensor on ``device``: on a GPU through a page-locked buffer, so the copy is
     asynchronous (from ordinary memory CUDA waits for the stream first)."""
@@ -143,23 +189,25 @@ def split(ctx: BatchContext, data: Batch, pred: Batch, *, args: BatchArgs) -> tu
             Batch([samples[i] for i in where_false], layout, infos[1]))
 
 
-def _check_same_kind(true_part: Batch, false_part: Batch) -> None:
-    """DALI's rule: both branches give the same type, number of dimensions and layout (where both have samples)."""
+def _check_same_kind(true_part: Batch, false_part: Batch, names: tuple[str, str] = ("if", "else")) -> None:
+    """DALI's rule: both branches give the same type, number of dimensions and layout (where both have samples);
+    ``names``: the two branches, as the message names them."""
     if not len(true_part) or not len(false_part):
         return
     base = ("Divergent data found in different branches of an `if` on a DataNode: both branches are merged into "
             "one batch, which must have one type, number of dimensions and layout. ")
     if true_part.dtype != false_part.dtype:
-        raise ValueError(f"{base}Found distinct types: {true_part.dtype} (if) and {false_part.dtype} (else).")
+        raise ValueError(f"{base}Found distinct types: {true_part.dtype} ({names[0]}) and {false_part.dtype} "
+                         f"({names[1]}).")
     nd_t, nd_f = len(true_part.shape()[0]), len(false_part.shape()[0])
     if nd_t != nd_f:
-        raise ValueError(f"{base}Found distinct sample dimensions: {nd_t} (if) and {nd_f} (else).")
+        raise ValueError(f"{base}Found distinct sample dimensions: {nd_t} ({names[0]}) and {nd_f} ({names[1]}).")
     lt, lf = true_part.layout(), false_part.layout()
     if lt and lf and lt != lf:
-        raise ValueError(f"{base}Found distinct layouts: \"{lt}\" (if) and \"{lf}\" (else).")
+        raise ValueError(f"{base}Found distinct layouts: \"{lt}\" ({names[0]}) and \"{lf}\" ({names[1]}).")
     if true_part.torch_device != false_part.torch_device:
-        raise ValueError(f"{base}Found distinct devices: {true_part.torch_device} (if) and "
-                         f"{false_part.torch_device} (else).")
+        raise ValueError(f"{base}Found distinct devices: {true_part.torch_device} ({names[0]}) and "
+                         f"{false_part.torch_device} ({names[1]}).")
 
 
 @MERGE.batch_kernel("cpu")
@@ -191,6 +239,70 @@ def merge(ctx: BatchContext, true_part: Batch, false_part: Batch, pred: Batch, *
         return Batch.from_dense(both.index_select(0, _indices(order, both.device)), layout, info)
     st, sf = iter(true_part.samples), iter(false_part.samples)
     return Batch([next(st) if m else next(sf) for m in mask], layout, info)
+
+
+@SPLIT_N.batch_kernel("cpu")
+@SPLIT_N.batch_kernel("gpu")
+def split_n(ctx: BatchContext, data: Batch, index: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
+    """Gathers the samples of every part: a dense batch with one index_select (the parts are views of its
+    result, indices copied once), other batches as views of their samples."""
+    k = args.const("num_parts")
+    part = part_index(index, k)
+    n = len(data)
+    if len(part) != n:
+        raise ValueError(f"the index has {len(part)} samples for a batch of {n}")
+    order = np.argsort(part, kind="stable")  # the samples of part 0, then of part 1, ... each in order
+    counts = np.bincount(part, minlength=k)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    layout = data.layout()
+    info = data.source_info
+    infos = [[info[i] for i in order[bounds[j]:bounds[j + 1]]] for j in range(k)]
+    dense = data.dense
+    if dense is not None:
+        if n and counts.max() == n:  # all in one part: the batch itself, no copy
+            gathered = dense
+        else:
+            gathered = dense.index_select(0, _indices(order, dense.device)) if n else dense
+        return tuple(Batch.from_dense(gathered[bounds[j]:bounds[j + 1]], layout, infos[j]) for j in range(k))
+    samples = data.samples
+    return tuple(Batch([samples[i] for i in order[bounds[j]:bounds[j + 1]]], layout, infos[j]) for j in range(k))
+
+
+@MERGE_N.batch_kernel("cpu")
+@MERGE_N.batch_kernel("gpu")
+def merge_n(ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
+    """Puts the parts back in the original order: dense parts of one shape with one cat and one gather (indices
+    copied once), others as views of their samples."""
+    k = args.const("num_parts")
+    *parts, index = inputs
+    if len(parts) != k:
+        raise ValueError(f"{len(parts)} parts given to a merge of {k}")
+    part = part_index(index, k)
+    n = len(part)
+    counts = np.bincount(part, minlength=k)
+    if [len(p) for p in parts] != counts.tolist():
+        raise ValueError(f"the parts have {[len(p) for p in parts]} samples, but the index puts {counts.tolist()} "
+                         f"of its {n} samples in them")
+    full = [p for p in parts if len(p)]
+    first = next(j for j in range(k) if counts[j]) if n else 0
+    for j in range(first + 1, k):
+        if counts[j]:
+            _check_same_kind(parts[first], parts[j], (f"branch {first}", f"branch {j}"))
+    layout = next((p.layout() for p in full + parts if p.layout()), "")
+    if len(full) <= 1:  # one part holds the whole batch: it is the result
+        whole = full[0] if full else parts[0]
+        return whole if whole.layout() == layout else whole.with_layout(layout)
+    order = np.argsort(part, kind="stable")
+    position = np.empty(n, np.int64)  # position of output sample i in cat(parts)
+    position[order] = np.arange(n)
+    infos = [info for p in parts for info in p.source_info]
+    info = [infos[j] for j in position]
+    denses = [p.dense for p in full]
+    if all(d is not None and d.shape[1:] == denses[0].shape[1:] for d in denses):
+        both = torch.cat(denses)
+        return Batch.from_dense(both.index_select(0, _indices(position, both.device)), layout, info)
+    samples = [s for p in parts for s in p.samples]
+    return Batch([samples[j] for j in position], layout, info)
 
 
 @NOT.batch_kernel("cpu")

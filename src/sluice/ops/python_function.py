@@ -172,13 +172,22 @@ def _batch(value: Any, device: torch.device, what: str) -> Batch:
 
 
 def _samples_batch(samples: list[torch.Tensor], what: str) -> Batch:
-    if samples:
-        first = samples[0]
-        for i, s in enumerate(samples):
-            if s.dtype != first.dtype or s.dim() != first.dim():
-                raise ValueError(f"{what}: sample {i} is {s.dtype} with {s.dim()} dimensions, sample 0 "
-                                 f"{first.dtype} with {first.dim()}; the samples of an output must share their "
-                                 "type and number of dimensions")
+    """A list of samples as a batch: dense (no copy) where they are the rows of one contiguous tensor, as
+    ``list(batch_tensor)`` returns them (DALI's documented batch function ends so), else a list batch."""
+    if not samples:
+        return Batch(samples)
+    first = samples[0]
+    ptr, offset, size = first.untyped_storage().data_ptr(), first.storage_offset(), first.numel()
+    rows = first.is_contiguous()
+    for i, s in enumerate(samples):
+        if s.dtype != first.dtype or s.dim() != first.dim():
+            raise ValueError(f"{what}: sample {i} is {s.dtype} with {s.dim()} dimensions, sample 0 "
+                             f"{first.dtype} with {first.dim()}; the samples of an output must share their "
+                             "type and number of dimensions")
+        rows = rows and (s.shape == first.shape and s.storage_offset() == offset + i * size and s.is_contiguous()
+                         and s.untyped_storage().data_ptr() == ptr)
+    if rows and first.device == samples[-1].device:
+        return Batch.from_dense(first.as_strided((len(samples), *first.shape), (size, *first.stride()), offset))
     return Batch(samples)
 
 

@@ -50,7 +50,7 @@ from sluice.pipeline.graph import Constant, DataNode, OpNode, current_pipeline, 
 from sluice.pipeline.if_rewrite import SourceUnavailable, convert, do_not_convert
 from sluice.schema import get_schema
 
-__all__ = ["ConditionStack", "If", "Undefined", "and_", "or_", "not_", "ifexp", "call", "split", "merge",
+__all__ = ["ConditionStack", "If", "Switch", "Undefined", "and_", "or_", "not_", "ifexp", "call", "split", "merge",
            "logical_not", "trace", "do_not_convert", "condition_stack"]
 
 _Key = tuple[int, int]
@@ -100,15 +100,33 @@ def _no_truth_value(node: DataNode, why: str = "") -> TypeError:
 # Scopes
 # ------------------------------------------------------------------------------------------------------------
 class _Scope:
-    """One ``if`` being traced: its condition (valid in the enclosing scope), the branch being traced, and the
-    splits made for it, by the key of the node split (and of the node it came from)."""
+    """One ``if`` (or :class:`Switch`) being traced: its condition (valid in the enclosing scope), how many
+    branches it has, the branch being traced (for an ``if``: 0 its ``if`` branch, 1 its ``else``), and the splits
+    made for it (a part per branch), by the key of the node split (and of the node it came from)."""
 
-    __slots__ = ("predicate", "branch", "splits")
+    __slots__ = ("predicate", "branch", "splits", "ways")
 
-    def __init__(self, predicate: DataNode):
+    def __init__(self, predicate: DataNode, ways: int = 2):
         self.predicate = predicate
-        self.branch = True
-        self.splits: dict[_Key, tuple[DataNode, DataNode]] = {}
+        self.ways = ways
+        self.branch = 0
+        self.splits: dict[_Key, tuple[DataNode, ...]] = {}
+
+    kind = "an `if` on a DataNode"
+
+    def branch_name(self, part: int) -> str:
+        return "if" if part == 0 else "else"
+
+
+class _SwitchScope(_Scope):
+    """A :class:`Switch` being traced: its predicate is the index of each sample's branch, its splits are
+    ``_conditional.split_n``."""
+
+    __slots__ = ()
+    kind = "a per-sample choice"
+
+    def branch_name(self, part: int) -> str:
+        return f"branch {part}"
 
 
 class ConditionStack:
@@ -132,27 +150,31 @@ class ConditionStack:
         found = node
         for level in range(len(self.scopes) - 1, -1, -1):
             scope = self.scopes[level]
-            pair = scope.splits.get(key)
-            if pair is not None:
-                found, start = (pair[0] if scope.branch else pair[1]), level
+            parts = scope.splits.get(key)
+            if parts is not None:
+                found, start = parts[scope.branch], level
                 break
             where = self.origin.get(key)
             if where is not None and where[0] is scope:
                 if where[1] != scope.branch:
-                    raise ArgumentError(f"{node!r} was made in the `{'if' if where[1] else 'else'}` branch of an "
-                                        "`if` on a DataNode and is used in the other branch; a branch sees only "
-                                        "its own samples")
+                    raise ArgumentError(f"{node!r} was made in the `{scope.branch_name(where[1])}` branch of "
+                                        f"{scope.kind} and is used in the `{scope.branch_name(scope.branch)}` "
+                                        "branch; a branch sees only its own samples")
                 start = level
                 break
         else:
             self._check_not_from_branch(node)
         for level in range(start + 1, len(self.scopes)):
             scope = self.scopes[level]
-            true_part, false_part = _make_split(found, scope.predicate)
-            scope.splits[key] = scope.splits[_key(found)] = (true_part, false_part)
-            self.origin[_key(true_part)] = (scope, True)
-            self.origin[_key(false_part)] = (scope, False)
-            found = true_part if scope.branch else false_part
+            if not isinstance(scope, _SwitchScope):
+                parts = _make_split(found, scope.predicate)
+            else:
+                parts = tuple(_add_node("_conditional.split_n", [found, scope.predicate],
+                                        {"num_parts": scope.ways}, found.device))
+            scope.splits[key] = scope.splits[_key(found)] = parts
+            for part, out in enumerate(parts):
+                self.origin[_key(out)] = (scope, part)
+            found = parts[scope.branch]
         return found
 
     def _check_not_from_branch(self, node: DataNode) -> None:
@@ -169,11 +191,11 @@ class ConditionStack:
             for out in outputs:
                 self.origin[_key(out)] = (scope, scope.branch)
 
-    def push(self, predicate: DataNode, what: str = "if") -> _Scope:
+    def push(self, predicate: DataNode, what: str = "if", ways: int = 2) -> _Scope:
         if predicate.device != "cpu":
             rule, where = restriction_message(what, "left" if what in ("and", "or") else "")
             raise ArgumentError(f"{rule} Got a GPU input{where} ({predicate!r}); move it with .cpu().")
-        scope = _Scope(self.localize(predicate))
+        scope = (_SwitchScope if what == "select" else _Scope)(self.localize(predicate), ways)
         self.scopes.append(scope)
         return scope
 
@@ -239,7 +261,7 @@ class If:
         """Whether to run the branch (``True``: the ``if`` branch); for a DataNode condition, both run in turn."""
         if not self.dynamic:
             return self.value is branch
-        self.scope.branch = branch
+        self.scope.branch = 0 if branch else 1
         return True
 
     def save(self, name: str, value: Any) -> None:
@@ -305,21 +327,102 @@ class If:
                 and src.inputs[1] is self.scope.predicate):
             return src.inputs[0]  # both branches kept it as it was
         merged = _add_node("_conditional.merge", [t, f, self.scope.predicate], {}, t.device)[0]
-        level = self.stack.scopes.index(self.scope)
-        if level > 0:  # the merged batch belongs to the branch that holds this `if`
-            outer = self.stack.scopes[level - 1]
-            self.stack.origin[_key(merged)] = (outer, outer.branch)
-        return merged
+        return _merged_here(self.stack, self.scope, merged)  # it belongs to the branch that holds this `if`
 
     def _in_branch(self, branch: bool, value: Any, to_gpu: bool = False) -> DataNode:
         """``value`` as a DataNode of ``branch``: split there if it comes from outside, a constant batch if it is
         a number, moved to the GPU with ``to_gpu``."""
-        self.scope.branch = branch
-        if not isinstance(value, DataNode):
-            array = value.value if isinstance(value, Constant) else Constant(value).value
-            value = make_node(_schema("constant"), [], {"value": array, "device": "cpu"})
-        value = self.stack.localize(value)
-        return value.gpu() if to_gpu else value
+        return _in_part(self.stack, self.scope, 0 if branch else 1, value, to_gpu)
+
+
+def _in_part(stack: ConditionStack, scope: _Scope, part: int, value: Any, to_gpu: bool = False) -> DataNode:
+    """``value`` as a DataNode of branch ``part`` of ``scope``: split there if it comes from outside, a constant
+    batch if it is a number, moved to the GPU with ``to_gpu``."""
+    scope.branch = part
+    if not isinstance(value, DataNode):
+        array = value.value if isinstance(value, Constant) else Constant(value).value
+        value = make_node(_schema("constant"), [], {"value": array, "device": "cpu"})
+    value = stack.localize(value)
+    return value.gpu() if to_gpu else value
+
+
+def _merged_here(stack: ConditionStack, scope: _Scope, merged: DataNode) -> DataNode:
+    """Record that ``merged`` (the merge of ``scope``'s branches) belongs to the branch that holds ``scope``."""
+    level = stack.scopes.index(scope)
+    if level > 0:
+        outer = stack.scopes[level - 1]
+        stack.origin[_key(merged)] = (outer, outer.branch)
+    return merged
+
+
+class Switch:
+    """A per-sample choice among ``ways`` branches: sample ``i`` takes branch ``index[i]`` (a CPU batch of
+    integers; below 0 counts as 0, above ``ways - 1`` as the last). The many-way form of an ``if`` on a DataNode,
+    for a pipeline with conditionals: each branch is traced once, in turn; a DataNode it uses from outside is split
+    once into a part per branch (``_conditional.split_n``), and the branches' results are merged back in one
+    ``_conditional.merge_n``. A tree of ``if`` statements on the index (as DALI's ``select`` writes it) does the
+    same with ``ways - 1`` splits of every input and ``ways - 1`` merges, each copying its samples.
+
+    Example (what :func:`sluice.auto_aug.core.select` does)::
+
+        switch = Switch(index, len(ops))
+        for k, op in enumerate(ops):
+            switch.enter(k)
+            switch.keep(op(images))
+        images = switch.finish()
+    """
+
+    def __init__(self, index: DataNode, ways: int):
+        stack = condition_stack()
+        if stack is None:
+            raise _no_truth_value(index, " (a per-sample choice among branches needs them)")
+        if index.device != "cpu":
+            raise ArgumentError(f"the index of a per-sample choice must be a CPU DataNode of integers, got a GPU "
+                                f"one ({index!r}); move it with .cpu().")
+        if ways < 1:
+            raise ArgumentError(f"a per-sample choice needs at least one branch, got {ways}")
+        self.stack = stack
+        self.scope = stack.push(index, "select", ways)
+        self.values: list[Any] = [_UNSET] * ways
+
+    def enter(self, part: int) -> None:
+        """Trace branch ``part`` next: the operators made until the next call run on its samples."""
+        self.scope.branch = part
+
+    def keep(self, value: Any) -> None:
+        """The result of the branch being traced (a DataNode or a number)."""
+        self.values[self.scope.branch] = value
+
+    def close(self) -> None:
+        """Leave the scope without merging (the tracing failed)."""
+        if self.stack.scopes and self.stack.scopes[-1] is self.scope:
+            self.stack.pop()
+
+    def finish(self) -> DataNode:
+        """The branches' results merged into one batch in the original order; leaves the scope."""
+        try:
+            missing = [k for k, v in enumerate(self.values) if v is _UNSET]
+            if missing:
+                raise ArgumentError(f"branch {missing[0]} of a per-sample choice gave no result")
+            for k, v in enumerate(self.values):
+                if not (isinstance(v, DataNode) or _promotable(v)):
+                    raise ArgumentError(f"branch {k} of a per-sample choice gave {_short(v)}; every branch must "
+                                        "give a DataNode (or a number)")
+            parts = [_in_part(self.stack, self.scope, k, v) for k, v in enumerate(self.values)]
+            if any(p.device != "cpu" for p in parts):  # a GPU result in one branch: the others' move there too
+                parts = [p if p.device != "cpu" else _in_part(self.stack, self.scope, k, p, to_gpu=True)
+                         for k, p in enumerate(parts)]
+            src = parts[0].op
+            if (src.schema.name == "_conditional.split_n" and src.inputs[1] is self.scope.predicate
+                    and all(p.op is src and p.index == k for k, p in enumerate(parts))):
+                return src.inputs[0]  # every branch kept it as it was
+            if len(parts) == 1:
+                return parts[0]
+            merged = _add_node("_conditional.merge_n", [*parts, self.scope.predicate],
+                               {"num_parts": len(parts)}, parts[0].device)[0]
+            return _merged_here(self.stack, self.scope, merged)
+        finally:
+            self.close()
 
 
 def _schema(name: str):

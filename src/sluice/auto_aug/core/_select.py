@@ -1,9 +1,12 @@
 """Per-sample choice among augmentations: ``select(augmentations, idx, ...)`` runs ``augmentations[idx[i]]`` on
 sample ``i``.
 
-The batch is split by ``if`` statements on DataNodes (conditional execution, as in DALI): a binary search over
-the index, so that each augmentation runs once, on the samples that chose it, and the results are merged back
-in order. This needs a pipeline defined with ``enable_conditionals=True``.
+Each augmentation runs once, on the samples that chose it, and the results are merged back in order
+(conditional execution, as in DALI). DALI writes the choice as a binary search over the index by ``if``
+statements (:func:`split_samples_among_ops`), which splits every input and merges the results ``len(ops) - 1``
+times, each copying the samples; here it is one :class:`~sluice.pipeline.conditionals.Switch`: one split of each
+input into a part per augmentation, one merge. The samples each augmentation gets, and so the results, are the
+same. This needs a pipeline defined with ``enable_conditionals=True``.
 """
 
 from __future__ import annotations
@@ -46,5 +49,17 @@ def select(ops: Sequence[Any], selected_op_idx: DataNode, *op_args: Any, **op_kw
     """
     if not ops:
         raise ValueError("select needs at least one operation")
-    # through conditionals.call: the `if` above is rewritten even where select's caller was not
-    return conditionals.call(split_samples_among_ops, 0, len(ops) - 1, ops, selected_op_idx, op_args, op_kwargs)
+    if len(ops) == 1 or not isinstance(selected_op_idx, DataNode) or conditionals.condition_stack() is None:
+        # a Python index picks one; without conditionals the `if` on a DataNode says what to do.
+        # Through conditionals.call: the `if` above is rewritten even where select's caller was not.
+        return conditionals.call(split_samples_among_ops, 0, len(ops) - 1, ops, selected_op_idx, op_args,
+                                 op_kwargs)
+    switch = conditionals.Switch(selected_op_idx, len(ops))
+    try:
+        for k, op in enumerate(ops):
+            switch.enter(k)
+            switch.keep(conditionals.call(op, *op_args, **op_kwargs))
+    except BaseException:
+        switch.close()
+        raise
+    return switch.finish()

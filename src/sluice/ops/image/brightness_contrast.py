@@ -17,7 +17,7 @@ import torch
 from sluice import types
 from sluice.ops.image._color_affine import affine_channels, opencv, triton_available
 from sluice.ops.tensor._util import (arg_tensor, as_float_list, convert_saturate, half_range, has_per_frame,
-                                     map_groups, to_batch, with_frames)
+                                     map_batch, to_batch, with_frames)
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -83,7 +83,7 @@ def _run_samples(images, brightness, brightness_shift, contrast, contrast_center
         return brightness_contrast_kernel(stack, b[ix], s[ix], c[ix], None if cc is None else cc[ix],
                                           _out_dtype(dtype, stack))
 
-    return map_groups(samples, run, images.dense)
+    return map_batch(samples, run, images.dense)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import torch
 
 from sluice import types
 from sluice.ops.image._color_affine import affine_channels, affine_channels_cpu, opencv, triton_available
-from sluice.ops.tensor._util import check_channel_last, convert_saturate, map_groups, to_batch
+from sluice.ops.tensor._util import check_channel_last, convert_saturate, map_batch, to_batch
 from sluice.schema import REQUIRED, Arg, OpSchema
 
 __all__ = ["convert_color"]
@@ -136,7 +136,7 @@ def _run_batch(images, image_type, output_type, dtype=None):
         dev = samples[0].device
         return affine_channels(samples, m.expand(n, *m.shape).to(dev), o.expand(n, *o.shape).to(dev), out_dtype,
                                image_type.channels, output_type.channels, images.dense)
-    return map_groups(list(images.samples), lambda s, _: convert_color(s, image_type, output_type, out_dtype),
+    return map_batch(list(images.samples), lambda s, _: convert_color(s, image_type, output_type, out_dtype),
                       images.dense)
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from sluice import types
 from sluice.ops.image._blur_triton import blur_axes_triton
 from sluice.ops.image._color_affine import opencv
-from sluice.ops.tensor._util import as_float_list, convert_saturate, map_groups
+from sluice.ops.tensor._util import as_float_list, convert_saturate, map_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -149,7 +149,7 @@ def _run_batch(images, sigma, window_size, dtype=None):
         axes = [a + 1 for a in per[idx[0]][0]]
         return blur_axes(stack, axes, [per[i][1] for i in idx], out_dtype)
 
-    return map_groups(samples, run, images.dense)
+    return map_batch(samples, run, images.dense)
 
 
 SCHEMA = OpSchema(

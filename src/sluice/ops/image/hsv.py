@@ -20,7 +20,7 @@ import torch
 from sluice import types
 from sluice.ops.image._color_affine import affine_channels, affine_channels_cpu, triton_available
 from sluice.ops.tensor._util import (as_float_list, check_channel_last, convert_saturate, has_per_frame,
-                                     map_groups, to_batch, with_frames)
+                                     map_batch, to_batch, with_frames)
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -134,7 +134,7 @@ def _run_samples(images, *, hue, saturation, value, brightness, contrast, dtype,
         ix = torch.tensor(idx, device=dev)
         return apply_color_matrix(stack, mats[ix], offsets[ix], out_dtype)
 
-    return map_groups(samples, run, images.dense)
+    return map_batch(samples, run, images.dense)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from sluice import sequences
 from sluice.pipeline.batch import Batch
 
 __all__ = [
-    "convert_saturate", "half_range", "resolve_axes", "arg_tensor", "group_by_shape", "map_groups", "as_float_list",
+    "convert_saturate", "half_range", "resolve_axes", "arg_tensor", "group_by_shape", "map_groups", "map_batch",
+    "as_float_list",
     "to_batch", "check_channel_last", "has_per_frame", "with_frames",
 ]
 
@@ -133,6 +134,16 @@ def map_groups(samples: Sequence[torch.Tensor],
             for k, t in enumerate(res.unbind(0)):
                 out[idx[k]] = t
     return out
+
+
+def map_batch(samples: Sequence[torch.Tensor], fn: Callable[[torch.Tensor, list[int]], torch.Tensor],
+              dense: torch.Tensor | None = None) -> torch.Tensor | list[torch.Tensor]:
+    """:func:`map_groups` for a kernel that keeps dense batches dense: with ``dense`` (the batch as one N x ...
+    tensor) ``fn`` runs once on it and its N x ... result is returned as it is, not cut into a list of samples
+    (which would make every later operator, and a conditional's merge, take the per-sample path)."""
+    if dense is not None and len(samples):
+        return fn(dense, list(range(len(samples))))
+    return map_groups(samples, fn, dense)
 
 
 def to_batch(result: torch.Tensor | Sequence[torch.Tensor], layout: str = "") -> Batch:
