@@ -60,14 +60,9 @@ SCHEMA = OpSchema(
 )
 
 
-@SCHEMA.sample_kernel("cpu")
-def bb_flip_cpu(ctx, boxes, *, ltrb, horizontal, vertical, **_):
-    return bb_flip_kernel(boxes, arg_tensor([horizontal], boxes.device)[0], arg_tensor([vertical], boxes.device)[0],
-                          ltrb)
-
-
+@SCHEMA.batch_kernel("cpu")
 @SCHEMA.batch_kernel("gpu")
-def bb_flip_gpu(ctx, boxes: Batch, *, args) -> Batch:
+def bb_flip_batch(ctx, boxes: Batch, *, args) -> Batch:
     samples = list(boxes.samples)
     if not samples:
         return Batch([], boxes.layout())
