@@ -167,41 +167,6 @@ py::array_t<int32_t> jpeg_info(py::buffer data, py::array_t<int64_t, py::array::
 }
 
 // ---------------------------------------------------------------------------------------------- crop windows
-// NumPy's Philox4x64-10 (numpy/random/src/philox): ten rounds, the key bumped by the Weyl constants between them.
-struct Philox {
-    uint64_t ctr[4];
-    uint64_t key[2];
-
-    static void round(uint64_t* c, const uint64_t* k) {
-        __uint128_t p0 = static_cast<__uint128_t>(0xD2E7470EE14C6C93ULL) * c[0];
-        __uint128_t p1 = static_cast<__uint128_t>(0xCA5A826395121157ULL) * c[2];
-        uint64_t hi0 = static_cast<uint64_t>(p0 >> 64), lo0 = static_cast<uint64_t>(p0);
-        uint64_t hi1 = static_cast<uint64_t>(p1 >> 64), lo1 = static_cast<uint64_t>(p1);
-        uint64_t out[4] = {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
-        std::memcpy(c, out, sizeof(out));
-    }
-
-    // The 64-bit value number `index` of the stream (NumPy increments the counter before each block of four).
-    uint64_t value(uint64_t index) const {
-        uint64_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
-        uint64_t blocks = index / 4 + 1;
-        uint64_t before = c[0];
-        c[0] += blocks;
-        if (c[0] < before && ++c[1] == 0 && ++c[2] == 0) ++c[3];  // carry, as NumPy does
-        uint64_t k[2] = {key[0], key[1]};
-        round(c, k);
-        for (int r = 1; r < 10; ++r) {
-            k[0] += 0x9E3779B97F4A7C15ULL;
-            k[1] += 0xBB67AE8584CAA73BULL;
-            round(c, k);
-        }
-        return c[index % 4];
-    }
-
-    // Generator.random(): the top 53 bits of a 64-bit value, scaled to [0, 1).
-    double uniform(uint64_t index) const { return static_cast<double>(value(index) >> 11) * (1.0 / 9007199254740992.0); }
-};
-
 // random_crop_window of crop_window.py, draw for draw (Python's round() is nearbyint: ties to even).
 void crop_window(const Philox& rng, int64_t H, int64_t W, double a_min, double a_max, double r_min, double r_max,
                  int64_t attempts, int64_t* out) {

@@ -12,6 +12,7 @@ PYBIND11_MODULE(_core, m) {
     sluice::register_pool(m);
     sluice::register_io(m);
     sluice::register_image(m);
+    sluice::register_detection(m);
     sluice::register_jpeg(m);
     sluice::register_resize(m);
     sluice::register_audio(m);

@@ -7,6 +7,7 @@ flip does the same for y. Use it with ``fn.flip`` on the image to keep boxes and
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from sluice.ops.tensor._util import arg_tensor
@@ -60,23 +61,23 @@ SCHEMA = OpSchema(
 )
 
 
-@SCHEMA.sample_kernel("cpu")
-def bb_flip_cpu(ctx, boxes, *, ltrb, horizontal, vertical, **_):
-    return bb_flip_kernel(boxes, arg_tensor([horizontal], boxes.device)[0], arg_tensor([vertical], boxes.device)[0],
-                          ltrb)
+def _rows(flags: torch.Tensor, counts: list[int], device: torch.device) -> torch.Tensor:
+    """Per-sample flags repeated for each sample's rows (NumPy's repeat: torch's repeat_interleave took 8 ms for a
+    batch of 64 on the CPU), on ``device``."""
+    rows = torch.from_numpy(np.repeat(flags.numpy(), counts))
+    return rows if device.type == "cpu" else rows.pin_memory().to(device, non_blocking=True)
 
 
+@SCHEMA.batch_kernel("cpu")
 @SCHEMA.batch_kernel("gpu")
-def bb_flip_gpu(ctx, boxes: Batch, *, args) -> Batch:
+def bb_flip_batch(ctx, boxes: Batch, *, args) -> Batch:
     samples = list(boxes.samples)
     if not samples:
         return Batch([], boxes.layout())
     # One launch for the whole batch: concatenate the boxes, broadcast the per-sample flags to rows, split back.
     counts = [s.reshape(-1, 4).shape[0] if s.numel() else 0 for s in samples]
     dev = samples[0].device
-    rep = torch.tensor(counts, device=dev)
-    h = arg_tensor(args["horizontal"], dev).repeat_interleave(rep, output_size=sum(counts))
-    v = arg_tensor(args["vertical"], dev).repeat_interleave(rep, output_size=sum(counts))
+    h, v = (_rows(arg_tensor(args[name], torch.device("cpu")), counts, dev) for name in ("horizontal", "vertical"))
     flat = torch.cat([s.reshape(-1, 4) for s in samples])
     out = bb_flip_kernel(flat, h, v, args.const("ltrb")).split(counts)
     return Batch([o.reshape(s.shape) for o, s in zip(out, samples)], boxes.layout())

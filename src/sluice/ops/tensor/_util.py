@@ -94,6 +94,9 @@ def arg_tensor(values: Sequence[Any], device: torch.device, dtype: torch.dtype =
     """Per-sample scalar argument values (python numbers or 0-/1-element arrays) as one tensor of shape (N,)."""
     flat = []
     for v in values:
+        if isinstance(v, (int, float)):  # the executor's scalars (bool is an int): no array round trip
+            flat.append(float(v))
+            continue
         lst = as_float_list(v)
         if len(lst) != 1:
             raise ValueError(f"expected one value per sample, got {len(lst)}")
