@@ -2,8 +2,11 @@
 
 Values are drawn per sample from the operator's seeded generator (derived from the pipeline's ``seed`` and the
 operator's place in the graph, or its own ``seed=``): the same seed gives the same values on every run, with
-any ``num_threads``, on the CPU and the GPU. The values are drawn on the host and, for ``device='gpu'``, copied.
-Give an input to draw one value per element of it (``shape_like``), as DALI does.
+any ``num_threads``, on the CPU and the GPU. Values per sample (scalars, or the ``shape`` argument's) are drawn on
+the host and, for ``device='gpu'``, copied. Give an input to draw one value per element of it (``shape_like``), as
+DALI does: ``coin_flip``, ``uniform`` and ``normal`` then draw the whole batch on the batch's device in one launch
+sequence from :class:`sluice.kernels.counter_rng.CounterRNG` keyed per sample (as ``fn.noise.gaussian`` draws its
+noise), so that a volume's noise is neither made element by element on the host nor copied to the GPU.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import numpy as np
 import torch
 
 from sluice import types
+from sluice.kernels.counter_rng import CounterRNG, sample_keys
+from sluice.kernels.ragged import per_element, segments
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
@@ -41,6 +46,85 @@ def _draw(ctx: BatchContext, inputs: tuple[Batch, ...], args: BatchArgs, draw: A
         out = Batch([torch.from_numpy(np.asarray(draw(ctx.sample_rng(i, reuse=True), shapes[i], args.sample(i))).astype(np_type))
                      for i in range(n)])
     return out.to(ctx.device) if ctx.device.type == "cuda" else out
+
+
+#: Elements per piece when the CPU draws a sample's values (temporaries that stay in cache, not 8 bytes an element
+#: of the whole volume allocated a dozen times over).
+_CPU_PIECE = 1 << 16
+
+
+class _Spread:
+    """Per-sample values spread to the elements being drawn: to every element of the batch (``seg``: each element's
+    sample), or, for a piece of sample ``i`` alone (``seg`` None), as that sample's scalars."""
+
+    def __init__(self, seg: torch.Tensor | None, i: int, device: torch.device):
+        self.seg, self.i, self.device = seg, i, device
+
+    def __call__(self, values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        if self.seg is None:
+            return torch.tensor(values[self.i], dtype=dtype, device=self.device)
+        return per_element(values, self.seg, dtype)
+
+    def rows(self, table: np.ndarray, column: torch.Tensor) -> torch.Tensor:
+        """``table[sample, column]`` of each element (``table``: one row a sample)."""
+        if self.seg is None:
+            return torch.from_numpy(table[self.i])[column]
+        return torch.from_numpy(table).to(self.device, non_blocking=True)[self.seg, column]
+
+
+def _draw_like(ctx: BatchContext, like: Batch, args: BatchArgs, draw: Any, dtype: types.DALIDataType) -> Batch:
+    """One value per element of ``like`` from :class:`CounterRNG` keyed per sample: ``draw(rng, spread)`` -> the
+    values of the elements ``rng`` covers, ``spread`` (a :class:`_Spread`) giving per-sample values there. Element
+    ``t`` of sample ``i`` takes the numbers of counter ``t`` under sample ``i``'s keys, so a sample's values depend
+    only on its own generator and its element count (not on its batch), and are the same on the CPU and the GPU.
+    On the CPU each sample is drawn in pieces of :data:`_CPU_PIECE` elements into one output (the same values);
+    on the GPU the whole batch in one launch sequence."""
+    shapes = [tuple(s) for s in like.shape()]
+    n = len(shapes)
+    if n == 0:
+        return Batch([])
+    sizes = np.array([int(np.prod(s)) for s in shapes], np.int64)
+    keys = sample_keys(n, lambda i: ctx.sample_rng(i, reuse=True))
+    flat = draw_elements(keys, sizes, draw, types.to_torch_dtype(dtype), ctx.device, ctx.device.type == "cpu")
+    if all(s == shapes[0] for s in shapes):
+        return Batch.from_dense(flat.view(n, *shapes[0]))
+    return Batch.from_packed(flat, np.array(shapes, np.int64).reshape(n, -1))
+
+
+def draw_elements(keys: np.ndarray, sizes: np.ndarray, draw: Any, out_type: torch.dtype, device: torch.device,
+                  pieces: bool) -> torch.Tensor:
+    """The values of ``sizes[i]`` elements of each sample back to back (``keys``: each sample's two keys), as
+    :func:`_draw_like` describes: the whole batch at once, or with ``pieces`` sample by sample in pieces of
+    :data:`_CPU_PIECE` elements (the same values)."""
+    if not pieces:
+        seg, local = segments(sizes, device)
+        flat = draw(CounterRNG(keys, seg, local), _Spread(seg, 0, device))
+        return flat if flat.dtype == out_type else flat.to(out_type)
+    flat = torch.empty(int(sizes.sum()), dtype=out_type, device=device)
+    start = 0
+    for i, size in enumerate(np.asarray(sizes).tolist()):
+        for lo in range(0, size, _CPU_PIECE):
+            counter = torch.arange(lo, min(size, lo + _CPU_PIECE), device=device)
+            flat[start + lo: start + lo + len(counter)] = draw(CounterRNG(keys[i:i + 1], None, counter),
+                                                                _Spread(None, i, device))
+        start += size
+    return flat
+
+
+def _scalars(args: BatchArgs, name: str) -> np.ndarray:
+    """The per-sample values of a scalar argument, float64, one a sample."""
+    return np.array([float(np.asarray(v).reshape(-1)[0]) for v in args[name]], np.float64)
+
+
+def _work_type(dtype: types.DALIDataType) -> torch.dtype:
+    """The type values are drawn in: float32 for float32 outputs, float64 for every other type."""
+    t = types.to_torch_dtype(dtype)
+    return torch.float32 if t == torch.float32 else torch.float64
+
+
+def _check_each(args: BatchArgs, check: Any) -> None:
+    for i in range(args.batch_size):
+        check(args.sample(i))
 
 
 COIN_FLIP = OpSchema(
@@ -74,6 +158,11 @@ def _coin(rng: np.random.Generator, shape: tuple, a: dict[str, Any]) -> np.ndarr
 @COIN_FLIP.batch_kernel("cpu")
 @COIN_FLIP.batch_kernel("gpu")
 def coin_flip(ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
+    if inputs:
+        _check_each(args, lambda a: _coin(np.random.default_rng(0), (0,), a))
+        p = _scalars(args, "probability")
+        return _draw_like(ctx, inputs[0], args, lambda rng, spread: rng.uniform(0, dtype=torch.float64)
+                          < spread(p, torch.float64), args.const("dtype"))
     return _draw(ctx, inputs, args, _coin, args.const("dtype"))
 
 
@@ -113,7 +202,28 @@ def _uniform(rng: np.random.Generator, shape: tuple, a: dict[str, Any]) -> np.nd
 @UNIFORM.batch_kernel("cpu")
 @UNIFORM.batch_kernel("gpu")
 def uniform(ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
-    return _draw(ctx, inputs, args, _uniform, args.const("dtype"))
+    dtype = args.const("dtype")
+    if inputs:
+        _check_each(args, lambda a: _uniform(np.random.default_rng(0), (0,), a))
+        work = _work_type(dtype)
+        if all(v is None for v in args["values"]):
+            ranges = np.array([np.asarray(r, np.float64).reshape(-1)[:2] for r in args["range"]]).reshape(-1, 2)
+            lo, width = ranges[:, 0].copy(), ranges[:, 1] - ranges[:, 0]
+
+            def draw(rng: CounterRNG, spread: _Spread) -> torch.Tensor:
+                return spread(lo, work) + rng.uniform(0, dtype=torch.float64).to(work) * spread(width, work)
+        else:  # the discrete values: a padded table of them, one row a sample, indexed by floor(u * count)
+            values = [np.asarray(v, np.float64).reshape(-1) for v in args["values"]]
+            count = np.array([v.size for v in values], np.float64)
+            table = np.zeros((len(values), int(count.max())), np.float64)
+            for i, v in enumerate(values):
+                table[i, :v.size] = v
+
+            def draw(rng: CounterRNG, spread: _Spread) -> torch.Tensor:
+                pick = (rng.uniform(0, dtype=torch.float64) * spread(count, torch.float64)).long()
+                return spread.rows(table, torch.minimum(pick, spread(count - 1, torch.float64).long())).to(work)
+        return _draw_like(ctx, inputs[0], args, draw, dtype)
+    return _draw(ctx, inputs, args, _uniform, dtype)
 
 
 NORMAL = OpSchema(
@@ -146,7 +256,14 @@ def _normal(rng: np.random.Generator, shape: tuple, a: dict[str, Any]) -> np.nda
 @NORMAL.batch_kernel("cpu")
 @NORMAL.batch_kernel("gpu")
 def normal(ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> Batch:
-    return _draw(ctx, inputs, args, _normal, args.const("dtype"))
+    dtype = args.const("dtype")
+    if inputs:
+        _check_each(args, lambda a: _normal(np.random.default_rng(0), (0,), a))
+        work = _work_type(dtype)
+        mean, stddev = _scalars(args, "mean"), _scalars(args, "stddev")
+        return _draw_like(ctx, inputs[0], args, lambda rng, spread: spread(mean, work) + spread(stddev, work)
+                          * rng.normal(0, work), dtype)
+    return _draw(ctx, inputs, args, _normal, dtype)
 
 
 BETA = OpSchema(

@@ -1,0 +1,97 @@
+"""Host cost of the GPU-stage operators of nnU-Net's 3-D program (nnunet_side_by_side.py), measured with CPU
+tensors: each operator's GPU batch kernel run on a batch of ``--batch`` (1, 128, 128, 128) float32 volumes, timed,
+with the torch operations it dispatches counted (a TorchDispatchMode) and the host-only time of the kernel
+(seconds outside torch operations: Python, NumPy, random draws on the host) shown beside the total.
+
+    python benchmarks/diag/nnunet_gpu_ops.py [--batch 2] [--repeat 3] [--size 128]
+
+On the CPU the torch operations do the arithmetic themselves, so "total" is not a GPU time; "host" and "ops" are
+what the GPU stage's thread pays per batch whatever the device (the rule: a bounded number of launches per batch,
+no per-sample Python, no host-side per-element work).
+"""
+import argparse
+import time
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.op_time = 0.0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        t = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.op_time += time.perf_counter() - t
+        return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--size", type=int, default=128)
+    a = ap.parse_args()
+    from sluice import types
+    from sluice.ops import random as rnd
+    from sluice.ops.image import flip, gaussian_blur
+    from sluice.ops.image.crop import crop_volumes
+    from sluice.ops.image.resize import resize_volumes
+    from sluice.pipeline.batch import Batch
+    from sluice.schema import BatchArgs, BatchContext
+
+    n, s = a.batch, a.size
+    gen = torch.Generator().manual_seed(0)
+    vol = Batch.from_dense(torch.randn((n, 1, s, s, s), generator=gen), "CDHW")
+    ctx = BatchContext("x", n, [""] * n, ["CDHW"], torch.device("cpu"), None, seed=1, iteration=0)
+    crop_args = {"crop": None, "crop_d": 0.0, "crop_h": 0.0, "crop_w": 0.0, "crop_pos_x": 0.5, "crop_pos_y": 0.5,
+                 "crop_pos_z": 0.5, "out_of_bounds_policy": "error", "fill_values": [0.0], "rounding": "round",
+                 "dtype": None}
+    zoom = [float(s), float(s) * 0.8][:n] + [float(s)] * max(0, n - 2)
+    resize_args = {"resize_x": 0.0, "resize_y": 0.0, "resize_z": 0.0, "size": [float(s)] * 3, "resize_shorter": 0.0,
+                   "resize_longer": 0.0, "roi_start": None, "roi_end": None, "max_size": None, "mode": "default",
+                   "roi_relative": False, "subpixel_scale": True, "interp_type": types.INTERP_CUBIC,
+                   "min_filter": None, "mag_filter": None, "dtype": None, "antialias": True, "save_attrs": False}
+    cropped = crop_volumes(vol, "CDHW", BatchArgs(crop_args, {k: zoom for k in ("crop_d", "crop_h", "crop_w")}, n))
+    cases = {
+        "random.normal(img, stddev=per sample)": lambda: rnd.normal(
+            ctx, vol, args=BatchArgs({"mean": 0.0, "shape": None, "dtype": types.FLOAT},
+                                     {"stddev": [0.1 * (i + 1) for i in range(n)]}, n)),
+        "crop (identity windows)": lambda: crop_volumes(
+            vol, "CDHW", BatchArgs(crop_args, {k: [float(s)] * n for k in ("crop_d", "crop_h", "crop_w")}, n)),
+        "crop (zoom windows, ragged)": lambda: cropped,
+        "resize cubic (same size)": lambda: resize_volumes(vol, "CDHW", BatchArgs(resize_args, {}, n)),
+        "resize cubic (zoom, ragged in)": lambda: resize_volumes(cropped, "CDHW", BatchArgs(resize_args, {}, n)),
+        "flip (per-sample flags)": lambda: flip.flip_gpu(
+            ctx, vol, args=BatchArgs({}, {"horizontal": [i % 2 for i in range(n)], "vertical": [1] * n,
+                                          "depthwise": [(i + 1) % 2 for i in range(n)]}, n)),
+        "gaussian_blur (sigma per sample)": lambda: gaussian_blur.gaussian_blur_gpu(
+            ctx, vol, args=BatchArgs({"window_size": None, "dtype": None},
+                                     {"sigma": [[0.5 + 0.4 * i] for i in range(n)]}, n)),
+    }
+    print(f"batch {n} x (1, {s}, {s}, {s}) float32 on the CPU; ms per call (mean of {a.repeat})")
+    print(f"{'operator':40s} {'total':>9s} {'host':>9s} {'torch ops':>10s}")
+    for name, fn in cases.items():
+        fn()  # warm
+        total = host = 0.0
+        ops = 0
+        for _ in range(a.repeat):
+            count = _Count()
+            t = time.perf_counter()
+            with count:
+                fn()
+            dt = time.perf_counter() - t
+            total += dt
+            host += dt - count.op_time
+            ops = count.ops
+        print(f"{name:40s} {total / a.repeat * 1e3:9.2f} {host / a.repeat * 1e3:9.2f} {ops:10d}")
+    np.random.seed(0)
+
+
+if __name__ == "__main__":
+    main()
