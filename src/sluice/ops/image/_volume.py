@@ -175,9 +175,9 @@ def resize_params_3d(in_shape: Sequence[int], *, resize_x: float = 0.0, resize_y
 
 
 def _tables(lo: np.ndarray, hi: np.ndarray, in_size: np.ndarray, out_size: np.ndarray, fmin: int, fmag: int,
-            antialias: bool) -> tuple[np.ndarray, np.ndarray]:
+            antialias: bool) -> tuple[np.ndarray, np.ndarray, bool]:
     """Per-sample filter tables of one axis, padded to one ``(n, max_out, max_taps)`` index and weight array
-    (padding rows and taps: index 0, weight 0)."""
+    (padding rows and taps: index 0, weight 0), and whether every sample's table is the identity."""
     n = len(lo)
     parts = []
     for i in range(n):
@@ -185,7 +185,18 @@ def _tables(lo: np.ndarray, hi: np.ndarray, in_size: np.ndarray, out_size: np.nd
         fid = fmin if abs(hi[i] - lo[i]) > o else fmag
         parts.append(filter_table(float(lo[i]), float(hi[i]), int(in_size[i]), o, fid, antialias) if o and in_size[i]
                      else (np.zeros((o, 1), np.int64), np.zeros((o, 1), np.float32)))
-    return pad_tables(parts)
+    identity = all(_is_identity(idx, w, int(size)) for (idx, w), size in zip(parts, in_size))
+    return (*pad_tables(parts), identity)
+
+
+def _is_identity(idx: np.ndarray, w: np.ndarray, in_size: int) -> bool:
+    """Whether the table ``(out, taps)`` takes output ``o`` from input ``o`` alone with weight 1 (a resize to the
+    same size over the whole axis with a filter that is exact at the pixels: NN, linear, cubic), so that filtering
+    would copy the axis."""
+    if idx.shape[0] != in_size:
+        return False
+    hit = (idx == np.arange(in_size)[:, None]) & (w == 1)
+    return bool((hit.sum(1) == 1).all() and ((w == 0) | hit).all())
 
 
 def _resample_axis(x: torch.Tensor, dim: int, idx: np.ndarray, w: np.ndarray) -> torch.Tensor:
@@ -209,17 +220,21 @@ def _resample_axis(x: torch.Tensor, dim: int, idx: np.ndarray, w: np.ndarray) ->
 
 def resample_volumes(x: torch.Tensor, in_shapes: np.ndarray, axes: Sequence[int], lo: np.ndarray, hi: np.ndarray,
                      out_sizes: np.ndarray, fmin: int, fmag: int, antialias: bool) -> tuple[torch.Tensor, np.ndarray]:
-    """Resample the padded batch ``x (n, *largest)`` (float32) along the spatial ``axes`` (sample dims, D, H, W
-    order), sample ``i`` from region ``lo[i]..hi[i]`` (``(n, 3)``) to ``out_sizes[i]``: the separable filters of
+    """Resample the padded batch ``x (n, *largest)`` along the spatial ``axes`` (sample dims, D, H, W order),
+    sample ``i`` from region ``lo[i]..hi[i]`` (``(n, 3)``) to ``out_sizes[i]``: the separable filters of
     :mod:`sluice.kernels.resample` (DALI's interpolation types, antialiased when shrinking), one gather and weighted
-    sum per axis for the whole batch. Returns the padded float32 output and the output shapes."""
+    sum per axis for the whole batch. An axis whose every table is the identity (the same size, the whole axis,
+    a filter exact at the pixels) is not filtered. Returns the padded float32 output (``x`` itself, of its own
+    type, when no axis was filtered) and the output shapes."""
     shapes = np.asarray(in_shapes, np.int64).copy()
     # the axis that shrinks most goes first: fewer elements for the others to filter
     ratio = out_sizes / np.maximum(shapes[:, list(axes)], 1)
     order = np.argsort(ratio.max(0), kind="stable")
     for k in order.tolist():
         dim = axes[k]
-        idx, w = _tables(lo[:, k], hi[:, k], shapes[:, dim], out_sizes[:, k], fmin, fmag, antialias)
-        x = _resample_axis(x, dim + 1, idx, w)
+        idx, w, identity = _tables(lo[:, k], hi[:, k], shapes[:, dim], out_sizes[:, k], fmin, fmag, antialias)
+        if identity:
+            continue
+        x = _resample_axis(x if x.dtype == torch.float32 else x.to(torch.float32), dim + 1, idx, w)
         shapes[:, dim] = out_sizes[:, k]
     return x, shapes
