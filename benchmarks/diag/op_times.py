@@ -1,6 +1,7 @@
 """Where a pipeline's batch time goes, operator by operator: the speech program (speech_side_by_side.py), the
-Whisper program (whisper_side_by_side.py) or nnU-Net's 3-D program (nnunet_side_by_side.py) run by sluice with every node's run timed (host time; with ``--sync``
-each device node also waits for the GPU, so its time is the GPU's).
+Whisper program (whisper_side_by_side.py) or nnU-Net's 3-D program (nnunet_side_by_side.py) run by sluice with
+every node's run timed (host time; with ``--sync`` each device node also waits for the GPU, so its time is the
+GPU's).
 
     python benchmarks/diag/op_times.py speech ROOT [--batches 40] [--sync]
     python benchmarks/diag/op_times.py whisper ROOT

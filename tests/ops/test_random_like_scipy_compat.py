@@ -1,7 +1,13 @@
 """fn.random.{normal, uniform, coin_flip} given an input (one value per element, ``shape_like``): the whole batch
 drawn from the counter-based generator, checked against the per-sample reference (each sample drawn alone, piece by
 piece, as the CPU kernel does: the same values), the distributions against scipy.stats (Kolmogorov-Smirnov, fixed
-seeds), per-sample arguments reaching their sample on ragged batches, and the GPU equal to the CPU."""
+seeds), per-sample arguments reaching their sample on ragged batches, the GPU's one-launch Triton kernel equal to
+the torch ops (in Triton's interpreter without a GPU), and the GPU equal to the CPU."""
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -89,11 +95,55 @@ def test_uniform_and_coin_flip_like():
     assert stats.binomtest(int(coin[2].sum()), coin[2].numel(), 0.3).pvalue > 1e-3
 
 
+TRITON_SCRIPT = textwrap.dedent("""
+    import numpy as np, torch
+    from sluice.ops import random as rnd
+    rnd.fused_available = lambda device: True      # the interpreter runs the kernel on CPU tensors
+    sizes = np.array([3 * 50 * 41, 63, 2 * 19 * 18 + 5, 0], np.int64)
+    keys = np.random.default_rng(5).integers(0, 1 << 32, size=(4, 2), dtype=np.int64)
+    dev, f32 = torch.device("cpu"), torch.float32
+    p0, p1 = np.array([0.0, 1.0, -2.0, 3.0]), np.array([1.0, 0.5, 2.0, 1.0])
+    for kind, draw in ((rnd.DRAW_NORMAL, lambda rng, sp: sp(p0, f32) + sp(p1, f32) * rng.normal(0, f32)),
+                       (rnd.DRAW_UNIFORM, lambda rng, sp: sp(p0, f32) + rng.uniform(0, dtype=torch.float64).to(f32)
+                        * sp(p1, f32))):
+        ref = rnd.draw_elements(keys, sizes, draw, f32, dev, pieces=False)
+        got = rnd.draw_fused(kind, keys, sizes, p0, p1, f32, dev)
+        assert got.dtype == f32 and got.shape == ref.shape
+        assert (got - ref).abs().max().item() < 1e-5, (kind, (got - ref).abs().max().item())
+    # Bernoulli: exactly u < p, also for p just above a multiple of 2**-24, and in every output type
+    for p in (np.array([0.3, 0.0, 1.0, 0.5]), np.array([0.7, 1e-8, 0.999999, 0.25 + 2 ** -30])):
+        for out_type in (torch.int32, torch.bool, torch.uint8, torch.float32):
+            ref = rnd.draw_elements(keys, sizes, lambda rng, sp: rng.uniform(0, dtype=torch.float64)
+                                    < sp(p, torch.float64), out_type, dev, pieces=False)
+            got = rnd.draw_fused(rnd.DRAW_BERNOULLI, keys, sizes, p, p, out_type, dev)
+            assert got.dtype == out_type and torch.equal(got, ref), out_type
+    assert rnd.draw_fused(rnd.DRAW_NORMAL, keys, sizes, p0, p1, torch.float64, dev) is None  # float64: the torch ops
+    print("ok")
+""")
+
+
+def test_triton_kernel_equals_torch_ops_in_interpreter():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    res = subprocess.run([sys.executable, "-c", TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
+
+
 def test_like_checks_arguments():
     with pytest.raises(Exception, match="stddev"):
         run_op("random.normal", DATA[:2], stddev=-1.0)
     with pytest.raises(Exception, match="range"):
         run_op("random.uniform", DATA[:2], range=[3.0, 1.0])
+
+
+@pytest.mark.cuda
+def test_compiled_kernel_runs_on_the_gpu():
+    sizes, keys = np.array([128 ** 3, 5]), np.array([[1, 2], [3, 4]])
+    got = rnd.draw_fused(rnd.DRAW_NORMAL, keys, sizes, np.zeros(2), np.ones(2), torch.float32, torch.device("cuda"))
+    ref = rnd.draw_elements(keys, sizes, lambda rng, sp: rng.normal(0, torch.float32), torch.float32,
+                            torch.device("cpu"), pieces=False)
+    assert got is not None and got.is_cuda
+    torch.testing.assert_close(got.cpu(), ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.cuda

@@ -31,7 +31,7 @@ import torch
 
 from sluice.kernels.ragged import per_element
 
-__all__ = ["CounterRNG", "mix32", "sample_keys"]
+__all__ = ["CounterRNG", "mix32", "sample_keys", "stream_key"]
 
 M32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -47,6 +47,12 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     x = x ^ (x >> 15)
     x = (x * _C2) & M32
     return x ^ (x >> 15)
+
+
+def stream_key(key2, stream: int):
+    """What the bits of ``stream`` mix with the hashed counter: ``(key2 + stream * 0x9E3779B9) & 0xFFFFFFFF`` (an
+    int, NumPy array or tensor of second keys)."""
+    return (key2 + stream * _GOLDEN) & M32
 
 
 def sample_keys(n: int, rng_of: Callable[[int], np.random.Generator]) -> np.ndarray:
@@ -76,7 +82,7 @@ class CounterRNG:
         base = self._base if index is None else self._base[index]
         if index is not None and isinstance(key2, torch.Tensor):
             key2 = key2[index]
-        return mix32(base ^ ((key2 + stream * _GOLDEN) & M32))
+        return mix32(base ^ stream_key(key2, stream))
 
     def uniform(self, stream: int, index: torch.Tensor | None = None, dtype: torch.dtype = torch.float32,
                 open_low: bool = False) -> torch.Tensor:

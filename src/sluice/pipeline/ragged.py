@@ -214,7 +214,7 @@ _ROWS_KERNEL_TYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, to
 @functools.cache
 def triton_kernels():
     """:mod:`sluice.kernels._triton_ragged`, or None without Triton (the torch paths run then): the ragged kernels
-    of this module and of the operators (``normalize``)."""
+    of this module and of the operators (``normalize``, the ``random`` draws given an input)."""
     try:
         # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
         from sluice.kernels import _triton_ragged
