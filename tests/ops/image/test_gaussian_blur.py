@@ -95,3 +95,39 @@ def test_bad_sigma_counts_are_clear_errors():
         run_op("gaussian_blur", [_image(11)], layout="HWC", sigma=[1.0, 2.0, 3.0])
     with pytest.raises(Exception, match="must not be negative"):
         run_op("gaussian_blur", [_image(11)], layout="HWC", sigma=-1.0)
+
+
+def test_gpu_kernel_blurs_packed_volumes_at_once_as_sample_by_sample():
+    """The GPU kernel (run on CPU tensors: its torch path) on volumes held packed with one shape (a slice's
+    patches after .gpu()) blurs the whole batch as one tensor and returns it dense; each sample equals the
+    per-sample reference (the same kernel on that sample alone, with its own sigma) and SciPy's separable
+    convolution with the same weights (``mode="mirror"`` is reflect-101); a ragged batch still works."""
+    from scipy import ndimage
+
+    from sluice.ops.image.gaussian_blur import gaussian_blur_gpu, gaussian_weights
+    from sluice.pipeline.batch import Batch
+    from sluice.schema import BatchArgs, BatchContext
+
+    rng = np.random.default_rng(2)
+    vols = [rng.normal(size=(1, 9, 8, 7)).astype(np.float32) for _ in range(3)]
+    sigmas = [[0.5], [1.2], [0.8, 1.0, 1.5]]
+    flat = torch.from_numpy(np.concatenate([v.ravel() for v in vols]))
+    packed = Batch.from_packed(flat, np.array([v.shape for v in vols]), "CDHW")
+    ctx = BatchContext("gaussian_blur", 3, [""] * 3, ["CDHW"], torch.device("cpu"), None)
+
+    def args(s):
+        return BatchArgs({"window_size": None, "dtype": None}, {"sigma": s, "window_size": [None] * len(s)}, len(s))
+
+    out = gaussian_blur_gpu(ctx, packed, args=args(sigmas))
+    assert out.storage == "dense"
+    for v, s, got in zip(vols, sigmas, out):
+        alone = gaussian_blur_gpu(ctx, Batch([torch.from_numpy(v)], "CDHW"), args=args([s]))[0]
+        torch.testing.assert_close(got, alone, rtol=0, atol=1e-6)
+        ref = v[0].astype(np.float64)
+        for axis, sigma in enumerate(s * 3 if len(s) == 1 else s):
+            ref = ndimage.convolve1d(ref, gaussian_weights(*gaussian_params(sigma, 0)).numpy(), axis=axis,
+                                     mode="mirror")
+        np.testing.assert_allclose(got[0].numpy(), ref, atol=1e-5)
+    ragged = Batch([torch.from_numpy(vols[0]), torch.from_numpy(vols[1][:, :5])], "CDHW")
+    out = gaussian_blur_gpu(ctx, ragged, args=args(sigmas[:2]))
+    assert [tuple(t.shape) for t in out] == [(1, 9, 8, 7), (1, 5, 8, 7)]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from sluice import types
 from sluice.ops.image._blur_triton import blur_axes_triton
 from sluice.ops.image._color_affine import opencv
-from sluice.ops.tensor._util import as_float_list, convert_saturate, map_groups
+from sluice.ops.tensor._util import as_float_list, convert_saturate, map_groups, to_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -140,16 +140,24 @@ def _sample_params(ndim: int, layout: str, sigma, window_size) -> tuple[list[int
 
 
 def _run_batch(images, sigma, window_size, dtype=None):
-    samples = list(images.samples)
+    """The blurred samples: a list, or one N x ... tensor when the samples share a shape (the whole batch blurred
+    at once, no stacking before nor unbinding after)."""
     layout = images.layout()
     out_dtype = None if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
+    if len(images) and images.is_dense_tensor():
+        dense = images.as_tensor()
+        axes, first = _sample_params(dense.dim() - 1, layout, sigma[0], window_size[0])
+        params = [first] + [_sample_params(dense.dim() - 1, layout, sigma[i], window_size[i])[1]
+                            for i in range(1, len(images))]
+        return blur_axes(dense, [a + 1 for a in axes], params, out_dtype)
+    samples = list(images.samples)
     per = [_sample_params(s.dim(), layout, sigma[i], window_size[i]) for i, s in enumerate(samples)]
 
     def run(stack, idx):
         axes = [a + 1 for a in per[idx[0]][0]]
         return blur_axes(stack, axes, [per[i][1] for i in idx], out_dtype)
 
-    return map_groups(samples, run, images.dense)
+    return map_groups(samples, run)
 
 
 SCHEMA = OpSchema(
@@ -208,4 +216,4 @@ def gaussian_blur_cpu(ctx, image, *, sigma, window_size, dtype, **_):
 
 @SCHEMA.batch_kernel("gpu")
 def gaussian_blur_gpu(ctx, images, *, args):
-    return Batch(_run_batch(images, args["sigma"], args["window_size"], args.const("dtype")), images.layout())
+    return to_batch(_run_batch(images, args["sigma"], args["window_size"], args.const("dtype")), images.layout())
