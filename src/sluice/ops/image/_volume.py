@@ -17,6 +17,7 @@ import torch
 
 from sluice.kernels.resample import filter_table, pad_tables
 from sluice.ops.image._geometry import as_list, region_and_size, round_half_away
+from sluice.pipeline.ragged import host_to_device
 
 __all__ = ["is_volume", "spatial_axes", "crop_windows_nd", "gather_windows", "resize_params_3d",
            "resample_volumes", "apply_policy", "VOLUME_LAYOUTS"]
@@ -103,9 +104,9 @@ def gather_windows(x: torch.Tensor, shapes: np.ndarray, anchors: np.ndarray, siz
     n, ndim = sizes.shape
     dev = x.device
     out_ext = tuple(int(v) for v in sizes.max(0)) if n else (0,) * ndim
-    table = torch.from_numpy(np.concatenate([anchors, sizes, shapes], 1).astype(np.int64)).to(dev, non_blocking=True)
-    flip = torch.from_numpy(np.zeros(n, bool) if mirror is None else np.asarray(mirror, bool)).to(
-        dev, non_blocking=True)
+    # page-locked, asynchronous copies: from pageable memory a copy waits for the work queued on the stream
+    table = host_to_device(np.concatenate([anchors, sizes, shapes], 1).astype(np.int64), dev)
+    flip = host_to_device(np.zeros(n, bool) if mirror is None else np.asarray(mirror, bool), dev)
     index = []
     inside = torch.ones((n,) + (1,) * ndim, dtype=torch.bool, device=dev)
     for k in range(ndim):
@@ -125,11 +126,11 @@ def gather_windows(x: torch.Tensor, shapes: np.ndarray, anchors: np.ndarray, siz
         if len(values) > 1 and channel_dim is not None:
             view = [1] * (ndim + 1)
             view[channel_dim + 1] = len(values)
-            f = torch.tensor(values, dtype=torch.float64).to(out.dtype).to(dev).view(view)
+            f = host_to_device(np.asarray(values, np.float64), dev).to(out.dtype).view(view)
             if out.shape[channel_dim + 1] != len(values):
                 raise ValueError(f"Invalid fill_values ({values}): expected 1 or {out.shape[channel_dim + 1]} values.")
         else:
-            f = torch.tensor(values[0], dtype=torch.float64).to(out.dtype).to(dev)
+            f = torch.full((), float(values[0]), dtype=torch.float64, device=dev).to(out.dtype)  # made there: no copy
         out = torch.where(inside, out, f)
     return out, sizes, inside
 
@@ -208,8 +209,8 @@ def _resample_axis(x: torch.Tensor, dim: int, idx: np.ndarray, w: np.ndarray) ->
     rest = moved.shape[2:]
     flat = moved.reshape(n, moved.shape[1], -1)
     _, out, taps = idx.shape
-    ti = torch.from_numpy(idx.reshape(n, out * taps)).to(dev, non_blocking=True)
-    tw = torch.from_numpy(w).to(dev, non_blocking=True)
+    ti = host_to_device(idx.reshape(n, out * taps), dev)  # asynchronous: a pageable copy would wait for the stream
+    tw = host_to_device(w, dev)
     if taps == 1 and not (w != 1).any():  # nearest neighbour: a plain gather
         g = torch.gather(flat, 1, ti.unsqueeze(2).expand(n, out, flat.shape[2]))
         return g.reshape(n, out, *rest).movedim(1, dim)
