@@ -4,10 +4,16 @@ with the torch operations it dispatches counted (a TorchDispatchMode) and the ho
 (seconds outside torch operations: Python, NumPy, random draws on the host) shown beside the total.
 
     python benchmarks/diag/nnunet_gpu_ops.py [--batch 2] [--repeat 3] [--size 128]
+    python benchmarks/diag/nnunet_gpu_ops.py --stage ROOT [--batches 4]
 
 On the CPU the torch operations do the arithmetic themselves, so "total" is not a GPU time; "host" and "ops" are
 what the GPU stage's thread pays per batch whatever the device (the rule: a bounded number of launches per batch,
 no per-sample Python, no host-side per-element work).
+
+``--stage ROOT``: the whole program (nnunet_side_by_side.py's GPU program on ROOT's cases, made by its ``make``)
+with its device nodes run on CPU tensors (the executor told that CUDA is there, then handed the CPU as its
+device): per node, the torch operations and milliseconds a batch. Kernels that choose a path by the device (the
+random draws given an input, Triton kernels) take their CPU path there.
 """
 import argparse
 import time
@@ -31,12 +37,63 @@ class _Count(TorchDispatchMode):
         return out
 
 
+def stage(root: str, batches: int) -> None:
+    import collections
+    import glob
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import nnunet_side_by_side as prog
+    from sluice.pipeline import executor as ex
+
+    original_init, original_run = ex.Executor.__init__, ex.Executor.run_node
+
+    def init(self, *args, **kwargs):
+        available, stream = torch.cuda.is_available, torch.cuda.Stream
+        torch.cuda.is_available, torch.cuda.Stream = (lambda: True), (lambda *a, **k: None)
+        try:
+            original_init(self, *args, **kwargs)
+        finally:
+            torch.cuda.is_available, torch.cuda.Stream = available, stream
+        self.torch_device = torch.device("cpu")
+
+    ops, times, runs = collections.Counter(), collections.defaultdict(float), collections.Counter()
+
+    def run_node(self, node, iteration, values):
+        count = _Count()
+        t = time.perf_counter()
+        with count:
+            original_run(self, node, iteration, values)
+        times[node.describe()] += time.perf_counter() - t
+        ops[node.describe()] += count.ops
+        runs[node.describe()] += 1
+
+    ex.Executor.__init__, ex.Executor.run_node = init, run_node
+    pipe = prog.build("sluice", sorted(glob.glob(os.path.join(root, "*_x.npy"))),
+                      sorted(glob.glob(os.path.join(root, "*_y.npy"))), 2, 2)()
+    pipe.build()
+    for _ in range(2):
+        pipe.run()
+    ops.clear(), times.clear(), runs.clear()
+    for _ in range(batches):
+        pipe.run()
+    print(f"nodes of the GPU program, device nodes on CPU tensors; per batch (mean of {batches}): torch ops, ms, "
+          "nodes")
+    for name in sorted(ops, key=lambda k: -times[k]):
+        print(f"  {ops[name] / batches:8.1f} {times[name] / batches * 1e3:9.1f}  {name} x{runs[name] // batches}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--size", type=int, default=128)
+    ap.add_argument("--stage", metavar="ROOT", help="run the whole program's nodes (see the module's doc)")
+    ap.add_argument("--batches", type=int, default=4)
     a = ap.parse_args()
+    if a.stage:
+        return stage(a.stage, a.batches)
     from sluice import types
     from sluice.ops import random as rnd
     from sluice.ops.image import flip, gaussian_blur
