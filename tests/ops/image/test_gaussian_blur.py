@@ -131,3 +131,25 @@ def test_gpu_kernel_blurs_packed_volumes_at_once_as_sample_by_sample():
     ragged = Batch([torch.from_numpy(vols[0]), torch.from_numpy(vols[1][:, :5])], "CDHW")
     out = gaussian_blur_gpu(ctx, ragged, args=args(sigmas[:2]))
     assert [tuple(t.shape) for t in out] == [(1, 9, 8, 7), (1, 5, 8, 7)]
+
+
+def test_weight_table_equals_each_samples_kernel_in_float32():
+    """The batch's kernels of one axis come from one NumPy pass: each row is the sample's own kernel
+    (gaussian_weights, OpenCV's getGaussianKernel) centred in the widest window, equal in float32 (what the
+    kernels use), for sigmas alone, windows alone and both."""
+    from sluice.ops.image.gaussian_blur import _weight_table, gaussian_weights
+
+    rng = np.random.default_rng(7)
+    params = [gaussian_params(float(s), 0) for s in rng.uniform(0.3, 6.0, 40)]
+    params += [gaussian_params(0.0, int(k) * 2 + 1) for k in rng.integers(0, 9, 20)]
+    params += [gaussian_params(float(s), int(k) * 2 + 1)
+               for s, k in zip(rng.uniform(0.3, 3.0, 20), rng.integers(0, 9, 20))]
+    table = _weight_table(np.array([p[0] for p in params]), np.array([p[1] for p in params]))
+    kmax = max(p[1] for p in params)
+    assert table.shape == (len(params), kmax)
+    for row, (sigma, window) in zip(table, params):
+        pad = (kmax - window) // 2
+        assert torch.equal(row[pad:pad + window].float(), gaussian_weights(sigma, window).float())
+        assert not row[:pad].any() and not row[pad + window:].any()
+    np.testing.assert_allclose(cv2.getGaussianKernel(params[0][1], params[0][0]).ravel(),
+                               table[0, (kmax - params[0][1]) // 2:][:params[0][1]].numpy(), rtol=1e-6)

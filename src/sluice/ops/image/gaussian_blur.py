@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -53,6 +54,17 @@ def gaussian_weights(sigma: float, window: int) -> torch.Tensor:
     x = torch.arange(window, dtype=torch.float64) - r
     w = torch.exp(-(x * x) / (2 * sigma * sigma))
     return w / w.sum()
+
+
+def _weight_table(sigmas: np.ndarray, windows: np.ndarray) -> torch.Tensor:
+    """Every sample's kernel of one axis in one NumPy pass (no torch call a sample): an ``(n, max window)`` float64
+    table, row ``i`` holding :func:`gaussian_weights` ``(sigmas[i], windows[i])`` centred and zeros around (the same
+    values in float32, which the kernels use; float64 may differ in the last bit)."""
+    kmax = int(windows.max())
+    x = np.arange(kmax, dtype=np.float64) - (kmax - 1) / 2
+    w = np.exp(-(x * x)[None, :] / (2 * sigmas[:, None] * sigmas[:, None]))
+    w[np.abs(x)[None, :] > (windows[:, None] - 1) / 2] = 0.0
+    return torch.from_numpy(w / w.sum(1, keepdims=True))
 
 
 def _reflect101(n: int, r: int, device: torch.device) -> torch.Tensor:
@@ -114,15 +126,8 @@ def blur_axes(x: torch.Tensor, axes: Sequence[int], params: Sequence[Sequence[tu
     out_dtype = out_dtype or x.dtype
     if x.numel() == 0:  # nothing to blur (e.g. a 0 x W image)
         return x.to(out_dtype, copy=True)
-    weights = []
-    for a in range(len(axes)):
-        kmax = max(p[a][1] for p in params)
-        w = torch.zeros(x.shape[0], kmax, dtype=torch.float64)
-        for i, p in enumerate(params):
-            sigma, window = p[a]
-            pad = (kmax - window) // 2
-            w[i, pad:pad + window] = gaussian_weights(sigma, window)
-        weights.append(w)
+    weights = [_weight_table(np.array([p[a][0] for p in params]), np.array([p[a][1] for p in params]))
+               for a in range(len(axes))]
     fused = blur_axes_triton(x, axes, weights, out_dtype)  # CUDA + Triton: one launch per axis
     if fused is not None:
         return fused
