@@ -21,6 +21,7 @@ from sluice.kernels.counter_rng import M32, CounterRNG, sample_keys, stream_key
 from sluice.kernels.ragged import per_element, segments
 from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
+from sluice.pipeline.pool import share_range
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
 _SHAPE = Arg("shape", "int_list", None, "Shape of each sample's output; default: a scalar (or the shape of the "
@@ -49,9 +50,10 @@ def _draw(ctx: BatchContext, inputs: tuple[Batch, ...], args: BatchArgs, draw: A
     return out.to(ctx.device) if ctx.device.type == "cuda" else out
 
 
-#: Elements per piece when the CPU draws a sample's values (temporaries that stay in cache, not 8 bytes an element
-#: of the whole volume allocated a dozen times over).
-_CPU_PIECE = 1 << 16
+#: Elements per piece when the CPU draws a sample's values: temporaries that stay in cache (not 8 bytes an element
+#: of the whole volume allocated a dozen times over), and below torch's grain (32768), so that each torch call runs
+#: in the pool thread that makes it rather than waking torch's own threads; the pieces are shared by the pool.
+_CPU_PIECE = (1 << 15) - 1
 
 
 class _Spread:
@@ -88,17 +90,19 @@ def _draw_like(ctx: BatchContext, like: Batch, args: BatchArgs, draw: Any, dtype
         return Batch([])
     sizes = np.array([int(np.prod(s)) for s in shapes], np.int64)
     keys = sample_keys(n, lambda i: ctx.sample_rng(i, reuse=True))
-    flat = draw_elements(keys, sizes, draw, types.to_torch_dtype(dtype), ctx.device, ctx.device.type == "cpu", fused)
+    flat = draw_elements(keys, sizes, draw, types.to_torch_dtype(dtype), ctx.device, ctx.device.type == "cpu", fused,
+                         ctx.thread_pool)
     if all(s == shapes[0] for s in shapes):
         return Batch.from_dense(flat.view(n, *shapes[0]))
     return Batch.from_packed(flat, np.array(shapes, np.int64).reshape(n, -1))
 
 
 def draw_elements(keys: np.ndarray, sizes: np.ndarray, draw: Any, out_type: torch.dtype, device: torch.device,
-                  pieces: bool, fused: tuple[int, np.ndarray, np.ndarray] | None = None) -> torch.Tensor:
+                  pieces: bool, fused: tuple[int, np.ndarray, np.ndarray] | None = None, pool: Any = None
+                  ) -> torch.Tensor:
     """The values of ``sizes[i]`` elements of each sample back to back (``keys``: each sample's two keys), as
     :func:`_draw_like` describes: the whole batch at once, or with ``pieces`` sample by sample in pieces of
-    :data:`_CPU_PIECE` elements (the same values)."""
+    :data:`_CPU_PIECE` elements (the same values), shared by the threads of ``pool`` (the pipeline's)."""
     if not pieces:
         if fused is not None:
             kind, p0, p1 = fused
@@ -109,13 +113,17 @@ def draw_elements(keys: np.ndarray, sizes: np.ndarray, draw: Any, out_type: torc
         flat = draw(CounterRNG(keys, seg, local), _Spread(seg, 0, device))
         return flat if flat.dtype == out_type else flat.to(out_type)
     flat = torch.empty(int(sizes.sum()), dtype=out_type, device=device)
-    start = 0
-    for i, size in enumerate(np.asarray(sizes).tolist()):
-        for lo in range(0, size, _CPU_PIECE):
-            counter = torch.arange(lo, min(size, lo + _CPU_PIECE), device=device)
-            flat[start + lo: start + lo + len(counter)] = draw(CounterRNG(keys[i:i + 1], None, counter),
-                                                                _Spread(None, i, device))
-        start += size
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    pieces_of = [(i, lo, min(int(size), lo + _CPU_PIECE)) for i, size in enumerate(np.asarray(sizes).tolist())
+                 for lo in range(0, int(size), _CPU_PIECE)]
+
+    def run(first: int, last: int) -> None:
+        for i, lo, hi in pieces_of[first:last]:
+            counter = torch.arange(lo, hi, device=device)
+            flat[int(starts[i]) + lo: int(starts[i]) + hi] = draw(CounterRNG(keys[i:i + 1], None, counter),
+                                                                  _Spread(None, i, device))
+
+    share_range(pool, len(pieces_of), run)
     return flat
 
 
