@@ -283,6 +283,10 @@ class BatchContext:
     #: When the batch holds the frames of sequences (:mod:`sluice.sequences`): the sample each frame belongs to.
     #: Random draws are the sample's, so every frame of a clip gets the same window. None: item i is sample i.
     sample_ids: list[int] | None = field(default=None, repr=False)
+    #: Set for a CPU kernel whose outputs a GPU operator takes (``Operator.pin_outputs``): it may put them in
+    #: page-locked memory of GPU ``device_id`` (``sluice.ops._host.batch_buffer``), which the GPU copies by DMA.
+    pin_outputs: bool = False
+    device_id: int | None = None
 
     def layout_of(self, batch: Batch) -> str:
         """``batch``'s layout, or else the one the graph knows for the first input (kernels given lists of samples,
@@ -478,6 +482,8 @@ def _batch_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operato
         kernel = staticmethod(fn)
 
         def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs):
+            if self.pin_outputs:
+                ctx.pin_outputs, ctx.device_id = True, self.spec.device_id
             return fn(ctx, *inputs, args=args)
 
     BatchKernelOperator.__name__ = f"{_camel(schema.name)}_{device}"

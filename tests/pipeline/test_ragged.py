@@ -143,3 +143,21 @@ def test_signals_at_offsets_made_padded_on_the_gpu_equal_the_host_path(dtype, fi
         torch.testing.assert_close(gpu[i, :k], buf[offsets[i]: offsets[i] + k], rtol=0, atol=0)
         if fill is not None:
             assert bool((gpu[i, k:] == torch.tensor(fill).to(dtype)).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(1, 6, 5, 4), (3, 7), (9,)])
+def test_equal_shapes_packed_at_equal_distances_are_viewed_not_gathered(device, shape):
+    """A packed batch of one shape (a slice's patches before and after .gpu()) has its padded form and dense tensor
+    as a strided view of the buffer (no index, no gather), back to back or at equal gaps; the samples are the
+    reference's; a batch at unequal gaps still gathers (a new buffer) with the same samples."""
+    size = int(np.prod(shape))
+    flat = torch.arange(4 * size + 20, dtype=torch.float32, device=device)
+    shapes = np.array([shape] * 3, np.int64)
+    for offsets in (np.arange(3) * size, 2 + np.arange(3) * (size + 5), np.array([0, size + 3, 2 * size + 4])):
+        batch = Batch.from_packed(flat, shapes, offsets=offsets)
+        padded, _ = batch.padded(fill=0)
+        ref = torch.stack([flat[o:o + size].view(shape) for o in offsets.tolist()])
+        assert torch.equal(padded, ref) and torch.equal(batch.as_tensor(), ref)
+        viewed = padded.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+        assert viewed == bool(len(set(np.diff(offsets).tolist())) == 1)

@@ -3,7 +3,11 @@
 * :func:`rows_kernel` (:func:`sluice.pipeline.ragged.packed_to_padded` of 1-D samples): every sample's elements
   copied from where it lies in the packed buffer into its row of the padded form, the rest of the row ``fill``;
 * :func:`normalize_rows_kernel` (``fn.normalize`` over the ragged last axis, a speech program's time axis): each
-  row's mean and variance over its sample's length, and the normalised row.
+  row's mean and variance over its sample's length, and the normalised row;
+* :func:`draw_kernel` (``fn.random.normal``, ``uniform`` and ``coin_flip`` given an input: one value per element):
+  the counter-based generator of :mod:`sluice.kernels.counter_rng` (the same 32-bit hash in int64 arithmetic, so
+  the same bits as its torch ops, which take about 60 launches over int64 temporaries of the batch's size for a
+  normal value).
 
 The torch equivalent of the first needed either an index as large as the padded form (eight bytes an element: 290 MB
 for a batch of 64 utterances of up to 35 s) or one view per sample for a multi-tensor copy; each of those views is a
@@ -18,10 +22,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["rows_kernel", "normalize_rows_kernel", "BLOCK", "ROW_BLOCK"]
+__all__ = ["rows_kernel", "normalize_rows_kernel", "draw_kernel", "BLOCK", "ROW_BLOCK", "DRAW_BLOCK"]
 
 BLOCK = 2048
 ROW_BLOCK = 512    # normalize_rows_kernel: one program a row, rows of a few thousand values
+DRAW_BLOCK = 1024  # draw_kernel: elements a program
 
 
 @triton.jit
@@ -70,3 +75,44 @@ def normalize_rows_kernel(x_ptr, len_ptr, out_ptr, rows, extent, ddof, epsilon, 
         inside = t < count
         x = tl.load(row + t, mask=inside, other=0.0).to(tl.float32)
         tl.store(out + t, tl.where(inside, (x - mean) * inv + shift, shift), mask=t < extent)
+
+
+@triton.jit
+def _mix(x):
+    """counter_rng.mix32 on int64 holding 32-bit values (the products stay below 2**63)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x21F0AAAD) & 0xFFFFFFFF
+    x = x ^ (x >> 15)
+    x = (x * 0x735A2D97) & 0xFFFFFFFF
+    return x ^ (x >> 15)
+
+
+@triton.jit
+def draw_kernel(table_ptr, params_ptr, out_ptr, KIND: tl.constexpr, BLOCK: tl.constexpr):
+    """Sample ``i = program_id(1)``, elements ``t`` of block ``program_id(0)``: the table row ``(start, size, key1,
+    stream0, stream1, threshold)`` (int64; ``streamS`` is ``(key2 + S * 0x9E3779B9) & 0xFFFFFFFF``) and the float32
+    params ``(p0, p1)``. KIND 0: ``p0 + p1 * sqrt(-2 log u1) cos(2 pi u2)`` (u1 in (0, 1] from stream 0, u2 in
+    [0, 1) from stream 1); 1: ``p0 + p1 * u`` (stream 0); 2: ``top24 < threshold`` (stream 0; the threshold is
+    ``ceil(p * 2**24)``, so that the comparison is ``u < p`` exactly)."""
+    i = tl.program_id(1)
+    t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    row = table_ptr + i * 6
+    start = tl.load(row)
+    size = tl.load(row + 1)
+    key1 = tl.load(row + 2)
+    inside = t < size
+    base = _mix((t & 0xFFFFFFFF) ^ key1)
+    top0 = _mix(base ^ tl.load(row + 3)) >> 8
+    if KIND == 2:
+        value = top0 < tl.load(row + 5)
+    else:
+        p0 = tl.load(params_ptr + i * 2)
+        p1 = tl.load(params_ptr + i * 2 + 1)
+        if KIND == 0:
+            u1 = (top0 + 1).to(tl.float32) * 5.9604644775390625e-08
+            u2 = (_mix(base ^ tl.load(row + 4)) >> 8).to(tl.float32) * 5.9604644775390625e-08
+            z = tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)
+            value = p0 + p1 * z
+        else:
+            value = p0 + p1 * (top0.to(tl.float32) * 5.9604644775390625e-08)
+    tl.store(out_ptr + start + t, value.to(out_ptr.dtype.element_ty), mask=inside)

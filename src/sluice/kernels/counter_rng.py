@@ -31,7 +31,7 @@ import torch
 
 from sluice.kernels.ragged import per_element
 
-__all__ = ["CounterRNG", "mix32", "sample_keys"]
+__all__ = ["CounterRNG", "mix32", "sample_keys", "stream_key"]
 
 M32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9
@@ -49,6 +49,12 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 15)
 
 
+def stream_key(key2, stream: int):
+    """What the bits of ``stream`` mix with the hashed counter: ``(key2 + stream * 0x9E3779B9) & 0xFFFFFFFF`` (an
+    int, NumPy array or tensor of second keys)."""
+    return (key2 + stream * _GOLDEN) & M32
+
+
 def sample_keys(n: int, rng_of: Callable[[int], np.random.Generator]) -> np.ndarray:
     """Two 32-bit keys for each of ``n`` samples, one row each, drawn from ``rng_of(i)`` (the sample's generator;
     each is used at once, so a generator re-keyed per call serves)."""
@@ -61,15 +67,22 @@ class CounterRNG:
     """Random numbers for elements identified by their sample (``seg``) and ``counter`` (both int64 tensors on the
     device the numbers are wanted on), given each sample's ``keys`` (an (n, 2) array)."""
 
-    def __init__(self, keys: np.ndarray, seg: torch.Tensor, counter: torch.Tensor):
+    def __init__(self, keys: np.ndarray, seg: torch.Tensor | None, counter: torch.Tensor):
         keys = np.asarray(keys, np.int64).reshape(-1, 2)
-        self._base = mix32((counter & M32) ^ per_element(keys[:, 0], seg))
-        self._key2 = per_element(keys[:, 1], seg)
+        if seg is None:  # the elements of one sample (keys one row): its keys as scalars, nothing spread
+            self._base = mix32((counter & M32) ^ int(keys[0, 0]))
+            self._key2: torch.Tensor | int = int(keys[0, 1])
+        else:
+            self._base = mix32((counter & M32) ^ per_element(keys[:, 0], seg))
+            self._key2 = per_element(keys[:, 1], seg)
 
     def bits(self, stream: int, index: torch.Tensor | None = None) -> torch.Tensor:
         """32 random bits per element (int64), or per element of ``index`` (positions into the elements)."""
-        base, key2 = (self._base, self._key2) if index is None else (self._base[index], self._key2[index])
-        return mix32(base ^ ((key2 + stream * _GOLDEN) & M32))
+        key2 = self._key2
+        base = self._base if index is None else self._base[index]
+        if index is not None and isinstance(key2, torch.Tensor):
+            key2 = key2[index]
+        return mix32(base ^ stream_key(key2, stream))
 
     def uniform(self, stream: int, index: torch.Tensor | None = None, dtype: torch.dtype = torch.float32,
                 open_low: bool = False) -> torch.Tensor:

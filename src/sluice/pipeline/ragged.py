@@ -171,11 +171,13 @@ def packed_to_padded(flat: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray
         return flat.new_full((n, *extent), 0 if fill is None else fill)
     if ndim == 0:
         return flat[host_to_device(np.asarray(offsets, np.int64), dev)]
-    if ndim == 1 and (shapes[:, 0] == extent[0]).all() and _evenly_spaced(offsets, extent[0]):
-        # equal lengths at equal distances (a packed dense batch): a strided view, no gather
-        start = int(offsets[0])
-        return flat.as_strided((n, extent[0]), (int(offsets[1] - offsets[0]) if n > 1 else extent[0], 1),
-                               flat.storage_offset() + start)
+    size = int(np.prod(extent))
+    if (shapes == np.asarray(extent, np.int64)).all() and _evenly_spaced(offsets, size):
+        # equal shapes at equal distances (a packed dense batch: signals, a slice's patches): a strided view, no
+        # gather (for volumes the gather's index alone was 8 bytes an element)
+        strides = [int(v) for v in np.cumprod([1, *extent[:0:-1]])[::-1]]
+        return flat.as_strided((n, *extent), (int(offsets[1] - offsets[0]) if n > 1 else size, *strides),
+                               flat.storage_offset() + int(offsets[0]))
     if ndim == 1 and flat.is_cuda and flat.dtype in _ROWS_KERNEL_TYPES and not env.eager() \
             and triton_kernels() is not None:
         return _padded_rows(flat, offsets, shapes[:, 0], extent[0], fill)
@@ -214,7 +216,7 @@ _ROWS_KERNEL_TYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, to
 @functools.cache
 def triton_kernels():
     """:mod:`sluice.kernels._triton_ragged`, or None without Triton (the torch paths run then): the ragged kernels
-    of this module and of the operators (``normalize``)."""
+    of this module and of the operators (``normalize``, the ``random`` draws given an input)."""
     try:
         # imported here, on the first GPU batch: Triton is optional, and importing it takes a second
         from sluice.kernels import _triton_ragged

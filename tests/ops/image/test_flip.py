@@ -45,3 +45,25 @@ def test_gpu_dense_batch_with_mixed_flags():
     for i, img in enumerate(imgs):
         ref = img[::-1 if i // 2 else 1, ::-1 if i % 2 else 1]
         np.testing.assert_array_equal(res[i].cpu().numpy(), ref)
+
+
+def test_gpu_kernel_flips_packed_volumes_as_one_tensor():
+    """The GPU kernel (on CPU tensors) on volumes held packed with one shape flips them as one tensor (dense out,
+    no per-sample path), each as NumPy flips it with its own flags (depthwise too)."""
+    from sluice.ops.image.flip import flip_gpu
+    from sluice.pipeline.batch import Batch
+    from sluice.schema import BatchArgs, BatchContext
+
+    rng = np.random.default_rng(3)
+    vols = [rng.integers(0, 256, (1, 4, 5, 6), dtype=np.uint8) for _ in range(4)]
+    packed = Batch.from_packed(torch.from_numpy(np.concatenate([v.ravel() for v in vols])),
+                               np.array([v.shape for v in vols]), "CDHW")
+    flags = {"horizontal": [1, 0, 1, 0], "vertical": [0, 0, 1, 1], "depthwise": [1, 0, 0, 1]}
+    ctx = BatchContext("flip", 4, [""] * 4, ["CDHW"], torch.device("cpu"), None)
+    out = flip_gpu(ctx, packed, args=BatchArgs({}, flags, 4))
+    assert out.storage == "dense"
+    for i, (v, got) in enumerate(zip(vols, out)):
+        ref = v[:, ::-1 if flags["depthwise"][i] else 1, ::-1 if flags["vertical"][i] else 1,
+                ::-1 if flags["horizontal"][i] else 1]
+        np.testing.assert_array_equal(got.numpy(), ref)
+

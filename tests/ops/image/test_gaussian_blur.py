@@ -95,3 +95,61 @@ def test_bad_sigma_counts_are_clear_errors():
         run_op("gaussian_blur", [_image(11)], layout="HWC", sigma=[1.0, 2.0, 3.0])
     with pytest.raises(Exception, match="must not be negative"):
         run_op("gaussian_blur", [_image(11)], layout="HWC", sigma=-1.0)
+
+
+def test_gpu_kernel_blurs_packed_volumes_at_once_as_sample_by_sample():
+    """The GPU kernel (run on CPU tensors: its torch path) on volumes held packed with one shape (a slice's
+    patches after .gpu()) blurs the whole batch as one tensor and returns it dense; each sample equals the
+    per-sample reference (the same kernel on that sample alone, with its own sigma) and SciPy's separable
+    convolution with the same weights (``mode="mirror"`` is reflect-101); a ragged batch still works."""
+    from scipy import ndimage
+
+    from sluice.ops.image.gaussian_blur import gaussian_blur_gpu, gaussian_weights
+    from sluice.pipeline.batch import Batch
+    from sluice.schema import BatchArgs, BatchContext
+
+    rng = np.random.default_rng(2)
+    vols = [rng.normal(size=(1, 9, 8, 7)).astype(np.float32) for _ in range(3)]
+    sigmas = [[0.5], [1.2], [0.8, 1.0, 1.5]]
+    flat = torch.from_numpy(np.concatenate([v.ravel() for v in vols]))
+    packed = Batch.from_packed(flat, np.array([v.shape for v in vols]), "CDHW")
+    ctx = BatchContext("gaussian_blur", 3, [""] * 3, ["CDHW"], torch.device("cpu"), None)
+
+    def args(s):
+        return BatchArgs({"window_size": None, "dtype": None}, {"sigma": s, "window_size": [None] * len(s)}, len(s))
+
+    out = gaussian_blur_gpu(ctx, packed, args=args(sigmas))
+    assert out.storage == "dense"
+    for v, s, got in zip(vols, sigmas, out):
+        alone = gaussian_blur_gpu(ctx, Batch([torch.from_numpy(v)], "CDHW"), args=args([s]))[0]
+        torch.testing.assert_close(got, alone, rtol=0, atol=1e-6)
+        ref = v[0].astype(np.float64)
+        for axis, sigma in enumerate(s * 3 if len(s) == 1 else s):
+            ref = ndimage.convolve1d(ref, gaussian_weights(*gaussian_params(sigma, 0)).numpy(), axis=axis,
+                                     mode="mirror")
+        np.testing.assert_allclose(got[0].numpy(), ref, atol=1e-5)
+    ragged = Batch([torch.from_numpy(vols[0]), torch.from_numpy(vols[1][:, :5])], "CDHW")
+    out = gaussian_blur_gpu(ctx, ragged, args=args(sigmas[:2]))
+    assert [tuple(t.shape) for t in out] == [(1, 9, 8, 7), (1, 5, 8, 7)]
+
+
+def test_weight_table_equals_each_samples_kernel_in_float32():
+    """The batch's kernels of one axis come from one NumPy pass: each row is the sample's own kernel
+    (gaussian_weights, OpenCV's getGaussianKernel) centred in the widest window, equal in float32 (what the
+    kernels use), for sigmas alone, windows alone and both."""
+    from sluice.ops.image.gaussian_blur import _weight_table, gaussian_weights
+
+    rng = np.random.default_rng(7)
+    params = [gaussian_params(float(s), 0) for s in rng.uniform(0.3, 6.0, 40)]
+    params += [gaussian_params(0.0, int(k) * 2 + 1) for k in rng.integers(0, 9, 20)]
+    params += [gaussian_params(float(s), int(k) * 2 + 1)
+               for s, k in zip(rng.uniform(0.3, 3.0, 20), rng.integers(0, 9, 20))]
+    table = _weight_table(np.array([p[0] for p in params]), np.array([p[1] for p in params]))
+    kmax = max(p[1] for p in params)
+    assert table.shape == (len(params), kmax)
+    for row, (sigma, window) in zip(table, params):
+        pad = (kmax - window) // 2
+        assert torch.equal(row[pad:pad + window].float(), gaussian_weights(sigma, window).float())
+        assert not row[:pad].any() and not row[pad + window:].any()
+    np.testing.assert_allclose(cv2.getGaussianKernel(params[0][1], params[0][0]).ravel(),
+                               table[0, (kmax - params[0][1]) // 2:][:params[0][1]].numpy(), rtol=1e-6)

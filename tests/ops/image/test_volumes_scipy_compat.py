@@ -150,6 +150,69 @@ def test_volume_kernels_on_cpu_tensors_are_the_gpu_kernels():
             torch.testing.assert_close(a, b)
 
 
+def _per_sample_pipe(op, vols, per_sample, layout="CDHW", **kw):
+    """``op`` on ``vols`` with per-sample argument values (``per_sample``: name -> one value a sample)."""
+    from sluice import fn
+    from sluice.testing import run_pipeline
+
+    def build():
+        x = fn.external_source(source=lambda: vols, layout=layout, cycle=True)
+        args = {k: fn.external_source(source=lambda v=v: [np.float32(a) for a in v], cycle=True)
+                for k, v in per_sample.items()}
+        return getattr(fn, op)(x, **args, **kw)
+
+    return run_pipeline(build, batch_size=len(vols))[0]
+
+
+def test_whole_window_crop_is_the_input_and_mixed_windows_still_cut():
+    """nnU-Net's zoom crops each volume to ``scale * patch`` with scale 1 in most samples: a batch whose windows
+    are all whole comes back as it is; a batch where one is not is cut, the whole ones equal to their input."""
+    vols = [RNG.normal(size=(1, 8, 10, 12)).astype(np.float32) for _ in range(3)]
+    whole = _per_sample_pipe("crop", vols, {"crop_d": [8.0] * 3, "crop_h": [10.0] * 3, "crop_w": [12.0] * 3})
+    for v, got in zip(vols, whole):
+        np.testing.assert_array_equal(got.numpy(), v)
+    assert whole.layout() == "CDHW"
+    mixed = _per_sample_pipe("crop", vols, {"crop_d": [8.0, 6.0, 8.0], "crop_h": [10.0, 7.0, 10.0],
+                                            "crop_w": [12.0, 9.0, 12.0]})
+    assert [tuple(t.shape) for t in mixed] == [(1, 8, 10, 12), (1, 6, 7, 9), (1, 8, 10, 12)]
+    d, h, w = _window((8, 10, 12), (6, 7, 9), (0.5, 0.5, 0.5))
+    np.testing.assert_array_equal(mixed[1].numpy(), vols[1][:, d:d + 6, h:h + 7, w:w + 9])
+    np.testing.assert_array_equal(mixed[0].numpy(), vols[0])
+
+
+@pytest.mark.parametrize("interp", [types.INTERP_NN, types.INTERP_LINEAR, types.INTERP_CUBIC])
+def test_resize_to_the_same_size_skips_exact_axes(interp, monkeypatch):
+    """A resize to the input's own size with a filter exact at the pixels is the input (the axes are not
+    filtered), equal to the filtered result; in a ragged batch only the axes every sample keeps are skipped."""
+    from sluice.ops.image import _volume
+
+    vols = [RNG.normal(size=(1, 6, 9, 7)).astype(np.float32), RNG.normal(size=(1, 6, 5, 7)).astype(np.float32)]
+    lbls = [RNG.integers(0, 3, (1, 6, 9, 7), dtype=np.uint8) for _ in range(2)]
+    kw = dict(interp_type=interp)
+    same = _per_sample_pipe("resize", vols, {"resize_z": [6, 6], "resize_y": [9, 5], "resize_x": [7, 7]}, **kw)
+    same_lbl = run_op("resize", lbls, layout="CDHW", size=(6, 9, 7), **kw)
+    partly = _per_sample_pipe("resize", vols, {"resize_z": [6, 6], "resize_y": [4, 5], "resize_x": [7, 11]}, **kw)
+    for v, got in zip(vols, same):
+        np.testing.assert_array_equal(got.numpy(), v)
+    for v, got in zip(lbls, same_lbl):
+        assert got.dtype == torch.uint8
+        np.testing.assert_array_equal(got.numpy(), v)
+    monkeypatch.setattr(_volume, "_is_identity", lambda *a: False)  # the reference: every axis filtered
+    ref = _per_sample_pipe("resize", vols, {"resize_z": [6, 6], "resize_y": [9, 5], "resize_x": [7, 7]}, **kw)
+    ref_partly = _per_sample_pipe("resize", vols, {"resize_z": [6, 6], "resize_y": [4, 5], "resize_x": [7, 11]},
+                                  **kw)
+    for a, b in zip(same, ref):
+        assert torch.equal(a, b)
+    for a, b in zip(partly, ref_partly):
+        assert a.shape == b.shape and torch.equal(a, b)
+
+
+def test_gaussian_resize_to_the_same_size_still_filters():
+    vols = [RNG.normal(size=(1, 6, 9, 7)).astype(np.float32)]
+    out = run_op("resize", vols, layout="CDHW", size=(6, 9, 7), interp_type=types.INTERP_GAUSSIAN)
+    assert not np.array_equal(out[0].numpy(), vols[0])
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("name,kw", [("crop", dict(crop=(4, 6, 8), crop_pos_z=0.2)),
                                      ("crop_mirror_normalize", dict(crop=(4, 6, 8), mirror=1, mean=[5.0])),

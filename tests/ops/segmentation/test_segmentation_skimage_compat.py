@@ -118,6 +118,38 @@ def test_random_object_bbox_same_seed_same_boxes():
 
 
 # ---- random_mask_pixel ------------------------------------------------------------------------------------------
+def test_object_boxes_in_the_mask_box_equal_skimage_in_order():
+    """object_boxes labels only the box around the mask: the boxes of skimage's labelling of the whole map, in
+    its order (first pixel, row-major), for blobs away from and touching the borders, and empty masks."""
+    from sluice.ops.segmentation.random_object_bbox import object_boxes
+
+    rng = np.random.default_rng(3)
+    for shape in ((40, 50, 30), (17, 33), (1, 9, 1)):
+        for _ in range(4):
+            mask = np.zeros(shape, bool)
+            for _ in range(int(rng.integers(1, 5))):
+                lo = [int(rng.integers(0, s)) for s in shape]
+                mask[tuple(slice(a, a + int(rng.integers(1, 6))) for a in lo)] = True
+            lab = measure.label(mask, connectivity=1)
+            assert object_boxes(mask).tolist() == [list(r.bbox) for r in measure.regionprops(lab)]  # label order
+        assert object_boxes(np.zeros(shape, bool)).shape == (0, 2 * len(shape))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32, np.uint16, bool])
+def test_present_labels_equal_numpy_unique(dtype):
+    from sluice.ops.segmentation.random_object_bbox import present_labels
+
+    rng = np.random.default_rng(4)
+    for lo, hi in ((0, 3), (0, 2), (5, 60), (-3, 4), (0, 200), (-1000, 30000)):
+        info = np.iinfo(dtype) if dtype is not bool else None
+        if info is not None and (lo < info.min or hi > info.max):
+            continue
+        data = rng.integers(lo, hi, (20, 30, 11)).astype(dtype) if dtype is not bool else rng.random((9, 9)) < 0.3
+        data.reshape(-1)[::7] = data.reshape(-1)[0]  # gaps in the range: values absent between min and max
+        assert present_labels(data) == [int(v) for v in np.unique(data)]
+    assert present_labels(np.zeros((0, 4), np.uint8)) == []
+
+
 @pytest.mark.parametrize("maps", [MAPS2D, MAPS3D], ids=["2d", "3d"])
 def test_random_mask_pixel_lands_on_the_foreground(maps):
     for seed in range(4):

@@ -137,3 +137,46 @@ def test_one_start_for_every_sample_equals_each_sample_cut_alone(start, extent):
     lo, hi, _ = sl.slice_plan(data, None, None, args)
     for o, w in zip(out, reference(xs, lo, hi, "pad", [-3.0])):
         torch.testing.assert_close(o, w, rtol=0, atol=0)
+
+
+def test_slice_feeding_the_gpu_asks_for_a_page_locked_buffer(monkeypatch):
+    """A CPU slice whose output a GPU operator takes (the executor sets ``pin_outputs``) cuts into a page-locked
+    batch buffer of the pipeline's GPU, so that the copy is one DMA with no staging copy; the regions are the
+    per-sample reference's (padding outside included), ragged."""
+    asked = []
+    real = sl.batch_buffer
+
+    def spy(nbytes, pin, device_id):
+        asked.append((pin, device_id))
+        return real(nbytes, False, None)
+
+    monkeypatch.setattr(sl, "batch_buffer", spy)
+    vols = [torch.randn(1, d, 7, 6, generator=torch.Generator().manual_seed(d)) for d in (5, 9, 4)]
+    anchor = [np.array([1, -2, 0], np.int64), np.array([3, 2, 1], np.int64), np.array([0, 0, 0], np.int64)]
+    const = {k: a.default for k, a in sl.SCHEMA.args.items()}
+    const.update(axis_names="DHW", out_of_bounds_policy="pad")
+    op = sl.SCHEMA.kernel_for("cpu")(type("Spec", (), {"device_id": 3})())
+    op.pin_outputs = True
+    args = BatchArgs(const, {}, 3)
+    anchors = Batch([torch.from_numpy(a) for a in anchor])
+    shapes = Batch([torch.tensor([4, 5, 6])] * 3)
+    out = op.run(_ctx(3, "CDHW"), Batch(vols, "CDHW"), anchors, shapes, args=args)
+    assert asked == [(True, 3)]
+    for v, a, got in zip(vols, anchor, out):
+        ref = sl.slice_sample(v, [0, *a.tolist()], [1, *(a + [4, 5, 6]).tolist()], "pad", [0.0], 0)
+        assert torch.equal(got, ref)
+    op.pin_outputs = False
+    op.run(_ctx(3, "CDHW"), Batch(vols, "CDHW"), anchors, shapes, args=args)
+    assert asked[-1] == (False, None)
+
+
+@pytest.mark.cuda
+def test_slice_before_gpu_outputs_page_locked_memory():
+    @pipeline_def(batch_size=2, num_threads=2, device_id=0, seed=1)
+    def pipe():
+        x = fn.external_source(source=lambda: [np.ones((1, 9, 8, 7), np.float32)] * 2, layout="CDHW", cycle=True)
+        cut = fn.slice(x, [1, 1, 1], [4, 4, 4], axis_names="DHW", out_of_bounds_policy="pad")
+        return cut, cut.gpu()
+
+    cpu, gpu = pipe().run()
+    assert cpu.as_tensor().is_pinned() and torch.equal(cpu.as_tensor(), gpu.as_cpu().as_tensor())

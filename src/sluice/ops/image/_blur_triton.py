@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from sluice.ops.image._color_affine import _SUPPORTED, _kernels, triton_available
+from sluice.pipeline.ragged import host_to_device
 
 __all__ = ["blur_axes_triton"]
 
@@ -48,6 +49,7 @@ def blur_axes_triton(x: torch.Tensor, axes: Sequence[int], weights: Sequence[tor
     y = x
     for a, axis in enumerate(axes):
         last = a == len(axes) - 1
-        w = weights[a].to(x.device, torch.float32).contiguous()
+        # page-locked and asynchronous: a copy from pageable memory would wait for the work queued on the stream
+        w = host_to_device(weights[a].to(torch.float32).numpy(), x.device)
         y = _pass(y, axis, w, out_dtype if last else torch.float32)
     return y

@@ -17,6 +17,7 @@ import torch
 
 from sluice.kernels.resample import filter_table, pad_tables
 from sluice.ops.image._geometry import as_list, region_and_size, round_half_away
+from sluice.pipeline.ragged import host_to_device
 
 __all__ = ["is_volume", "spatial_axes", "crop_windows_nd", "gather_windows", "resize_params_3d",
            "resample_volumes", "apply_policy", "VOLUME_LAYOUTS"]
@@ -103,9 +104,9 @@ def gather_windows(x: torch.Tensor, shapes: np.ndarray, anchors: np.ndarray, siz
     n, ndim = sizes.shape
     dev = x.device
     out_ext = tuple(int(v) for v in sizes.max(0)) if n else (0,) * ndim
-    table = torch.from_numpy(np.concatenate([anchors, sizes, shapes], 1).astype(np.int64)).to(dev, non_blocking=True)
-    flip = torch.from_numpy(np.zeros(n, bool) if mirror is None else np.asarray(mirror, bool)).to(
-        dev, non_blocking=True)
+    # page-locked, asynchronous copies: from pageable memory a copy waits for the work queued on the stream
+    table = host_to_device(np.concatenate([anchors, sizes, shapes], 1).astype(np.int64), dev)
+    flip = host_to_device(np.zeros(n, bool) if mirror is None else np.asarray(mirror, bool), dev)
     index = []
     inside = torch.ones((n,) + (1,) * ndim, dtype=torch.bool, device=dev)
     for k in range(ndim):
@@ -125,11 +126,11 @@ def gather_windows(x: torch.Tensor, shapes: np.ndarray, anchors: np.ndarray, siz
         if len(values) > 1 and channel_dim is not None:
             view = [1] * (ndim + 1)
             view[channel_dim + 1] = len(values)
-            f = torch.tensor(values, dtype=torch.float64).to(out.dtype).to(dev).view(view)
+            f = host_to_device(np.asarray(values, np.float64), dev).to(out.dtype).view(view)
             if out.shape[channel_dim + 1] != len(values):
                 raise ValueError(f"Invalid fill_values ({values}): expected 1 or {out.shape[channel_dim + 1]} values.")
         else:
-            f = torch.tensor(values[0], dtype=torch.float64).to(out.dtype).to(dev)
+            f = torch.full((), float(values[0]), dtype=torch.float64, device=dev).to(out.dtype)  # made there: no copy
         out = torch.where(inside, out, f)
     return out, sizes, inside
 
@@ -175,9 +176,9 @@ def resize_params_3d(in_shape: Sequence[int], *, resize_x: float = 0.0, resize_y
 
 
 def _tables(lo: np.ndarray, hi: np.ndarray, in_size: np.ndarray, out_size: np.ndarray, fmin: int, fmag: int,
-            antialias: bool) -> tuple[np.ndarray, np.ndarray]:
+            antialias: bool) -> tuple[np.ndarray, np.ndarray, bool]:
     """Per-sample filter tables of one axis, padded to one ``(n, max_out, max_taps)`` index and weight array
-    (padding rows and taps: index 0, weight 0)."""
+    (padding rows and taps: index 0, weight 0), and whether every sample's table is the identity."""
     n = len(lo)
     parts = []
     for i in range(n):
@@ -185,7 +186,18 @@ def _tables(lo: np.ndarray, hi: np.ndarray, in_size: np.ndarray, out_size: np.nd
         fid = fmin if abs(hi[i] - lo[i]) > o else fmag
         parts.append(filter_table(float(lo[i]), float(hi[i]), int(in_size[i]), o, fid, antialias) if o and in_size[i]
                      else (np.zeros((o, 1), np.int64), np.zeros((o, 1), np.float32)))
-    return pad_tables(parts)
+    identity = all(_is_identity(idx, w, int(size)) for (idx, w), size in zip(parts, in_size))
+    return (*pad_tables(parts), identity)
+
+
+def _is_identity(idx: np.ndarray, w: np.ndarray, in_size: int) -> bool:
+    """Whether the table ``(out, taps)`` takes output ``o`` from input ``o`` alone with weight 1 (a resize to the
+    same size over the whole axis with a filter that is exact at the pixels: NN, linear, cubic), so that filtering
+    would copy the axis."""
+    if idx.shape[0] != in_size:
+        return False
+    hit = (idx == np.arange(in_size)[:, None]) & (w == 1)
+    return bool((hit.sum(1) == 1).all() and ((w == 0) | hit).all())
 
 
 def _resample_axis(x: torch.Tensor, dim: int, idx: np.ndarray, w: np.ndarray) -> torch.Tensor:
@@ -197,8 +209,8 @@ def _resample_axis(x: torch.Tensor, dim: int, idx: np.ndarray, w: np.ndarray) ->
     rest = moved.shape[2:]
     flat = moved.reshape(n, moved.shape[1], -1)
     _, out, taps = idx.shape
-    ti = torch.from_numpy(idx.reshape(n, out * taps)).to(dev, non_blocking=True)
-    tw = torch.from_numpy(w).to(dev, non_blocking=True)
+    ti = host_to_device(idx.reshape(n, out * taps), dev)  # asynchronous: a pageable copy would wait for the stream
+    tw = host_to_device(w, dev)
     if taps == 1 and not (w != 1).any():  # nearest neighbour: a plain gather
         g = torch.gather(flat, 1, ti.unsqueeze(2).expand(n, out, flat.shape[2]))
         return g.reshape(n, out, *rest).movedim(1, dim)
@@ -209,17 +221,21 @@ def _resample_axis(x: torch.Tensor, dim: int, idx: np.ndarray, w: np.ndarray) ->
 
 def resample_volumes(x: torch.Tensor, in_shapes: np.ndarray, axes: Sequence[int], lo: np.ndarray, hi: np.ndarray,
                      out_sizes: np.ndarray, fmin: int, fmag: int, antialias: bool) -> tuple[torch.Tensor, np.ndarray]:
-    """Resample the padded batch ``x (n, *largest)`` (float32) along the spatial ``axes`` (sample dims, D, H, W
-    order), sample ``i`` from region ``lo[i]..hi[i]`` (``(n, 3)``) to ``out_sizes[i]``: the separable filters of
+    """Resample the padded batch ``x (n, *largest)`` along the spatial ``axes`` (sample dims, D, H, W order),
+    sample ``i`` from region ``lo[i]..hi[i]`` (``(n, 3)``) to ``out_sizes[i]``: the separable filters of
     :mod:`sluice.kernels.resample` (DALI's interpolation types, antialiased when shrinking), one gather and weighted
-    sum per axis for the whole batch. Returns the padded float32 output and the output shapes."""
+    sum per axis for the whole batch. An axis whose every table is the identity (the same size, the whole axis,
+    a filter exact at the pixels) is not filtered. Returns the padded float32 output (``x`` itself, of its own
+    type, when no axis was filtered) and the output shapes."""
     shapes = np.asarray(in_shapes, np.int64).copy()
     # the axis that shrinks most goes first: fewer elements for the others to filter
     ratio = out_sizes / np.maximum(shapes[:, list(axes)], 1)
     order = np.argsort(ratio.max(0), kind="stable")
     for k in order.tolist():
         dim = axes[k]
-        idx, w = _tables(lo[:, k], hi[:, k], shapes[:, dim], out_sizes[:, k], fmin, fmag, antialias)
-        x = _resample_axis(x, dim + 1, idx, w)
+        idx, w, identity = _tables(lo[:, k], hi[:, k], shapes[:, dim], out_sizes[:, k], fmin, fmag, antialias)
+        if identity:
+            continue
+        x = _resample_axis(x if x.dtype == torch.float32 else x.to(torch.float32), dim + 1, idx, w)
         shapes[:, dim] = out_sizes[:, k]
     return x, shapes

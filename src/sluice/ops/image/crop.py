@@ -11,6 +11,7 @@ whole batch is then cut in one gather over its padded form (:mod:`sluice.ops.ima
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from sluice import types
@@ -75,6 +76,9 @@ def crop_volumes(volumes: Batch, layout: str, args) -> Batch:
     shapes = volumes.shapes_array()
     anchors, sizes = crop_windows_nd(shapes, layout, args)
     anchors, sizes = apply_policy(shapes, anchors, sizes, args["out_of_bounds_policy"][0] or "error", "fn.crop")
+    dtype = out_dtype(args["dtype"][0] if n else None, volumes.dtype)
+    if dtype == volumes.dtype and not anchors.any() and np.array_equal(sizes, shapes):
+        return volumes.with_layout(layout)  # every window is its whole volume (nnU-Net's unzoomed case): no cut
     data, _ = volumes.padded(fill=None)
     c = layout.find("C")
     out, out_shapes, _ = gather_windows(data, shapes, anchors, sizes, fill=as_list(args["fill_values"][0] if n else 0),

@@ -1,7 +1,7 @@
 """``fn.flip``: mirror images horizontally and/or vertically (and volumes depthwise), per sample.
 
-On the GPU a dense batch is flipped with one gather per group of samples sharing the same flags (at most four
-launches whatever the batch size); ragged batches flip sample by sample.
+On the GPU a batch of equal shapes is flipped with one gather per group of samples sharing the same flags (at most
+eight whatever the batch size); ragged batches flip sample by sample.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ def flip_gpu(ctx, images: Batch, *, args) -> Batch:
     layout = ctx.layout_of(images)
     n = len(images)
     flags = list(zip(*([bool(v) for v in args[name]] for name in ("horizontal", "vertical", "depthwise"))))
-    dense = images.dense
-    if dense is None or n == 0:
+    # equal shapes held packed (a slice's patches after .gpu()) are viewed as one tensor too, without a copy
+    dense = images.as_tensor() if n and images.is_dense_tensor() else None
+    if dense is None:
         return Batch([flip_image(s, _layout(layout, s), *flags[i]).contiguous()
                       for i, s in enumerate(images.samples)], layout)
     out = torch.empty_like(dense)

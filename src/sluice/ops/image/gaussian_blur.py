@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from sluice import types
 from sluice.ops.image._blur_triton import blur_axes_triton
 from sluice.ops.image._color_affine import opencv
-from sluice.ops.tensor._util import as_float_list, convert_saturate, map_batch
+from sluice.ops.tensor._util import as_float_list, convert_saturate, map_groups, to_batch
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, OpSchema
 
@@ -53,6 +54,17 @@ def gaussian_weights(sigma: float, window: int) -> torch.Tensor:
     x = torch.arange(window, dtype=torch.float64) - r
     w = torch.exp(-(x * x) / (2 * sigma * sigma))
     return w / w.sum()
+
+
+def _weight_table(sigmas: np.ndarray, windows: np.ndarray) -> torch.Tensor:
+    """Every sample's kernel of one axis in one NumPy pass (no torch call a sample): an ``(n, max window)`` float64
+    table, row ``i`` holding :func:`gaussian_weights` ``(sigmas[i], windows[i])`` centred and zeros around (the same
+    values in float32, which the kernels use; float64 may differ in the last bit)."""
+    kmax = int(windows.max())
+    x = np.arange(kmax, dtype=np.float64) - (kmax - 1) / 2
+    w = np.exp(-(x * x)[None, :] / (2 * sigmas[:, None] * sigmas[:, None]))
+    w[np.abs(x)[None, :] > (windows[:, None] - 1) / 2] = 0.0
+    return torch.from_numpy(w / w.sum(1, keepdims=True))
 
 
 def _reflect101(n: int, r: int, device: torch.device) -> torch.Tensor:
@@ -114,15 +126,8 @@ def blur_axes(x: torch.Tensor, axes: Sequence[int], params: Sequence[Sequence[tu
     out_dtype = out_dtype or x.dtype
     if x.numel() == 0:  # nothing to blur (e.g. a 0 x W image)
         return x.to(out_dtype, copy=True)
-    weights = []
-    for a in range(len(axes)):
-        kmax = max(p[a][1] for p in params)
-        w = torch.zeros(x.shape[0], kmax, dtype=torch.float64)
-        for i, p in enumerate(params):
-            sigma, window = p[a]
-            pad = (kmax - window) // 2
-            w[i, pad:pad + window] = gaussian_weights(sigma, window)
-        weights.append(w)
+    weights = [_weight_table(np.array([p[a][0] for p in params]), np.array([p[a][1] for p in params]))
+               for a in range(len(axes))]
     fused = blur_axes_triton(x, axes, weights, out_dtype)  # CUDA + Triton: one launch per axis
     if fused is not None:
         return fused
@@ -140,16 +145,24 @@ def _sample_params(ndim: int, layout: str, sigma, window_size) -> tuple[list[int
 
 
 def _run_batch(images, sigma, window_size, dtype=None):
-    samples = list(images.samples)
+    """The blurred samples: a list, or one N x ... tensor when the samples share a shape (the whole batch blurred
+    at once, no stacking before nor unbinding after)."""
     layout = images.layout()
     out_dtype = None if dtype is None or dtype == types.NO_TYPE else types.to_torch_dtype(dtype)
+    if len(images) and images.is_dense_tensor():
+        dense = images.as_tensor()
+        axes, first = _sample_params(dense.dim() - 1, layout, sigma[0], window_size[0])
+        params = [first] + [_sample_params(dense.dim() - 1, layout, sigma[i], window_size[i])[1]
+                            for i in range(1, len(images))]
+        return blur_axes(dense, [a + 1 for a in axes], params, out_dtype)
+    samples = list(images.samples)
     per = [_sample_params(s.dim(), layout, sigma[i], window_size[i]) for i, s in enumerate(samples)]
 
     def run(stack, idx):
         axes = [a + 1 for a in per[idx[0]][0]]
         return blur_axes(stack, axes, [per[i][1] for i in idx], out_dtype)
 
-    return map_batch(samples, run, images.dense)
+    return map_groups(samples, run)
 
 
 SCHEMA = OpSchema(
@@ -208,4 +221,4 @@ def gaussian_blur_cpu(ctx, image, *, sigma, window_size, dtype, **_):
 
 @SCHEMA.batch_kernel("gpu")
 def gaussian_blur_gpu(ctx, images, *, args):
-    return Batch(_run_batch(images, args["sigma"], args["window_size"], args.const("dtype")), images.layout())
+    return to_batch(_run_batch(images, args["sigma"], args["window_size"], args.const("dtype")), images.layout())

@@ -157,9 +157,12 @@ def resize_volumes(volumes: Batch, layout: str, args) -> Batch | tuple[Batch, Ba
     fmin, fmag = (filter_id(f) for f in filters({k: args[k][0] for k in ("interp_type", "min_filter", "mag_filter")}))
     data, _ = volumes.padded(fill=0)
     dtype = check_dtype(args["dtype"][0], data)
-    y, out_shapes = resample_volumes(data.to(torch.float32), shapes, axes, lo, hi, outs, fmin, fmag,
-                                     bool(args["antialias"][0]))
-    out = Batch.from_padded(cast_round(y, dtype), out_shapes, layout)
+    y, out_shapes = resample_volumes(data, shapes, axes, lo, hi, outs, fmin, fmag, bool(args["antialias"][0]))
+    if y is data:  # every axis kept as it is (nnU-Net's zoom when it does not zoom): the input, in the output type
+        out = (volumes.with_layout(layout) if dtype == data.dtype
+               else Batch.from_padded(data.to(dtype), out_shapes, layout))
+    else:
+        out = Batch.from_padded(cast_round(y, dtype), out_shapes, layout)
     if save:
         return out, Batch.from_dense(torch.from_numpy(outs.astype(np.int32)))
     return out

@@ -29,7 +29,7 @@ from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
-__all__ = ["SCHEMA", "object_boxes", "pick_object_box"]
+__all__ = ["SCHEMA", "object_boxes", "pick_object_box", "present_labels"]
 
 _FORMATS = ("anchor_shape", "start_end", "box")
 _TYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.uint16, torch.uint32)
@@ -81,11 +81,32 @@ def object_boxes(mask: np.ndarray) -> np.ndarray:
     order of their first pixel (row-major)."""
     from scipy import ndimage
 
-    labels, count = ndimage.label(mask)
+    # label only the box around the mask's pixels (a few objects in a large volume: a small part of it); raster
+    # order inside the box is the volume's, so the blobs come in the same order
+    extents = [np.flatnonzero(mask.any(axis=tuple(j for j in range(mask.ndim) if j != k))) for k in range(mask.ndim)]
+    if mask.ndim == 0 or not all(len(e) for e in extents):
+        return np.zeros((0, 2 * mask.ndim), np.int64)
+    lo = np.array([e[0] for e in extents], np.int64)
+    labels, count = ndimage.label(mask[tuple(slice(int(e[0]), int(e[-1]) + 1) for e in extents)])
     if count == 0:
         return np.zeros((0, 2 * mask.ndim), np.int64)
     slices = ndimage.find_objects(labels)
-    return np.array([[s.start for s in sl] + [s.stop for s in sl] for sl in slices], np.int64)
+    return np.array([[s.start for s in sl] + [s.stop for s in sl] for sl in slices], np.int64) + np.tile(lo, 2)
+
+
+#: Label maps whose values span at most this many integers find the labels present by one comparison each, not by
+#: sorting the map (np.unique); the same labels.
+_FEW_LABELS = 64
+
+
+def present_labels(data: np.ndarray) -> list[int]:
+    """The sorted distinct values of the integer label map ``data``."""
+    if data.size == 0:
+        return []
+    lo, hi = int(data.min()), int(data.max())
+    if hi - lo < _FEW_LABELS:
+        return [v for v in range(lo, hi + 1) if v in (lo, hi) or bool((data == v).any())]
+    return [int(v) for v in np.unique(data)]
 
 
 def _class_info(background, classes, weights, ignore: bool) -> tuple[int, list[int] | None, list[float] | None]:
@@ -144,14 +165,14 @@ def pick_object_box(data: np.ndarray, rng: np.random.Generator, *, background=No
     if not rng.random() < foreground_prob or data.size == 0:
         return whole
     if ignore_class:
-        present = [int(v) for v in np.unique(data) if int(v) != bg]
+        present = [v for v in present_labels(data) if v != bg]
         boxes = [object_boxes(data == v) for v in present]
         boxes = np.concatenate(boxes) if boxes else np.zeros((0, 2 * data.ndim), np.int64)
         k = _pick_box(boxes, threshold, k_largest, rng) if len(boxes) else -1
         if k < 0:
             return whole
         return boxes[k, :data.ndim], boxes[k, data.ndim:], bg  # (output_class is not allowed here)
-    present = {int(v) for v in np.unique(data)} - {bg}
+    present = set(present_labels(data)) - {bg}
     if cls is None:
         cls = sorted(present)
         wts = [1.0] * len(cls)

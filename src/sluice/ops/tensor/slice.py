@@ -18,6 +18,7 @@ import torch
 
 from sluice import types
 from sluice.errors import SampleError
+from sluice.ops._host import batch_buffer
 from sluice.ops.tensor._util import as_float_list, resolve_axes
 from sluice.pipeline import ragged
 from sluice.pipeline.batch import Batch
@@ -417,7 +418,10 @@ def slice_cpu(ctx, data: Batch, anchor: Batch | None = None, sl_shape: Batch | N
     out_shapes = hi - lo
     sizes = ragged.sample_sizes(out_shapes)
     offsets = ragged.packed_offsets(out_shapes)
-    flat = torch.empty(int(sizes.sum()), dtype=data.dtype)
+    # one buffer for the batch: page-locked when a GPU operator takes it (its copy is then one DMA, no staging
+    # copy), else a reused block (no page faults on first touch each batch)
+    flat = batch_buffer(int(sizes.sum()) * data.dtype.itemsize, ctx is not None and ctx.pin_outputs,
+                        ctx.device_id if ctx is not None else None).view(data.dtype)
     policy, ch = args.const("out_of_bounds_policy"), _channel_axis(data.layout())
     fills = args.const("fill_values") or [0.0]
     samples = data.samples
