@@ -70,8 +70,15 @@ def test_batch_kernel_equals_sample_kernel(op, inputs, layout, const, per_sample
     batches = [Batch(list(x), layout) for x in inputs]
     outs = schema.kernels["gpu"].kernel(ctx, *batches, args=args)
     outs = outs if isinstance(outs, tuple) else (outs,)
+    # A random batch kernel draws sample i from the batch's generator by its index: the CPU kernel then runs on the
+    # whole batch (on a batch of one, every sample would be sample 0)
+    whole = None
+    if _is_batch_kernel(schema.kernels["cpu"]) and schema.random:
+        whole = schema.kernels["cpu"].kernel(ctx, *(Batch(list(x), layout) for x in inputs), args=args)
     for i in range(n):
-        if _is_batch_kernel(schema.kernels["cpu"]):      # the CPU kernel on a batch of this one sample
+        if whole is not None:
+            want = tuple(w[i] for w in whole) if isinstance(whole, tuple) else whole[i]
+        elif _is_batch_kernel(schema.kernels["cpu"]):      # the CPU kernel on a batch of this one sample
             one = BatchArgs(const_args, {k: [v[i]] for k, v in per_sample.items()}, 1)
             ctx1 = BatchContext(op, 1, [""], [layout] * len(inputs), torch.device("cpu"), None, seed=5)
             want = schema.kernels["cpu"].kernel(ctx1, *(Batch([x[i]], layout) for x in inputs), args=one)
