@@ -97,7 +97,7 @@ struct NumpyStream {
     }
 };
 
-void register_detection(py::module_& m);  // detection.cpp: random_bbox_crop windows, box matching
+void register_detection(py::module_& m);  // detection.cpp: random_bbox_crop windows, box encoding
 void register_io(py::module_& m);      // io.cpp: reading files into batch buffers
 void register_image(py::module_& m);   // image.cpp: image headers, random crop windows
 void register_jpeg(py::module_& m);    // jpeg.cpp: libjpeg decoding of (windows of) JPEGs

@@ -8,7 +8,7 @@ PYBIND11_MODULE(_core, m) {
     m.doc() = "sluice's compiled core (see sluice.native)";
     // Bumped with every change of the functions' signatures or results: sluice.native refuses a core built from
     // other sources (a stale in-place build) rather than call what is not there.
-    m.attr("VERSION") = 8;
+    m.attr("VERSION") = 9;
     sluice::register_pool(m);
     sluice::register_io(m);
     sluice::register_image(m);

@@ -25,7 +25,7 @@ __all__ = ["core", "available", "fallback"]
 logger = logging.getLogger(__name__)
 
 #: The core's interface this Python side was written for (module.cpp's VERSION).
-CORE_VERSION = 8
+CORE_VERSION = 9
 
 try:
     from sluice import _core as _compiled

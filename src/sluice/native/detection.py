@@ -1,7 +1,7 @@
 """The detection operators' per-sample host work for a whole batch (see :mod:`sluice.native`): random_bbox_crop's
 windows (:func:`random_bbox_crops`, drawn with each sample's own generator, the values of
-:func:`random_bbox_crop_sample`, its pure-Python twin) and box_encoder's matching of boxes to anchors
-(:func:`match_boxes`).
+:func:`random_bbox_crop_sample`, its pure-Python twin) and box_encoder's matching of boxes to anchors and
+encoding (:func:`encode_boxes`).
 
 Example::
 
@@ -22,7 +22,7 @@ from sluice.pipeline.pool import map_all, runs
 from sluice.schema import _rng
 
 __all__ = ["random_bbox_crop_sample", "random_bbox_crops", "crop_to_windows", "to_ltrb", "from_ltrb",
-           "match_boxes"]
+           "encode_boxes"]
 
 log = logging.getLogger("sluice.ops.detection.random_bbox_crop")  # the operator's logger, as before
 
@@ -262,22 +262,18 @@ def random_bbox_crops(seed: int, iteration: int, ltrb: np.ndarray, counts: np.nd
     return crops, status, keep
 
 
-def match_boxes(boxes: np.ndarray, counts: np.ndarray, anchors: np.ndarray, criteria: float,
-                pool=None) -> tuple[np.ndarray, np.ndarray] | None:
-    """box_encoder's matching by the compiled core: ``boxes`` (total, 4) float32 ltrb of samples holding
-    ``counts`` each, ``anchors`` (A, 4) float32 ltrb. Returns each anchor's box (sample-local index, (n, A) int64)
-    and whether it is matched ((n, A) bool), in runs of samples over ``pool``'s threads; None without the core,
-    where the caller runs its torch reference (``sluice.ops.detection.box_encoder.match_boxes``), which gives the
-    same values."""
+def encode_boxes(boxes: np.ndarray, labels: np.ndarray, counts: np.ndarray, anchors: np.ndarray, criteria: float,
+                 pool=None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """box_encoder's matching and ``offset=False`` encoding by the compiled core: ``boxes`` (total, 4) float32 ltrb
+    of samples holding ``counts`` each, ``labels`` (total,) of any type, ``anchors`` (A, 4) float32 ltrb. Returns
+    ``(out (n, A, 4) float32 [cx, cy, w, h] of each anchor's box or of the anchor itself where unmatched, labels
+    (n, A) of the labels' type, 0 where unmatched, matched (n, A) bool)``, the samples run on ``pool``'s threads
+    (the pipeline's ``WorkerPool``; None: the calling thread), the GIL released. None without the core, where the
+    caller runs its torch reference (``sluice.ops.detection.box_encoder.encode_boxes``), which gives the same
+    values."""
     c = core()
     if c is None:
         return None
-    boxes = np.ascontiguousarray(boxes, dtype=np.float32).reshape(-1, 4)
-    anchors = np.ascontiguousarray(anchors, dtype=np.float32).reshape(-1, 4)
-    counts = np.ascontiguousarray(counts, dtype=np.int64).reshape(-1)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    parts = runs(counts.size, pool, per_thread=1)
-    done = map_all(pool, lambda r: c.match_boxes(boxes[starts[r.start]:starts[r.stop]], counts[r.start:r.stop],
-                                                 anchors, float(criteria)), parts) if len(parts) > 1 else \
-        [c.match_boxes(boxes, counts, anchors, float(criteria))]
-    return np.concatenate([d[0] for d in done]), np.concatenate([d[1] for d in done])
+    return c.encode_boxes(np.ascontiguousarray(boxes, dtype=np.float32).reshape(-1, 4),
+                          np.ascontiguousarray(labels).reshape(-1), np.ascontiguousarray(counts, dtype=np.int64),
+                          np.ascontiguousarray(anchors, dtype=np.float32).reshape(-1, 4), float(criteria), pool)

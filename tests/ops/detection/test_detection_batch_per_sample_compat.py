@@ -132,29 +132,63 @@ def _anchors(k=300):
     return anchors
 
 
-@pytest.mark.skipif(not native.available(), reason="needs the compiled core")
-@pytest.mark.parametrize("offset", [False, True])
-def test_box_encoder_core_matching_equals_torch_matching(offset):
+def _encoder_inputs(label_dtype=torch.int32):
     boxes, labels = _ragged(5, n=20)
     boxes[4] = torch.cat([boxes[4], boxes[4][:1]])  # a repeated box: ties between boxes
     labels[4] = torch.cat([labels[4], labels[4][:1] + 1])
+    return boxes, [lab.to(label_dtype) for lab in labels]
+
+
+@pytest.mark.skipif(not native.available(), reason="needs the compiled core")
+@pytest.mark.parametrize("threads", [0, 3])
+def test_box_encoder_core_encoding_equals_torch_encoding(threads):
+    """The core's matching and offset=False rows and labels against the torch matching and encoding, to the bit."""
+    from sluice.ops.detection.box_encoder import encode_boxes
+
+    boxes, labels = _encoder_inputs()
     anchors = _anchors()
     n = len(boxes)
     counts = torch.tensor([len(b) for b in boxes])
     padded = torch.zeros(n, int(counts.max()), 4)
+    padded_labels = torch.zeros(n, int(counts.max()), dtype=torch.int32)
+    for i, (b, lab) in enumerate(zip(boxes, labels)):
+        padded[i, :len(b)], padded_labels[i, :len(b)] = b, lab.reshape(-1)
+    pool = native.core().WorkerPool(threads) if threads else None
+    try:
+        out, out_labels, matched = native.detection.encode_boxes(torch.cat(boxes).numpy(), torch.cat(labels).numpy(),
+                                                                 counts.numpy(), anchors, 0.5, pool=pool)
+    finally:
+        if pool is not None:
+            pool.close()
+    ref_best, ref_matched = match_boxes(padded, counts, torch.from_numpy(anchors), 0.5)
+    ref_out, ref_labels = encode_boxes(padded, counts, padded_labels, torch.from_numpy(anchors), criteria=0.5)
+    np.testing.assert_array_equal(matched, ref_matched.numpy())
+    assert matched.sum() > n  # boxes were matched, beyond each box's forced anchor
+    assert out.dtype == np.float32 and out_labels.dtype == np.int32
+    assert torch.equal(torch.from_numpy(out), ref_out) and torch.equal(torch.from_numpy(out_labels), ref_labels)
+    assert (out_labels[3] == 0).all() and not matched[3].any()  # sample 3 has no boxes
+
+
+@pytest.mark.skipif(not native.available(), reason="needs the compiled core")
+@pytest.mark.parametrize("label_dtype", [torch.int32, torch.int64, torch.float32, torch.uint8])
+@pytest.mark.parametrize("offset", [False, True])
+def test_box_encoder_cpu_kernel_equals_its_torch_kernel(offset, label_dtype):
+    """The operator's CPU kernel (the core's encoding) against its GPU kernel's code run on the CPU (torch matching
+    and encoding), to the bit, on ragged batches held as samples and as a padded batch (not back to back)."""
+    boxes, labels = _encoder_inputs(label_dtype)
+    anchors = _anchors()
+    n = len(boxes)
+    args = {a.name: a.default for a in ENCODER.args.values()}
+    args.update(anchors=anchors.ravel().tolist(), criteria=0.5, offset=offset, scale=300.0,
+                means=[0.1, -0.2, 0.05, 0.0] if offset else [0.0] * 4, stds=[0.1, 0.1, 0.2, 0.2])
+    ctx = BatchContext("box_encoder", n, [""] * n, ["", ""], torch.device("cpu"), None)
+    shapes = np.array([b.shape for b in boxes])
+    padded = torch.zeros(n, int(shapes[:, 0].max()), 4)
     for i, b in enumerate(boxes):
         padded[i, :len(b)] = b
-    flat = torch.cat(boxes).numpy()
-    best, matched = native.detection.match_boxes(flat, counts.numpy(), anchors, 0.5)
-    ref_best, ref_matched = match_boxes(padded, counts, torch.from_numpy(anchors), 0.5)
-    np.testing.assert_array_equal(matched, ref_matched.numpy())
-    np.testing.assert_array_equal(np.where(matched, best, -1), np.where(ref_matched.numpy(), ref_best.numpy(), -1))
-    assert matched.sum() > n  # boxes were matched, beyond each box's forced anchor
-    # the operator's CPU kernel (core matching) against its GPU kernel's code run on the CPU (torch matching)
-    args = {a.name: a.default for a in ENCODER.args.values()}
-    args.update(anchors=anchors.ravel().tolist(), criteria=0.5, offset=offset, scale=300.0, stds=[0.1, 0.1, 0.2, 0.2])
-    ctx = BatchContext("box_encoder", n, [""] * n, ["", ""], torch.device("cpu"), None)
-    got = ENCODER.kernels["cpu"].kernel(ctx, Batch(boxes), Batch(labels), args=BatchArgs(args, {}, n))
     ref = ENCODER.kernels["gpu"].kernel(ctx, Batch(boxes), Batch(labels), args=BatchArgs(args, {}, n))
-    for g, r in zip(got, ref):
-        assert torch.equal(g.as_tensor(), r.as_tensor())
+    for held in (Batch(boxes), Batch.from_padded(padded, shapes)):
+        got = ENCODER.kernels["cpu"].kernel(ctx, held, Batch(labels), args=BatchArgs(args, {}, n))
+        for g, r in zip(got, ref):
+            assert g.dtype == r.dtype and torch.equal(g.as_tensor(), r.as_tensor())
+    assert (ref[1].as_tensor() != 0).sum() > n

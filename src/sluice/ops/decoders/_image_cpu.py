@@ -32,7 +32,7 @@ from sluice.native import image as nimg
 from sluice.native import jpeg as native_jpeg
 from sluice.native.image import random_crop_windows
 from sluice.ops._host import batch_buffer
-from sluice.ops.decoders.windows import WINDOWS, convert_image_dtype, sample_bytes
+from sluice.ops.decoders.windows import WINDOWS, convert_image_dtype, sample_bytes, slice_windows
 from sluice.ops.readers.file import batch_region
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all
@@ -129,7 +129,7 @@ def cpu_operator(op: str) -> type[Operator]:
                     bufs.append(sample_bytes(sample))
                     infos.append(probe(bufs[i], source=sources[i]))
                     upright[i] = infos[i].shape(adjust)[:2]
-                    if not random and op != "decoders.image":
+                    if not random and op not in ("decoders.image", "decoders.image_slice"):  # slice: one call below
                         rois[i] = window(args.sample(i), int(upright[i, 0]), int(upright[i, 1]), None,
                                          tuple(b[i].numpy() for b in extra))
                 except Exception as exc:  # noqa: BLE001 - re-raised naming the sample, as sample kernels do
@@ -142,6 +142,8 @@ def cpu_operator(op: str) -> type[Operator]:
                 except ValueError as exc:  # invalid ranges: named on the first sample, as the sample kernel did
                     raise SampleError(0, sources[0], exc) from exc
                 rois = [tuple(w) for w in windows.tolist()]
+            elif op == "decoders.image_slice":
+                rois = slice_windows(args, upright, *extra, sources=sources)
             return _Plan(bufs, infos, rois, self._native_samples(infos, args))
 
         @staticmethod

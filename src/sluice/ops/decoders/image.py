@@ -32,7 +32,7 @@ from sluice import types
 from sluice.backends.image import ImageDecodeError, ImageInfo, decode, probe
 from sluice.errors import SampleError
 from sluice.ops.decoders._image_cpu import cpu_operator
-from sluice.ops.decoders.windows import WINDOWS, Roi, convert_image_dtype, sample_bytes
+from sluice.ops.decoders.windows import WINDOWS, Roi, convert_image_dtype, sample_bytes, slice_windows
 from sluice.ops.readers.file import batch_region, contiguous_bytes
 from sluice.ops.tensor.slice import SCHEMA as SLICE
 from sluice.pipeline.batch import Batch
@@ -144,15 +144,19 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             # Header probes are a few microseconds each: cheaper in this thread than as thread-pool tasks.
             infos: list[ImageInfo] = []
             rois: list[Roi | None] = [None] * n
+            per_sample = op not in ("decoders.image", "decoders.image_slice")  # image_slice: one call below
             for i in range(n):
                 try:
                     infos.append(probe(bufs[i], source=sources[i]))
-                    if op != "decoders.image":
+                    if per_sample:
                         h, w, _ = infos[i].shape(adjust)
                         rng = ctx.sample_rng(i, reuse=True) if op == "decoders.image_random_crop" else None
                         rois[i] = window(args.sample(i), h, w, rng, tuple(b[i].numpy() for b in extra))
                 except Exception as exc:  # noqa: BLE001 - re-raised naming the sample, as sample kernels do
                     raise SampleError(i, sources[i], exc) from exc
+            if op == "decoders.image_slice":
+                hw = np.array([info.shape(adjust)[:2] for info in infos], np.int64).reshape(n, 2)
+                rois = slice_windows(args, hw, *extra, sources=sources)
             return bufs, infos, rois, contiguous_bytes(data.samples)
 
         def _decode_kwargs(self, ctx: BatchContext, args: BatchArgs, host) -> dict:

@@ -11,9 +11,10 @@ import torch
 
 from sluice import types
 from sluice.native.crop_window import random_crop_window
-from sluice.ops.tensor.slice import slice_bounds
+from sluice.errors import SampleError
+from sluice.ops.tensor.slice import coordinate_rows, slice_bounds, slice_bounds_batch
 
-__all__ = ["convert_image_dtype", "WindowFn", "WINDOWS", "sample_bytes", "Roi"]
+__all__ = ["convert_image_dtype", "WindowFn", "WINDOWS", "sample_bytes", "Roi", "slice_windows"]
 
 Roi = tuple[int, int, int, int]
 
@@ -97,6 +98,77 @@ def _window_slice(sample_args: dict, h: int, w: int, anchor=None, shape=None) ->
         if hh <= 0 or ww <= 0:
             raise ValueError("image_slice: the window does not overlap the image")
     return y, x, hh, ww
+
+
+_SLICE_COORDS = ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")
+_SLICE_CONST = ("axes", "axis_names", "normalized_anchor", "normalized_shape", "out_of_bounds_policy")
+
+
+def slice_windows(args, hw: np.ndarray, anchor=None, shape=None, sources: list[str] | None = None) -> list[Roi]:
+    """image_slice's windows of a whole batch (``args``: the batch's ``BatchArgs``; ``hw``: ``(n, 2)`` upright
+    image sizes; ``anchor``/``shape``: the anchor and shape input batches or None): one
+    :func:`~sluice.ops.tensor.slice.slice_bounds_batch` call and NumPy checks, the windows of
+    :func:`_window_slice` sample by sample. Where a check fails (or the arguments need per-sample handling: axes
+    that vary per sample, ragged coordinates), the per-sample function runs, which raises its error naming the
+    sample (and its ``sources`` entry).
+
+    Example::
+
+        rois = slice_windows(args, np.array([[480, 640]]), anchors, shapes)   # [(y, x, h, w)]
+    """
+    hw = np.asarray(hw, dtype=np.int64).reshape(-1, 2)
+    n = len(hw)
+    samples = None
+    if n and all(args.is_const(k) for k in _SLICE_CONST) and (anchor is None) == (shape is None):
+        try:
+            samples = _slice_windows_batch(args, hw, anchor, shape)
+        except (ValueError, SampleError):
+            samples = None  # the per-sample function raises the error, naming the sample
+    if samples is not None:
+        return samples
+    extra = [b for b in (anchor, shape) if b is not None]
+    out = []
+    for i, (h, w) in enumerate(hw.tolist()):
+        try:
+            out.append(_window_slice(args.sample(i), h, w, *(b[i].numpy() for b in extra)))
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the sample, as sample kernels do
+            raise SampleError(i, sources[i] if sources else "", exc) from exc
+    return out
+
+
+def _slice_windows_batch(args, hw: np.ndarray, anchor, shape) -> list[Roi] | None:
+    """:func:`slice_windows` in one pass, or None where any window would raise (the caller then runs the
+    per-sample function, which says why)."""
+    if args.const("axes") is not None:
+        axes_arg = args.const("axes")
+        if not axes_arg or any(a not in (0, 1) for a in axes_arg):
+            return None
+        axes = [int(a) for a in axes_arg]
+    else:
+        axis_names = args.const("axis_names")
+        if not axis_names or len(set(axis_names)) != len(axis_names) or set(axis_names) - {"H", "W"}:
+            return None
+        axes = ["HW".index(c) for c in axis_names]
+    given = {k: (None if args.is_const(k) and args.const(k) is None else args[k]) for k in _SLICE_COORDS}
+    if any(v is not None and any(x is None for x in v) for v in given.values()):
+        return None  # given for some samples only: each sample on its own
+    lo, hi = slice_bounds_batch(
+        hw, axes, anchor=coordinate_rows(anchor)[0], sl_shape=coordinate_rows(shape)[0],
+        normalized_anchor=args.const("normalized_anchor"), normalized_shape=args.const("normalized_shape"),
+        start=given["start"], rel_start=given["rel_start"], end=given["end"], rel_end=given["rel_end"],
+        shape_arg=given["shape"], rel_shape=given["rel_shape"])
+    size = hi - lo
+    if (size <= 0).any():
+        return None
+    outside = (lo < 0).any(1) | (hi > hw).any(1)
+    if outside.any():
+        if args.const("out_of_bounds_policy") == "error":
+            return None
+        lo, hi = np.maximum(lo, 0), np.minimum(hi, hw)
+        size = hi - lo
+        if (size <= 0).any():
+            return None
+    return [tuple(r) for r in np.concatenate([lo, size], 1).tolist()]
 
 
 def _window_random(sample_args: dict, h: int, w: int, rng: np.random.Generator) -> Roi:

@@ -16,8 +16,11 @@ paper, every value first multiplied by ``scale``)::
 
 and unmatched anchors output zeros. The outputs have ``A`` rows whatever ``M`` is, so the batch is dense; on the GPU
 the whole batch is one sequence of tensor operations on the padded boxes (``n x M_max x A`` IoUs); on the CPU the
-matching (steps 1-2) is one pass of the compiled core over each sample's boxes and anchors, which gives the same
-values without the ``n x M_max x A`` tensors, and the encoding (step 3) is the same tensor code.
+matching and step 3 are one pass of the compiled core over each sample's boxes and anchors
+(:func:`sluice.native.detection.encode_boxes`, the samples on the pipeline's core threads, the GIL released), which
+gives the same values to the bit without the ``n x M_max x A`` tensors; ``offset=True`` then takes the offsets of
+the core's rows with the same tensor code as the GPU (its ``log`` stays torch's, whose float32 results are
+SLEEF's on x86 and need not equal ``std::log``'s to the bit).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sluice.native.detection import match_boxes as host_match_boxes
+from sluice.native.detection import encode_boxes as host_encode_boxes
 from sluice.pipeline.batch import Batch
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
 
@@ -84,6 +87,20 @@ def _center_wh(ltrb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (ltrb[..., :2] + ltrb[..., 2:]) * 0.5, ltrb[..., 2:] - ltrb[..., :2]
 
 
+def _offsets(rows: torch.Tensor, matched: torch.Tensor, a_center: torch.Tensor, a_wh: torch.Tensor, scale: float,
+             means, stds) -> torch.Tensor:
+    """SSD's normalised offsets of each anchor's box (``rows (n, A, 4)`` ``[cx, cy, w, h]``, only the ``matched``
+    rows used) to the anchors; zeros where unmatched."""
+    dev = rows.device
+    mean = torch.tensor(list(means), dtype=torch.float32, device=dev)
+    std = torch.tensor(list(stds), dtype=torch.float32, device=dev)
+    s = torch.tensor(float(scale), dtype=torch.float32, device=dev)
+    bc, bw, ac, aw = rows[..., :2] * s, rows[..., 2:] * s, a_center * s, a_wh * s
+    xy = ((bc - ac) / aw - mean[:2]) / std[:2]
+    wh = (torch.log(bw / aw) - mean[2:]) / std[2:]
+    return torch.cat([xy, wh], -1).masked_fill_(~matched.unsqueeze(2), 0.0)
+
+
 def match_boxes(boxes: torch.Tensor, counts: torch.Tensor, anchors: torch.Tensor,
                 criteria: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The matching of a padded batch (``boxes (n, M, 4)`` ltrb float32, the first ``counts[i]`` rows sample
@@ -111,11 +128,9 @@ def match_boxes(boxes: torch.Tensor, counts: torch.Tensor, anchors: torch.Tensor
 
 def encode_boxes(boxes: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor, anchors: torch.Tensor, *,
                  criteria: float = 0.5, offset: bool = False, scale: float = 1.0,
-                 means=(0.0, 0.0, 0.0, 0.0), stds=(1.0, 1.0, 1.0, 1.0),
-                 matches: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 means=(0.0, 0.0, 0.0, 0.0), stds=(1.0, 1.0, 1.0, 1.0)) -> tuple[torch.Tensor, torch.Tensor]:
     """Encode a padded batch: ``boxes (n, M, 4)`` ltrb float32 of which the first ``counts[i]`` rows are sample
     ``i``'s, ``labels (n, M)``, ``anchors (A, 4)`` ltrb. Returns ``(n, A, 4)`` float32 and ``(n, A)`` labels.
-    ``matches``: what :func:`match_boxes` gives, when it was computed elsewhere (the compiled core on the CPU).
 
     Example::
 
@@ -127,7 +142,7 @@ def encode_boxes(boxes: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor
     a = anchors.shape[0]
     dev = boxes.device
     a_center, a_wh = _center_wh(anchors)
-    best_box, matched = matches if matches is not None else match_boxes(boxes, counts, anchors, criteria)
+    best_box, matched = match_boxes(boxes, counts, anchors, criteria)
     # centre and size per box, then gathered per anchor: the same values as computing them on the gathered rows,
     # with the n x A x 4 work done once (a third of the CPU's time in this function)
     per_box = torch.cat(_center_wh(boxes), -1)
@@ -135,16 +150,8 @@ def encode_boxes(boxes: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor
         torch.zeros((n, a, 4), dtype=boxes.dtype, device=dev)
     lab = torch.gather(labels, 1, best_box) if m else torch.zeros((n, a), dtype=labels.dtype, device=dev)
     out_labels = lab.masked_fill(~matched, 0)
-    b_center, b_wh = gathered[..., :2], gathered[..., 2:]
     if offset:
-        mean = torch.tensor(list(means), dtype=torch.float32, device=dev)
-        std = torch.tensor(list(stds), dtype=torch.float32, device=dev)
-        s = torch.tensor(float(scale), dtype=torch.float32, device=dev)
-        bc, bw, ac, aw = b_center * s, b_wh * s, a_center * s, a_wh * s
-        xy = ((bc - ac) / aw - mean[:2]) / std[:2]
-        wh = (torch.log(bw / aw) - mean[2:]) / std[2:]
-        enc = torch.cat([xy, wh], -1)
-        out = enc.masked_fill_(~matched.unsqueeze(2), 0.0)
+        out = _offsets(gathered, matched, a_center, a_wh, scale, means, stds)
     else:
         anchor_rows = torch.cat([a_center, a_wh], -1).expand(n, a, 4)
         out = torch.where(matched.unsqueeze(2), gathered, anchor_rows)
@@ -172,10 +179,21 @@ def _anchors(args: BatchArgs, device: torch.device) -> torch.Tensor:
     return tensor
 
 
+def _back_to_back(batch: Batch, starts: np.ndarray) -> torch.Tensor:
+    """The batch's samples in one 1-D CPU tensor, sample ``i`` from element ``starts[i]``: its packed buffer where
+    the samples lie so, else one copy."""
+    flat, shapes, offsets = batch.packed_form()
+    total = int(shapes.prod(1).sum())
+    if np.array_equal(offsets, starts):
+        return flat[:total]
+    return torch.cat([s.reshape(-1) for s in batch.samples]) if len(batch) else flat[:0]
+
+
 def _encode(ctx: BatchContext, boxes: Batch, labels: Batch, args: BatchArgs, host_matching: bool
             ) -> tuple[Batch, Batch]:
-    """The whole batch: boxes and labels padded to the largest count, the matching (one IoU tensor, or the
-    compiled core's pass over each sample's boxes with ``host_matching``), gathers and selects."""
+    """The whole batch: with ``host_matching`` (and the core built) the compiled core's pass over each sample's
+    boxes, which writes the outputs; else boxes and labels padded to the largest count, one IoU tensor, gathers and
+    selects (:func:`encode_boxes`)."""
     n = len(boxes)
     dev = boxes.torch_device
     anchors = _anchors(args, dev)
@@ -199,27 +217,31 @@ def _encode(ctx: BatchContext, boxes: Batch, labels: Batch, args: BatchArgs, hos
         i = int(np.argmax(lcounts != counts)) if (lcounts != counts).any() else 0
         raise ValueError(f"box_encoder: sample {i} has {counts[i]} boxes but labels of shape {tuple(lshapes[i])}; "
                          "give one label per box (M or M x 1)")
-    matches = None
-    if host_matching:
-        flat, _, offsets = boxes.packed_form()
-        if np.array_equal(offsets, np.concatenate([[0], np.cumsum(counts[:-1] * 4)])):  # back to back
-            found = host_match_boxes(flat[: int(counts.sum()) * 4].to(torch.float32).numpy(), counts,
-                                     anchors.numpy(), args.const("criteria"), pool=ctx.thread_pool)
-            matches = None if found is None else (torch.from_numpy(found[0]), torch.from_numpy(found[1]))
+    if host_matching and labels.dtype != torch.bfloat16:  # labels NumPy can hold
+        starts = np.concatenate([[0], np.cumsum(counts[:-1])])
+        found = host_encode_boxes(_back_to_back(boxes, starts * 4).to(torch.float32).numpy(),
+                                  _back_to_back(labels, starts).numpy(), counts, anchors.numpy(),
+                                  args.const("criteria"), pool=getattr(ctx.thread_pool, "core", None))
+        if found is not None:
+            out, out_labels, matched = (torch.from_numpy(x) for x in found)
+            if args.const("offset"):
+                out = _offsets(out, matched, *_center_wh(anchors), args.const("scale"), args.const("means"),
+                               args.const("stds"))
+            return Batch.from_dense(out), Batch.from_dense(out_labels)
     padded_boxes, _ = boxes.padded(fill=0.0)
     padded_labels, _ = labels.padded(fill=0)
     lab = padded_labels.reshape(n, -1)
     out, out_labels = encode_boxes(padded_boxes.to(torch.float32).reshape(n, -1, 4),
                                    torch.from_numpy(counts).to(dev, non_blocking=True), lab, anchors,
                                    criteria=args.const("criteria"), offset=args.const("offset"),
-                                   scale=args.const("scale"), means=args.const("means"), stds=args.const("stds"),
-                                   matches=matches)
+                                   scale=args.const("scale"), means=args.const("means"), stds=args.const("stds"))
     return Batch.from_dense(out), Batch.from_dense(out_labels)
 
 
 @SCHEMA.batch_kernel("cpu")
 def box_encoder_cpu(ctx: BatchContext, boxes: Batch, labels: Batch, *, args: BatchArgs) -> tuple[Batch, Batch]:
-    """The matching in the compiled core (one pass per sample, no n x M x A tensors), the rest as on the GPU."""
+    """The matching and encoding in the compiled core (one pass per sample, no n x M x A tensors); ``offset=True``'s
+    offsets as on the GPU."""
     return _encode(ctx, boxes, labels, args, host_matching=True)
 
 

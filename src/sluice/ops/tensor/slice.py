@@ -25,7 +25,7 @@ from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import share_range
 from sluice.schema import Arg, OpSchema
 
-__all__ = ["filled", "slice_axes", "slice_bounds", "slice_bounds_batch", "slice_sample"]
+__all__ = ["coordinate_rows", "filled", "slice_axes", "slice_bounds", "slice_bounds_batch", "slice_sample"]
 
 _POLICIES = ("error", "pad", "trim_to_shape")
 
@@ -241,7 +241,7 @@ SCHEMA = OpSchema(
 )
 
 
-def _coordinates(batch: Batch | None) -> tuple[np.ndarray | None, bool]:
+def coordinate_rows(batch: Batch | None) -> tuple[np.ndarray | None, bool]:
     """An anchor or shape input as an ``(n, k)`` float64 array on the host (one copy), and whether it is of an
     integer type (DALI takes integer coordinates as absolute, whatever ``normalized_*`` say)."""
     if batch is None:
@@ -271,8 +271,8 @@ def slice_plan(data: Batch, anchor: Batch | None, sl_shape: Batch | None, args) 
         raise ValueError("slice: give both the anchor and the shape inputs, or neither")
     shapes = data.shapes_array()
     axes = slice_axes(shapes.shape[1], data.layout(), args.const("axes"), args.const("axis_names"))
-    anc, anc_integer = _coordinates(anchor)
-    extent, extent_integer = _coordinates(sl_shape)
+    anc, anc_integer = coordinate_rows(anchor)
+    extent, extent_integer = coordinate_rows(sl_shape)
     names = ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")
     given = {k: (None if args.is_const(k) and args.const(k) is None else args[k]) for k in names}
     try:
