@@ -113,6 +113,12 @@ ARG_RULES: dict[str, dict[str, Any]] = {
     "decoders.video": _VIDEO_DECODER_RULES,
     "readers.video": _VIDEO_RULES,
     "readers.video_resize": _VIDEO_RULES,
+    "readers.coco": {  # dali/operators/reader/coco_reader_op.cc: DeprecateArgInFavorOf, since DALI 0.28
+        "meta_files_path": Renamed("preprocessed_annotations"),
+        "dump_meta_files": Renamed("save_preprocessed_annotations"),
+        "dump_meta_files_path": Renamed("save_preprocessed_annotations_dir"),
+        "save_img_ids": Renamed("image_ids"),
+    },
     "cast": {"output_dtype": Renamed("dtype")},
     "color_space_conversion": {"output_dtype": Renamed("dtype")},
 }

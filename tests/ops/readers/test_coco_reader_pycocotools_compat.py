@@ -2,7 +2,9 @@
 that select and transform them, bad annotation files, and images, boxes and masks that stay consistent through
 random_bbox_crop, slice, flip / bb_flip and paste."""
 
+import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -197,3 +199,130 @@ def test_images_boxes_and_masks_stay_consistent_through_augmentation(tmp_path):
                 if len(pixels):
                     assert np.abs(np.median(pixels, 0) - color).max() <= 12
     assert checked > 10
+
+
+def _same_outputs(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert len(x) == len(y) and x.layout() == y.layout()
+        for k in range(len(x)):
+            u, v = x[k].numpy(), y[k].numpy()
+            assert u.dtype == v.dtype and u.shape == v.shape and np.array_equal(u, v)
+        assert list(x.source_info) == list(y.source_info)
+
+
+@pytest.mark.parametrize("opts", [
+    dict(polygon_masks=True, image_ids=True),
+    dict(pixelwise_masks=True, image_ids=True, skip_empty=True, ratio=True, ltrb=True),
+    dict(include_iscrowd=False, avoid_class_remapping=True, size_threshold=0.0, ratio=True, polygon_masks=True),
+    dict(images=["img_23.png", "img_5.png", "img_17.png"], image_ids=True, polygon_masks=True),
+])
+def test_preprocessed_annotations_round_trip(tmp_path, opts):
+    """Saved with save_preprocessed_annotations, read back with preprocessed_annotations (the JSON gone): the same
+    images, boxes, labels, polygons / masks and ids, over two epochs of a shuffled reader."""
+    root, ann = make_coco(tmp_path / "coco")
+    saved = str(tmp_path / "pre")
+    outputs = ("polygon_masks", "pixelwise_masks", "image_ids")
+    kw = dict(file_root=root, random_shuffle=True, initial_fill=3, **{k: v for k, v in opts.items() if k in outputs})
+    selection = {k: v for k, v in opts.items() if k not in outputs}
+    p, first = read_coco(3, annotations_file=ann, save_preprocessed_annotations=True,
+                         save_preprocessed_annotations_dir=saved, **kw, **selection)
+    want = [first, p.run()]
+    assert sorted(os.listdir(saved)) == ["sluice_coco_arrays.npz", "sluice_coco_index.json"]
+    os.unlink(ann)
+    p, got = read_coco(3, preprocessed_annotations=saved, **kw)
+    for w, g in zip(want, [got, p.run()]):
+        _same_outputs(w, g)
+
+
+def test_preprocessed_annotations_masks_from_a_save_without_masks(tmp_path):
+    """The saving run keeps the segmentations even when it outputs none: a later reader may ask for them."""
+    root, ann = make_coco(tmp_path / "coco")
+    saved = str(tmp_path / "pre")
+    read_coco(5, file_root=root, annotations_file=ann, save_preprocessed_annotations=True,
+              save_preprocessed_annotations_dir=saved)
+    _, want = read_coco(5, file_root=root, annotations_file=ann, pixelwise_masks=True)
+    _, got = read_coco(5, file_root=root, preprocessed_annotations=saved, pixelwise_masks=True)
+    _same_outputs(want, got)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(annotations_file="a.json", save_preprocessed_annotations=True),
+     "save_preprocessed_annotations and save_preprocessed_annotations_dir are given together"),
+    (dict(annotations_file="a.json", save_preprocessed_annotations_dir="d"),
+     "save_preprocessed_annotations and save_preprocessed_annotations_dir are given together"),
+    (dict(), "give annotations_file .* or preprocessed_annotations"),
+    (dict(preprocessed_annotations="d", annotations_file="a.json"),
+     "with preprocessed_annotations, annotations_file cannot be given"),
+    (dict(preprocessed_annotations="d", ratio=True, skip_empty=True),
+     "with preprocessed_annotations, skip_empty, ratio cannot be given"),
+    (dict(preprocessed_annotations="d", images=["x.png"]), "with preprocessed_annotations, images cannot"),
+    (dict(preprocessed_annotations="d", save_preprocessed_annotations=True, save_preprocessed_annotations_dir="e"),
+     "save_preprocessed_annotations saves what annotations_file parses; with preprocessed_annotations there is "
+     "nothing new to save"),
+])
+def test_preprocessed_annotations_argument_conflicts(tmp_path, kw, match):
+    with pytest.raises(ValueError, match=r"fn.readers.coco: " + match):
+        read_coco(1, file_root=str(tmp_path), **kw)
+
+
+def test_preprocessed_annotations_missing_or_corrupt_are_named(tmp_path):
+    root, ann = make_coco(tmp_path / "coco")
+    saved = tmp_path / "pre"
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=rf"fn.readers.coco: preprocessed annotations '{missing}' cannot be read"):
+        read_coco(1, file_root=root, preprocessed_annotations=missing)
+    read_coco(1, file_root=root, annotations_file=ann, save_preprocessed_annotations=True,
+              save_preprocessed_annotations_dir=str(saved))
+    index = saved / "sluice_coco_index.json"
+    arrays = saved / "sluice_coco_arrays.npz"
+    good_index, good_arrays = index.read_text(), arrays.read_bytes()
+
+    def expect(match):
+        with pytest.raises(ValueError, match=rf"fn.readers.coco: preprocessed annotations '{saved}' {match}"):
+            read_coco(1, file_root=root, preprocessed_annotations=str(saved), polygon_masks=True)
+
+    index.write_text("{trunc")
+    expect("are corrupt: sluice_coco_index.json is not JSON")
+    index.write_text(json.dumps({"format": "something else"}))
+    expect("are corrupt: sluice_coco_index.json is not a sluice preprocessed-annotations index")
+    index.write_text(good_index)
+    arrays.write_bytes(good_arrays[: len(good_arrays) // 2])
+    expect("are corrupt: sluice_coco_arrays.npz is not a readable NumPy .npz file")
+    arrays.unlink()
+    expect("cannot be read")
+    z = dict(np.load(io.BytesIO(good_arrays)))
+    np.savez(arrays, **{**z, "boxes": z["boxes"][:-1]})
+    expect(r"are corrupt: array 'boxes' is float32 \[\d+, 4\], not float32 \[\d+, 4\]")
+    np.savez(arrays, **{k: v for k, v in z.items() if k != "labels"})
+    expect("are corrupt: 'labels' is missing")
+    doc = json.loads(good_index)
+    np.savez(arrays, **z)
+    index.write_text(json.dumps({**doc, "version": 7}))
+    expect("have version 7")
+    index.write_text(json.dumps({**doc, "file_names": doc["file_names"][:-1]}))
+    expect(r"are corrupt: array 'ids' is int32 \[5\], not int32 \[4\]")
+
+
+def test_dali_deprecated_names_of_the_preprocessed_arguments(tmp_path):
+    """DALI's dump_meta_files / dump_meta_files_path / meta_files_path work through sluice.compat, with a
+    DeprecationWarning naming the new argument, and save and read the same directory."""
+    from sluice.compat.dali import fn as dali_fn
+
+    root, ann = make_coco(tmp_path / "coco")
+    saved = str(tmp_path / "pre")
+
+    @sluice.pipeline_def(batch_size=5, num_threads=1, device_id=None, exec_async=False)
+    def pipe(**kw):
+        return tuple(dali_fn.readers.coco(file_root=root, save_img_ids=True, **kw))
+
+    with pytest.warns(DeprecationWarning) as record:
+        want = pipe(annotations_file=ann, dump_meta_files=True, dump_meta_files_path=saved).run()
+        got = pipe(meta_files_path=saved).run()
+    assert {str(w.message) for w in record} >= {
+        "fn.readers.coco: argument 'dump_meta_files' is deprecated; use 'save_preprocessed_annotations'",
+        "fn.readers.coco: argument 'dump_meta_files_path' is deprecated; use 'save_preprocessed_annotations_dir'",
+        "fn.readers.coco: argument 'meta_files_path' is deprecated; use 'preprocessed_annotations'",
+        "fn.readers.coco: argument 'save_img_ids' is deprecated; use 'image_ids'"}
+    assert len(want) == 4  # image ids
+    _same_outputs(want, got)

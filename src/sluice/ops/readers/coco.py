@@ -15,11 +15,32 @@ The images of a batch are read back to back into one buffer (page-locked for GPU
 
 Errors name the annotations file and the entry: a file that is not COCO JSON, an annotation whose image id no
 image has, a ``bbox`` without 4 numbers, an image file that cannot be read (named with its path).
+
+Preprocessed annotations (DALI's ``save_preprocessed_annotations`` / ``preprocessed_annotations``): a run with
+``save_preprocessed_annotations=True`` writes the samples as selected and transformed (after ``skip_empty``,
+``size_threshold``, ``include_iscrowd``, ``images``, class remapping, ``ltrb`` and ``ratio``, as DALI stores them)
+to ``save_preprocessed_annotations_dir``; a later reader given ``preprocessed_annotations=DIR`` reads them from
+there instead of the JSON and yields the same samples. The files are sluice's own (DALI's ``*.dat`` files are not
+read, nor are sluice's readable by DALI):
+
+* ``sluice_coco_index.json``: ``{"format": "sluice-coco-preprocessed", "version": 1, "source": <annotations
+  file>, "ltrb", "ratio", "segmentation": <whether segmentations are saved>, "file_names": [...] (relative to
+  file_root, one per sample), "other_segmentations": {<annotation index>: <a segmentation that is not a list of
+  polygons, e.g. a crowd's RLE, as the JSON had it>}}``;
+* ``sluice_coco_arrays.npz`` (``numpy.savez``, no pickles): ``ids`` INT32 [N], ``sizes`` FLOAT64 [N, 2] (height,
+  width), ``first`` INT64 [N + 1] (each sample's first annotation), ``boxes`` FLOAT32 [M, 4], ``labels`` INT32
+  [M], and with segmentations ``seg_kind`` INT8 [M] (0 none, 1 polygons, 2 other), ``seg_first`` INT64 [M + 1]
+  (each annotation's first polygon), ``poly_first`` INT64 [P + 1] (each polygon's first coordinate) and
+  ``coords`` FLOAT64 [C] (the polygons' x, y as the JSON had them, in pixels).
+
+The index is written last, so a directory whose writing was cut short reads as missing it.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -64,6 +85,12 @@ SCHEMA = OpSchema(
         anchor, shape, boxes, labels = fn.random_bbox_crop(boxes, labels, bbox_layout="xyXY",
                                                            thresholds=[0.1, 0.3, 0.5], scaling=[0.3, 1.0])
         images = fn.slice(images, anchor, shape)
+
+    ``save_preprocessed_annotations=True, save_preprocessed_annotations_dir=d`` saves the parsed samples (after
+    the selection, class remapping, ``ltrb`` and ``ratio``, as DALI saves them) to ``d``, in sluice's own files
+    (a JSON index and a NumPy ``.npz``; not DALI's ``*.dat``); a later ``fn.readers.coco(file_root=root,
+    preprocessed_annotations=d)`` yields the same samples without reading the JSON. DALI's deprecated
+    ``dump_meta_files``, ``dump_meta_files_path`` and ``meta_files_path`` work through ``sluice.compat``.
     """,
     inputs=0,
     outputs=_num_outputs,
@@ -73,7 +100,8 @@ SCHEMA = OpSchema(
     args=[
         Arg("file_root", str, REQUIRED, "Folder (or s3:// prefix) of the images; file_name entries are relative "
             "to it."),
-        Arg("annotations_file", str, REQUIRED, "The COCO annotations JSON (instances_*.json)."),
+        Arg("annotations_file", str, "", "The COCO annotations JSON (instances_*.json); required unless "
+            "preprocessed_annotations is given."),
         Arg("ltrb", bool, False, "Boxes as [left, top, right, bottom] (else [x, y, width, height])."),
         Arg("ratio", bool, False, "Box and vertex coordinates relative to the image size (else pixels)."),
         Arg("skip_empty", bool, False, "Leave out images without annotations."),
@@ -84,9 +112,32 @@ SCHEMA = OpSchema(
         Arg("image_ids", bool, False, "Output each image's id (INT32, shape [1])."),
         Arg("avoid_class_remapping", bool, False, "Keep the file's category ids (else 1..N in file order)."),
         Arg("images", "str_list", None, "Read these image file names (as in the annotations), in this order."),
+        Arg("preprocessed_annotations", str, "", "A directory written by an earlier reader with "
+            "save_preprocessed_annotations: its samples are read from there, not from annotations_file (which "
+            "is then not given, nor are skip_empty, ratio, ltrb, images or size_threshold: the saved samples "
+            "already carry them; include_iscrowd and avoid_class_remapping have no effect). The files are "
+            "sluice's own format (JSON index + NumPy arrays), not DALI's *.dat files. May be an s3:// prefix."),
+        Arg("save_preprocessed_annotations", bool, False, "Save the parsed and selected annotations to "
+            "save_preprocessed_annotations_dir (sluice's format, not DALI's), for preprocessed_annotations."),
+        Arg("save_preprocessed_annotations_dir", str, "", "The local directory (created if missing) that "
+            "save_preprocessed_annotations writes to; given together with it."),
         *READER_ARGS,
     ],
 )
+
+
+_FORMAT, _VERSION = "sluice-coco-preprocessed", 1
+_INDEX, _ARRAYS = "sluice_coco_index.json", "sluice_coco_arrays.npz"
+
+
+def _expect(a: np.ndarray, dtype: Any, shape: tuple[int, ...], name: str) -> None:
+    if a.dtype != dtype or a.shape != shape:
+        raise ValueError(f"array '{name}' is {a.dtype} {list(a.shape)}, not {np.dtype(dtype)} {list(shape)}")
+
+
+def _offsets(first: np.ndarray, end: int, name: str) -> None:
+    if len(first) == 0 or first[0] != 0 or first[-1] != end or np.any(np.diff(first) < 0):
+        raise ValueError(f"array '{name}' is not a list of offsets from 0 to {end}")
 
 
 def _bad(where: str, what: str) -> ArgumentError:
@@ -115,7 +166,7 @@ class CocoSet:
         remap = {cid: k + 1 for k, cid in enumerate(categories)}
         keep_original = args["avoid_class_remapping"]
         threshold = float(args["size_threshold"])
-        masks = args["polygon_masks"] or args["pixelwise_masks"]
+        masks = args["polygon_masks"] or args["pixelwise_masks"] or args["save_preprocessed_annotations"]
         per_image: dict[int, list[dict]] = {i: [] for i in infos}
         for n, ann in enumerate(doc.get("annotations", [])):
             try:
@@ -148,13 +199,14 @@ class CocoSet:
         if args["skip_empty"]:
             order = [i for i in order if per_image[i]]
         self.ids = np.array(order, np.int32)
-        self.files, self.sizes, boxes, labels, counts = [], [], [], [], []
+        self.files, self.names, self.sizes, boxes, labels, counts = [], [], [], [], [], []
         self.segmentations: list[list[Any]] = []
         for i in order:
             im = infos[i]
             try:
                 self.files.append(storage.join(args["file_root"], im["file_name"]))
                 w, h = float(im["width"]), float(im["height"])
+                self.names.append(str(im["file_name"]))
             except (KeyError, TypeError, ValueError):
                 raise _bad(where, f"has an image entry (id {i}) without file_name, width or height") from None
             self.sizes.append((h, w))
@@ -174,10 +226,136 @@ class CocoSet:
         self.labels = np.asarray(labels, np.int32)
         self.first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.ratio = bool(args["ratio"])
+        self.ltrb = bool(args["ltrb"])
+        self.has_segmentation = bool(masks)
         self.where = where
+        self.described = f"annotations file '{where}'"
 
     def __len__(self) -> int:
         return len(self.files)
+
+    def save(self, folder: str) -> None:
+        """Write the samples to ``folder`` in sluice's preprocessed format (the module's doc describes it)."""
+        if storage.is_url(folder):
+            raise ArgumentError(f"fn.readers.coco: save_preprocessed_annotations_dir '{folder}' must be a local "
+                                "directory")
+        arrays = {"ids": self.ids, "sizes": np.asarray(self.sizes, np.float64).reshape(-1, 2), "first": self.first,
+                  "boxes": self.boxes, "labels": self.labels}
+        other: dict[str, Any] = {}
+        if self.has_segmentation:
+            kinds, seg_first, poly_first, coords = [], [0], [0], []
+            for seg in (seg for image in self.segmentations for seg in image):
+                if isinstance(seg, list):
+                    kinds.append(1)
+                    for poly in seg:
+                        coords.extend(float(c) for c in poly)
+                        poly_first.append(len(coords))
+                else:
+                    kinds.append(0 if seg is None else 2)
+                    if seg is not None:
+                        other[str(len(kinds) - 1)] = seg
+                seg_first.append(len(poly_first) - 1)
+            arrays.update(seg_kind=np.asarray(kinds, np.int8), seg_first=np.asarray(seg_first, np.int64),
+                          poly_first=np.asarray(poly_first, np.int64), coords=np.asarray(coords, np.float64))
+        index = {"format": _FORMAT, "version": _VERSION, "source": self.where, "ltrb": self.ltrb,
+                 "ratio": self.ratio, "segmentation": self.has_segmentation, "file_names": self.names,
+                 "other_segmentations": other}
+        try:
+            os.makedirs(folder, exist_ok=True)
+            for path in (os.path.join(folder, _INDEX), os.path.join(folder, _ARRAYS)):
+                if os.path.exists(path):
+                    os.unlink(path)  # a directory being rewritten reads as incomplete until the index is back
+            np.savez(os.path.join(folder, _ARRAYS), **arrays)
+            tmp = os.path.join(folder, _INDEX + ".tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(index, f)
+            os.replace(tmp, os.path.join(folder, _INDEX))
+        except OSError as e:
+            raise ArgumentError(f"fn.readers.coco: cannot save the preprocessed annotations to '{folder}': "
+                                f"{e.strerror or e}") from None
+
+    @classmethod
+    def load(cls, args: dict[str, Any]) -> CocoSet:
+        """The samples saved in ``args["preprocessed_annotations"]`` by :meth:`save`; a missing or corrupt
+        directory raises an ArgumentError naming it."""
+        folder = args["preprocessed_annotations"]
+
+        def bad(what: str) -> ArgumentError:
+            return ArgumentError(f"fn.readers.coco: preprocessed annotations '{folder}' {what} (write them with "
+                                 "save_preprocessed_annotations=True)")
+
+        try:
+            index = json.loads(storage.read_text(storage.join(folder, _INDEX)))
+        except storage.StorageError as e:
+            raise bad(f"cannot be read: {e}") from None
+        except ValueError as e:
+            raise bad(f"are corrupt: {_INDEX} is not JSON ({e})") from None
+        if not isinstance(index, dict) or index.get("format") != _FORMAT:
+            raise bad(f"are corrupt: {_INDEX} is not a sluice preprocessed-annotations index")
+        if index.get("version") != _VERSION:
+            raise bad(f"have version {index.get('version')!r}; this sluice reads version {_VERSION}")
+        try:
+            with np.load(io.BytesIO(storage.read_bytes(storage.join(folder, _ARRAYS))), allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except storage.StorageError as e:
+            raise bad(f"cannot be read: {e}") from None
+        except Exception as e:  # noqa: BLE001 - zipfile.BadZipFile, a bad .npy header...: named with the folder
+            raise bad(f"are corrupt: {_ARRAYS} is not a readable NumPy .npz file ({type(e).__name__}: {e})") from None
+        self = cls.__new__(cls)
+        try:
+            names = [str(n) for n in index["file_names"]]
+            segmented = bool(index["segmentation"])
+            other = dict(index["other_segmentations"])
+            self.ratio, self.ltrb = bool(index["ratio"]), bool(index["ltrb"])
+            ids, sizes, first = arrays["ids"], arrays["sizes"], arrays["first"]
+            boxes, labels = arrays["boxes"], arrays["labels"]
+            n, m = len(names), len(labels)
+            _expect(ids, np.int32, (n,), "ids")
+            _expect(sizes, np.float64, (n, 2), "sizes")
+            _expect(first, np.int64, (n + 1,), "first")
+            _expect(boxes, np.float32, (m, 4), "boxes")
+            _expect(labels, np.int32, (m,), "labels")
+            _offsets(first, m, "first")
+            if segmented:
+                kinds, seg_first = arrays["seg_kind"], arrays["seg_first"]
+                poly_first, coords = arrays["poly_first"], arrays["coords"]
+                _expect(kinds, np.int8, (m,), "seg_kind")
+                _expect(seg_first, np.int64, (m + 1,), "seg_first")
+                _offsets(seg_first, len(poly_first) - 1, "seg_first")
+                _expect(poly_first, np.int64, (len(poly_first),), "poly_first")
+                _expect(coords, np.float64, (len(coords),), "coords")
+                _offsets(poly_first, len(coords), "poly_first")
+                if np.any((kinds < 0) | (kinds > 2)):
+                    raise ValueError("array 'seg_kind' holds values other than 0, 1 and 2")
+        except KeyError as e:
+            raise bad(f"are corrupt: {e.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as e:
+            raise bad(f"are corrupt: {e}") from None
+        masks = args["polygon_masks"] or args["pixelwise_masks"]
+        if masks and not segmented:
+            raise bad("hold no segmentations, which polygon_masks / pixelwise_masks need")
+        self.ids, self.first, self.boxes, self.labels = ids, first, boxes, labels
+        self.names = names
+        self.files = [storage.join(args["file_root"], name) for name in names]
+        self.sizes = [(float(h), float(w)) for h, w in sizes]
+        self.has_segmentation = segmented
+        self.segmentations = []
+        for k in range(n):
+            anns = range(int(first[k]), int(first[k + 1]))
+            if not masks:
+                self.segmentations.append([None] * len(anns))
+                continue
+            segs: list[Any] = []
+            for j in anns:
+                if kinds[j] == 1:
+                    segs.append([coords[poly_first[p]: poly_first[p + 1]].tolist()
+                                 for p in range(seg_first[j], seg_first[j + 1])])
+                else:
+                    segs.append(other.get(str(j)) if kinds[j] == 2 else None)
+            self.segmentations.append(segs)
+        self.where = folder
+        self.described = f"preprocessed annotations '{folder}'"
+        return self
 
     def polygons(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The polygons ([mask, first vertex, end vertex]) and vertices ([x, y]) of image ``k``; RLE
@@ -222,6 +400,31 @@ class CocoSet:
         return out
 
 
+# DALI's CocoLoader refuses these with preprocessed_annotations: the saved samples already carry them
+_FIXED_BY_SAVED = {"annotations_file": "", "skip_empty": False, "ratio": False, "ltrb": False, "images": None,
+                   "size_threshold": 0.1}
+
+
+def _check_preprocessed_args(a: dict[str, Any]) -> None:
+    if bool(a["save_preprocessed_annotations"]) != bool(a["save_preprocessed_annotations_dir"]):
+        raise ArgumentError("fn.readers.coco: save_preprocessed_annotations and save_preprocessed_annotations_dir "
+                            "are given together (got save_preprocessed_annotations="
+                            f"{a['save_preprocessed_annotations']}, save_preprocessed_annotations_dir="
+                            f"{a['save_preprocessed_annotations_dir']!r})")
+    if not a["preprocessed_annotations"]:
+        if not a["annotations_file"]:
+            raise ArgumentError("fn.readers.coco: give annotations_file (a COCO JSON) or preprocessed_annotations "
+                                "(a directory saved with save_preprocessed_annotations)")
+        return
+    given = [k for k, default in _FIXED_BY_SAVED.items() if a[k] != default]
+    if given:
+        raise ArgumentError(f"fn.readers.coco: with preprocessed_annotations, {', '.join(given)} cannot be given: "
+                            "the saved samples were selected and converted when they were saved")
+    if a["save_preprocessed_annotations"]:
+        raise ArgumentError("fn.readers.coco: save_preprocessed_annotations saves what annotations_file parses; "
+                            "with preprocessed_annotations there is nothing new to save")
+
+
 @SCHEMA.operator_class("cpu")
 class COCOReader(ReaderBase):
     op_name = "fn.readers.coco"
@@ -231,10 +434,19 @@ class COCOReader(ReaderBase):
         a = spec.args
         if a["polygon_masks"] and a["pixelwise_masks"]:
             raise ArgumentError(f"{self.op_name}: polygon_masks and pixelwise_masks cannot both be True")
-        self.data = CocoSet(a)
-        if not len(self.data):
-            raise ArgumentError(f"{self.op_name}: annotations file '{a['annotations_file']}' selects no images "
-                                f"(skip_empty={a['skip_empty']}, images={a['images']})")
+        _check_preprocessed_args(a)
+        if a["preprocessed_annotations"]:
+            self.data = CocoSet.load(a)
+            if not len(self.data):
+                raise ArgumentError(f"{self.op_name}: preprocessed annotations '{a['preprocessed_annotations']}' "
+                                    "hold no images")
+        else:
+            self.data = CocoSet(a)
+            if not len(self.data):
+                raise ArgumentError(f"{self.op_name}: annotations file '{a['annotations_file']}' selects no "
+                                    f"images (skip_empty={a['skip_empty']}, images={a['images']})")
+            if a["save_preprocessed_annotations"]:
+                self.data.save(a["save_preprocessed_annotations_dir"])
         self.setup_order(len(self.data))
 
     def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs) -> tuple[Batch, ...]:
@@ -247,8 +459,7 @@ class COCOReader(ReaderBase):
                                         files, pool=ctx.thread_pool, pin=self.pin_outputs,
                                         device_id=self.spec.device_id, what="image")
         except SampleError as e:
-            raise SampleError(e.index, e.source, OSError(f"{e.cause} (an image of the annotations file "
-                                                         f"'{d.where}')")) from None
+            raise SampleError(e.index, e.source, OSError(f"{e.cause} (an image of the {d.described})")) from None
         outs = [Batch.from_packed(buf[: int(sizes.sum())], sizes[:, None], "", files)]
         outs.append(Batch([torch.from_numpy(d.boxes[d.first[i]: d.first[i + 1]]) for i in picks], "", files))
         outs.append(Batch([torch.from_numpy(d.labels[d.first[i]: d.first[i + 1]]) for i in picks], "", files))
@@ -267,8 +478,7 @@ class COCOReader(ReaderBase):
                         raise
                     except Exception as e:  # noqa: BLE001 - named with its image
                         raise SampleError(k, files[k], ValueError(
-                            f"cannot rasterise the segmentation of '{files[k]}' (annotations file "
-                            f"'{d.where}'): {e}")) from e
+                            f"cannot rasterise the segmentation of '{files[k]}' ({d.described}): {e}")) from e
 
             map_all(ctx.thread_pool, rasterise, runs(n, ctx.thread_pool))
             outs.append(Batch(masks, "HWC", files))
