@@ -155,8 +155,7 @@ def audio_resample_gpu(ctx: BatchContext, audio: Batch, *, args: BatchArgs) -> B
 
 #: Sample types the Triton resampler reads and converts as torch's path does (through float32; wider integers
 #: convert through float64 there)
-_KERNEL_TYPES = {torch.float32: 1.0, torch.float16: 1.0, torch.bfloat16: 1.0, torch.int16: 32767.0,
-                 torch.int8: 127.0, torch.uint8: 255.0}
+_KERNEL_TYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int16, torch.int8, torch.uint8})
 
 
 def _resample_where_they_lie(audio: Batch, groups: dict[tuple[float, float], list[int]],
@@ -171,6 +170,8 @@ def _resample_where_they_lie(audio: Batch, groups: dict[tuple[float, float], lis
     if rows is None or rows[0].dtype not in _KERNEL_TYPES:
         return None
     flat, starts, lengths = rows
+    # what convert_audio_dtype divides integers by
+    scale = 1.0 if flat.dtype.is_floating_point else float(torch.iinfo(flat.dtype).max)
     lobes = quality_to_lobes(quality)
     if any(a == b or polyphase_ratio(a, b, lobes) is None for a, b in groups):
         return None
@@ -180,6 +181,6 @@ def _resample_where_they_lie(audio: Batch, groups: dict[tuple[float, float], lis
     y = torch.empty((len(lengths), int(out_lengths.max())), dtype=torch.float32, device=flat.device)
     for (a, b), idx in groups.items():
         table = np.stack([starts[idx], lengths[idx], out_lengths[idx], np.asarray(idx, np.int64)], 1)
-        if not resample_rows(flat, table, y, a, b, quality, _KERNEL_TYPES[flat.dtype]):
+        if not resample_rows(flat, table, y, a, b, quality, scale):
             return None
     return y, out_lengths[:, None]
