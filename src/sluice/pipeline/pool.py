@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import CancelledError, ThreadPoolExecutor
@@ -178,6 +179,23 @@ def share_items(pool, n: int, work: Callable[[int, int, Any], Any]) -> list:
     return share_range(pool, n, lambda lo, hi: work(lo, hi, None))
 
 
+#: Cores the compiled core's workers leave to the pipeline's own threads. The stage threads (reader, CPU stage,
+#: device stage) and the training loop run Python and take turns on the GIL; a batch call of the core runs on its
+#: workers and the calling thread at once, so with a worker for every core the thread holding the GIL was
+#: descheduled while the others waited for it.
+STAGE_CORES = 4
+
+
+def native_workers(threads: int) -> int:
+    """How many native threads the core's ``WorkerPool`` of a ``threads``-thread pool runs: ``threads``, but at
+    most the cores this process may use less :data:`STAGE_CORES` (and at least one)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):    # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(int(threads), cores - STAGE_CORES))
+
+
 class RuntimePool(ThreadPoolExecutor):
     """The pipeline's CPU pool (its executor makes one with ``num_threads`` and shuts it with the pipeline): Python
     threads for host work written in Python, and, where the compiled core is built, ``core``: the core's
@@ -187,7 +205,7 @@ class RuntimePool(ThreadPoolExecutor):
     def __init__(self, threads: int):
         super().__init__(threads, thread_name_prefix="sluice-cpu")
         c = native.core()
-        self.core = c.WorkerPool(threads) if c is not None and hasattr(c, "WorkerPool") else None
+        self.core = c.WorkerPool(native_workers(threads)) if c is not None and hasattr(c, "WorkerPool") else None
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         super().shutdown(wait=wait, cancel_futures=cancel_futures)
