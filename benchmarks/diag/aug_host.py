@@ -3,7 +3,11 @@ program), measured without a GPU: the device stage's GPU kernels run on CPU tens
 built as for a GPU, then given the CPU as its device and no stream), on small images so that the arithmetic is
 small beside the Python around it.
 
-    python benchmarks/diag/aug_host.py [autoaug|trivial|conditional] [--batch 128] [--size 32] [--batches 20]
+    python benchmarks/diag/aug_host.py [autoaug|trivial|conditional|ssd] [--batch 128] [--size 32] [--batches 20]
+
+``ssd``: ssd_side_by_side.py's device stage after its decoder (flip by a coin, resize to size x size, hsv,
+brightness_contrast, crop_mirror_normalize) on a ragged batch held packed as the mixed decoder hands it out
+(sizes of COCO's aspect, about size to 2 x size on a side).
 
 Prints per batch: host milliseconds, device-stage nodes run, aten operators (a GPU run launches about one kernel
 per aten operator), torch-level calls, and the calls that would wait for the GPU (item/tolist/cpu/numpy of a
@@ -26,6 +30,8 @@ def build(program: str, batch: int, size: int):
     from sluice.auto_aug import auto_augment, trivial_augment
 
     rng = np.random.default_rng(0)
+    if program == "ssd":
+        return _ssd(rng, batch, size)
     images = [rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for _ in range(batch)]
 
     @pipeline_def(enable_conditionals=True, batch_size=batch, num_threads=1, device_id=0, seed=42,
@@ -51,6 +57,31 @@ def build(program: str, batch: int, size: int):
     return pipe()
 
 
+def _ssd(rng, batch: int, size: int):
+    import torch
+    from sluice import fn, pipeline_def, types
+    from sluice.pipeline.batch import Batch
+
+    shapes = np.array([(int(rng.integers(size, 3 * size // 2 + 1)), int(rng.integers(4 * size // 3, 2 * size + 1)), 3)
+                       for _ in range(batch)])
+    flat = torch.from_numpy(rng.integers(0, 256, int(shapes.prod(1).sum()), dtype=np.uint8))
+
+    @pipeline_def(batch_size=batch, num_threads=1, device_id=0, seed=15, exec_async=False, exec_pipelined=False)
+    def pipe():
+        saturation, contrast = fn.random.uniform(range=[0.5, 1.5]), fn.random.uniform(range=[0.5, 1.5])
+        brightness, hue = fn.random.uniform(range=[0.875, 1.125]), fn.random.uniform(range=[-0.5, 0.5])
+        x = fn.external_source(source=lambda: Batch.from_packed(flat, shapes, "HWC"), layout="HWC", batch=True)
+        x = fn.flip(x.gpu(), horizontal=fn.random.coin_flip(probability=0.5))
+        x = fn.resize(x, resize_x=size, resize_y=size, min_filter=types.INTERP_TRIANGULAR)
+        x = fn.hsv(x, hue=hue, saturation=saturation, dtype=types.FLOAT)
+        x = fn.brightness_contrast(x, brightness=brightness, contrast=contrast, contrast_center=128,
+                                   dtype=types.UINT8)
+        return fn.crop_mirror_normalize(x, crop=(size, size), mean=[124, 116, 104], std=[58, 57, 57], mirror=0,
+                                        dtype=types.FLOAT16, output_layout="CHW")
+
+    return pipe()
+
+
 def fake_gpu():
     """Patches that let the executor build a device stage without CUDA, its device the CPU."""
     import torch
@@ -71,7 +102,7 @@ def fake_gpu():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("program", choices=("autoaug", "trivial", "conditional"), nargs="?", default="trivial")
+    ap.add_argument("program", choices=("autoaug", "trivial", "conditional", "ssd"), nargs="?", default="trivial")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--batches", type=int, default=20)

@@ -79,10 +79,16 @@ def _lane(op, samples, **kw):
     ("decoders.image_random_crop", {"random_area": [0.1, 0.5], "random_aspect_ratio": [0.5, 2.0], "seed": 3,
                                     "output_type": types.GRAY}),
     ("decoders.image", {"output_type": types.GRAY}),
+    ("decoders.image_slice", {"extra": "anchor_shape"}),   # random_bbox_crop's windows (SSD), ragged
+    ("decoders.image_slice", {"rel_start": [0.25, 0.1], "rel_end": [0.9, 0.8], "output_type": types.GRAY}),
 ])
 def test_a_mixed_batch_keeps_the_lane_and_equals_the_general_path(lane, monkeypatch, op, kw):
     samples, routes = _mixed()
     sources = [f"/d/{i}.JPEG" for i in range(len(samples))]
+    if kw.get("extra") == "anchor_shape":  # normalised (x, y) anchors and (w, h) shapes, one window a sample
+        rng = np.random.default_rng(5)
+        anchors = rng.uniform(0, 0.5, (len(samples), 2)).astype(np.float32)
+        kw = {**kw, "extra": [list(anchors), list(rng.uniform(0.2, 0.5, (len(samples), 2)).astype(np.float32))]}
     got = _lane(op, samples, sources=sources, iteration=3, **kw)
     assert lane["splits"] == [routes]  # the lane took the batch, each sample on its route
     assert lane["batches"] == [routes["gpu"]]  # one batched GPU call for the GPU's JPEGs

@@ -40,6 +40,26 @@ def test_resize_batch_kernel(kwargs):
     _close(_run("resize", resize.resize_gpu, imgs, **kwargs), run_op("resize", imgs, layout="HWC", **kwargs))
 
 
+@pytest.mark.parametrize("kwargs", [dict(resize_x=300, resize_y=300, min_filter=types.INTERP_TRIANGULAR),
+                                    dict(resize_shorter=20), dict(size=[10, 10], roi_start=[2, 3], roi_end=[20, 25])])
+def test_resize_batch_kernel_reads_a_packed_batch_as_its_samples(kwargs):
+    """A ragged batch held packed (the mixed decoder's and flip's output), read as one buffer without per-sample
+    views, resizes exactly as the same samples given as a list (the reference), ragged outputs included; one of
+    the samples is a row."""
+    rng = np.random.default_rng(1)
+    imgs = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in [(30, 40), (45, 28), (1, 33), (32, 32)]]
+    schema = get_schema("resize")
+    const, _ = schema.validate(kwargs, lambda v: False)
+    ctx = BatchContext("resize", 4, [""] * 4, ["HWC"], torch.device("cpu"), None, 0, 0)
+    packed = Batch.from_packed(torch.from_numpy(np.concatenate([i.ravel() for i in imgs])),
+                               np.array([i.shape for i in imgs]), "HWC")
+    got = resize.resize_gpu(ctx, packed, args=BatchArgs(const, {}, 4))
+    ref = resize.resize_gpu(ctx, Batch([torch.from_numpy(i) for i in imgs], "HWC"), args=BatchArgs(const, {}, 4))
+    assert got.shape() == ref.shape()
+    assert all(torch.equal(x, y) for x, y in zip(got.samples, ref.samples))
+    _close(got, run_op("resize", imgs, layout="HWC", **kwargs))
+
+
 def test_resize_batch_kernel_per_sample_sizes():
     imgs = _imgs()
     got = _run("resize", resize.resize_gpu, imgs, per_sample={"resize_x": [10.0, 20.0, 30.0]})

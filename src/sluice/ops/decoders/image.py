@@ -8,7 +8,7 @@ images, sharing JPEGs between the GPU's hardware JPEG engines, CUDA nvJPEG and t
 nvJPEG2000, the rest on the CPU threads (see :mod:`sluice.backends.image.gpu`). In a pipeline the mixed
 decoders' host work (header probes, crop windows) runs in the CPU stage, which also starts the batch's decoding,
 so that it overlaps the device stage's work on the batch before (``prepare``). A batch read by readers.file
-(``decoders.image`` and ``image_random_crop``, RGB or GRAY) takes the batch lane whatever files it holds: its
+(``decoders.image``, ``image_random_crop`` and ``image_slice``, RGB or GRAY) takes the batch lane whatever files it holds: its
 headers read by the compiled core, the windows drawn for the whole batch at once, the GPU's JPEGs decoded in one
 batched call while the pipeline's threads decode the progressive, CMYK, PNG ... files, all into one output buffer
 (see :mod:`sluice.backends.image.batch_plan`); the operator's ``path_stats()`` counts the samples of each path. The crop variants decode only the
@@ -178,7 +178,8 @@ def _make_mixed_operator(op: str) -> type[Operator]:
             batched GPU call for the GPU's JPEGs while the pool's threads decode the others. None when the batch
             does not qualify (then the general path below decodes it, sample by sample where it must)."""
             otype = args.const("output_type").name
-            if (extra or op not in ("decoders.image", "decoders.image_random_crop") or otype not in ("RGB", "GRAY")
+            if (op not in ("decoders.image", "decoders.image_random_crop", "decoders.image_slice")
+                    or (extra and op != "decoders.image_slice") or otype not in ("RGB", "GRAY")
                     or ctx.sample_ids is not None):
                 return None
             decoder = self._get_decoder(ctx)
@@ -201,6 +202,8 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                                                        args.const("num_attempts"))
                 except ValueError as exc:  # invalid ranges: named on the first sample, as the per-sample path does
                     raise SampleError(0, sources[0], exc) from exc
+            elif op == "decoders.image_slice":  # the windows of the general path, always inside the image
+                windows = np.array(slice_windows(args, hw, *extra, sources=sources), np.int64).reshape(-1, 4)
             else:
                 windows = np.column_stack([np.zeros_like(hw), hw])
             plan.windows = windows

@@ -20,7 +20,7 @@ import torch
 
 from sluice import types
 from sluice.errors import SampleError
-from sluice.kernels.batched import resample_batch
+from sluice.kernels.batched import Packed, resample_batch
 from sluice.kernels.resample import cast_round, filter_id, resample
 from sluice.native.resize import resize as native_resize
 from sluice.ops._host import batch_buffer
@@ -254,15 +254,26 @@ def resize_gpu(ctx, images: Batch, *, args) -> Batch | tuple[Batch, Batch]:
     layout = ctx.layout_of(images)
     if is_volume(layout):
         return resize_volumes(images, layout, args)
-    samples = images.samples
-    if not layout and samples:
-        layout = "HWC" if samples[0].dim() == 3 else "HW"
-    hd, wd, _ = spatial_dims(layout, samples[0].dim()) if n else (0, 1, None)
-    hw = np.array([(s.shape[hd], s.shape[wd]) for s in samples], dtype=np.int64).reshape(n, 2)
+    packed = images.packed if n and layout in ("HWC", "") else None
+    if packed is not None:  # the mixed decoders' and flip's ragged output: read as one buffer, no view per sample
+        flat, shapes = packed
+        if shapes.shape[1] != 3 or (shapes[:, 2] != shapes[0, 2]).any():
+            packed = None
+        else:
+            layout, hw = "HWC", shapes[:, :2].copy()
+            samples = Packed(flat, hw, int(shapes[0, 2]))
+            first = flat
+    if packed is None:
+        samples = images.samples
+        if not layout and samples:
+            layout = "HWC" if samples[0].dim() == 3 else "HW"
+        hd, wd, _ = spatial_dims(layout, samples[0].dim()) if n else (0, 1, None)
+        hw = np.array([(s.shape[hd], s.shape[wd]) for s in samples], dtype=np.int64).reshape(n, 2)
+        first = samples[0] if n else None
     rois, outs = resize_params_batch(hw, args, args.sample)
     a0 = {"antialias": args.const("antialias")}
     fmin, fmag = filters({k: args.const(k) for k in ("interp_type", "min_filter", "mag_filter")})
-    dtype = check_dtype(args.const("dtype"), samples[0]) if n else None
+    dtype = check_dtype(args.const("dtype"), first) if n else None
     if layout == "HW":
         samples = [s.unsqueeze(2) for s in samples]
     dense = n > 0 and bool((outs == outs[0]).all())
