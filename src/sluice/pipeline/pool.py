@@ -183,7 +183,7 @@ def share_items(pool, n: int, work: Callable[[int, int, Any], Any]) -> list:
 #: device stage) and the training loop run Python and take turns on the GIL; a batch call of the core runs on its
 #: workers and the calling thread at once, so with a worker for every core the thread holding the GIL was
 #: descheduled while the others waited for it.
-STAGE_CORES = 4
+STAGE_CORES = 3
 
 
 def native_workers(threads: int) -> int:

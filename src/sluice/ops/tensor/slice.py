@@ -262,6 +262,13 @@ def coordinate_rows(batch: Batch | None) -> tuple[np.ndarray | None, bool]:
     return rows.astype(np.float64), not flat.dtype.is_floating_point
 
 
+def _const_rows(value, n: int) -> np.ndarray | None:
+    """A coordinate argument given once for the batch as the ``(n, k)`` rows :func:`_per_sample` takes (None when
+    not given): read once, not once per sample."""
+    row = as_float_list(value)
+    return np.broadcast_to(np.array(row, dtype=np.float64), (n, len(row))) if row else None
+
+
 def slice_plan(data: Batch, anchor: Batch | None, sl_shape: Batch | None, args) -> tuple[np.ndarray, np.ndarray,
                                                                                           np.ndarray]:
     """The region of every sample, worked out for the whole batch at once: ``(lo, hi, outside)``, ``(n, ndim)``
@@ -274,7 +281,7 @@ def slice_plan(data: Batch, anchor: Batch | None, sl_shape: Batch | None, args) 
     anc, anc_integer = coordinate_rows(anchor)
     extent, extent_integer = coordinate_rows(sl_shape)
     names = ("start", "rel_start", "end", "rel_end", "shape", "rel_shape")
-    given = {k: (None if args.is_const(k) and args.const(k) is None else args[k]) for k in names}
+    given = {k: _const_rows(args.const(k), len(shapes)) if args.is_const(k) else args[k] for k in names}
     try:
         lo, hi = slice_bounds_batch(shapes, axes, anchor=anc, sl_shape=extent,
                                     normalized_anchor=args.const("normalized_anchor") and not anc_integer,
