@@ -36,7 +36,7 @@ from sluice.pipeline.batch import Batch
 from sluice._optional import check as _check_installed
 
 __all__ = ["REQUIRED", "Arg", "OpSchema", "Operator", "OpSpec", "BatchArgs", "BatchContext", "SampleContext",
-           "REGISTRY", "get_schema", "DEVICES"]
+           "REGISTRY", "get_schema", "DEVICES", "FusionStage", "DeviceForm", "fused_operator"]
 
 DEVICES = ("cpu", "gpu", "mixed")
 
@@ -513,8 +513,63 @@ _COMMON_ARGS = (
 )
 
 
+@dataclass(frozen=True)
+class FusionStage:
+    """An operator's place in a chain of GPU operators that one fused operator computes at once
+    (``OpSchema(fusion=...)``), read by the rewrite :func:`sluice.pipeline.passes.fusion.fuse`. The image chain
+    ``[crop ->] resize -> crop_mirror_normalize`` is declared by its three operators::
+
+        crop:                  FusionStage(chain, 0, "k.", flag="has_crop")
+        resize:                FusionStage(chain, 1, "r.", opens=True, unless=("save_attrs",))
+        crop_mirror_normalize: FusionStage(chain, 2, "c.", closes=True)
+
+    ``chain`` names the chain; the operator that computes it declares ``OpSchema(fuses=chain)``. ``position``
+    orders the stages (0 first); each stage reads the one before it as its input 0. ``prefix`` names the stage's
+    arguments in the fused node (resize's ``size`` is ``r.size``). ``closes``: the chain's last stage, where the
+    rewrite starts and walks back through the inputs. ``opens``: the chain may begin at this stage (the stages
+    before it are optional); position 0 always may. ``flag``: for an optional stage, the fused node's boolean
+    argument saying whether the chain held it. ``unless``: constant arguments that, when set, keep a node out of
+    the chain (resize's ``save_attrs``: an output the fused operator does not give)."""
+
+    chain: str
+    position: int
+    prefix: str
+    closes: bool = False
+    opens: bool = False
+    flag: str | None = None
+    unless: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceForm:
+    """The form a CPU operator may take when its output 0 goes only to ``.gpu()`` (``OpSchema(device_form=...)``,
+    read by the rewrite :func:`sluice.pipeline.passes.fusion.decode_audio_on_device`): the node runs on ``device``
+    instead and the copy disappears. ``when(const_args)`` says for which constant arguments the values stay the
+    same. On ``device`` the operator's other outputs keep host values that argument inputs read, so readers that
+    take them as argument inputs after the copy are kept. ``decoders.audio``: the mixed decoder, when it
+    resamples nothing (``sample_rate`` 0: soxr and the GPU resampler differ)."""
+
+    device: str
+    when: Callable[[dict[str, Any]], bool] = lambda const_args: True
+
+
+#: chain (FusionStage.chain) -> the operator that computes it (``OpSchema(fuses=chain)``).
+_FUSED: dict[str, OpSchema] = {}
+
+
+def fused_operator(chain: str) -> OpSchema | None:
+    """The operator declared with ``OpSchema(fuses=chain)``, or None."""
+    return _FUSED.get(chain)
+
+
 class OpSchema:
-    """The declaration of one operator: its name, documentation, inputs, outputs, devices and arguments."""
+    """The declaration of one operator: its name, documentation, inputs, outputs, devices and arguments.
+
+    What graph rewrites read (:mod:`sluice.pipeline.passes`), declared here rather than matched by name:
+    ``graph_safe`` (CUDA graphs), ``fusion`` (a :class:`FusionStage`), ``fuses`` (the chain a fused operator
+    computes), ``device_form`` (a :class:`DeviceForm`) and ``transfer`` (the operator only copies its input to the
+    device it runs on: ``.gpu()``, ``.cpu()``).
+    """
 
     def __init__(self, name: str, doc: str, *, inputs: int | tuple[int, int] = 1,
                  outputs: int | Callable[[dict[str, Any]], int] = 1, devices: Sequence[str] = ("cpu",),
@@ -525,7 +580,9 @@ class OpSchema:
                  output_names: Callable[[dict[str, Any]], list[str]] | None = None,
                  requires: dict[str, Sequence[str]] | None = None,
                  sequences: str | None = None, sequence_outputs: int | None = None,
-                 graph_safe: bool | Callable[[dict[str, Any]], bool] = False):
+                 graph_safe: bool | Callable[[dict[str, Any]], bool] = False,
+                 fusion: FusionStage | None = None, fuses: str | None = None,
+                 device_form: DeviceForm | None = None, transfer: bool = False):
         self.name = name
         self.doc = inspect.cleandoc(doc)
         self.min_inputs, self.max_inputs = (inputs, inputs) if isinstance(inputs, int) else inputs
@@ -556,6 +613,10 @@ class OpSchema:
         #: shapes, it reads no host memory that changes between batches, never waits for the GPU, defers no check
         #: and keeps alive the device tensors it reads.
         self.graph_safe = graph_safe
+        #: Graph rewrites' metadata (see the class docstring).
+        self.fusion, self.fuses, self.device_form, self.transfer = fusion, fuses, device_form, transfer
+        if device_form is not None and device_form.device not in self.devices:
+            raise ValueError(f"schema {name}: device_form on '{device_form.device}', a device it does not declare")
         own = list(args)
         if random:
             own.append(Arg("seed", int, -1, "Seed of this operator's random generator; -1 derives it from the "
@@ -574,6 +635,11 @@ class OpSchema:
         if unknown:
             raise ValueError(f"schema {name}: requirements for devices {unknown} it does not declare")
         self.kernels: dict[str, type[Operator]] = {}
+        if fuses is not None:
+            with _REGISTRY_LOCK:
+                if fuses in _FUSED:
+                    raise ValueError(f"schema {name}: chain {fuses!r} is computed by {_FUSED[fuses].name} already")
+                _FUSED[fuses] = self
         if register:
             with _REGISTRY_LOCK:
                 if name in REGISTRY:

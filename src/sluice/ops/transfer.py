@@ -16,6 +16,7 @@ TRANSFER = OpSchema(
     doc="Copies a batch to the GPU or to the host; made by DataNode.gpu() and DataNode.cpu().",
     devices=("gpu", "cpu"),
     args=[Arg("to", str, "gpu", "Where the batch goes.", choices=("gpu", "cpu"))],
+    transfer=True,
 )
 
 

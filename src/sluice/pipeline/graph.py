@@ -97,7 +97,7 @@ class DataNode:
     def moved_from(self) -> DataNode:
         """The node this one copies between devices (through ``.gpu()`` / ``.cpu()``), or this node itself."""
         node = self
-        while node.op.schema.name == "_transfer" and node.op.inputs:
+        while node.op.schema.transfer and node.op.inputs:
             node = node.op.inputs[0]
         return node
 
@@ -303,10 +303,10 @@ def make_node(schema: OpSchema, inputs: list[Any], kwargs: dict[str, Any]) -> Da
         raise ArgumentError(f"fn.{schema.name}: invalid device ('{device}'). Supported values are "
                             f"{', '.join(repr(d) for d in schema.devices)}.")
     for i, x in enumerate(nodes):
-        if x.device == "gpu" and device in ("cpu", "mixed") and schema.name != "_transfer":
+        if x.device == "gpu" and device in ("cpu", "mixed") and not schema.transfer:
             raise ArgumentError(f"fn.{schema.name}(device='{device}'): input {i} ({x.op.describe()}) is on the GPU; "
                                 f"use device='gpu' for this operator or move the input with .cpu()")
-        if x.device == "cpu" and device == "gpu" and schema.name != "_transfer":
+        if x.device == "cpu" and device == "gpu" and not schema.transfer:
             nodes[i] = x.gpu()  # GPU operators take CPU inputs by copying them, as DALI's newer versions do
     const, arg_nodes = schema.validate(kwargs, lambda v: isinstance(v, DataNode))
     for key, node in arg_nodes.items():

@@ -20,7 +20,7 @@ from sluice.native.audio import OK, WAV_FORMATS, host_tensor, open_files
 from sluice.ops.readers.file import batch_region, contiguous_bytes, is_page_locked_buffer
 from sluice.pipeline.pool import map_all, share_items, share_range
 from sluice.pipeline.batch import Batch, host_empty
-from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
+from sluice.schema import Arg, BatchArgs, BatchContext, DeviceForm, Operator, OpSchema, OpSpec
 
 __all__ = ["SCHEMA", "decode_batch", "decode_files"]
 
@@ -82,6 +82,9 @@ SCHEMA = OpSchema(
     outputs=2,
     devices=("cpu", "mixed"),
     requires={"cpu": ("soundfile", "soxr"), "mixed": ("soundfile",)},
+    # feeding only .gpu(), the CPU decoder becomes the mixed one when it resamples nothing (soxr and the GPU
+    # resampler differ): the same values, half the bytes copied for 16-bit files
+    device_form=DeviceForm("mixed", when=lambda args: not args.get("sample_rate")),
     output_layout=lambda args, _: ["t" if args["downmix"] else "tc", ""],
     args=[
         Arg("dtype", types.DALIDataType, types.FLOAT, "Output type: types.INT16, types.INT32 or types.FLOAT.",

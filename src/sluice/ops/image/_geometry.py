@@ -28,7 +28,11 @@ from sluice.pipeline.ragged import host_to_device, valid_mask
 __all__ = ["round_half_away", "resize_params", "crop_window", "apply_crop", "norm_params", "spatial_dims",
            "reject_volume", "as_list", "flip_dims", "flip_image", "out_dtype", "warp_affine_images", "fill_channels",
            "resize_params_batch", "crop_windows_batch", "warp_affine_padded",
-           "channel_last_padded", "from_channel_last", "region_and_size"]
+           "channel_last_padded", "from_channel_last", "region_and_size", "CROP_RESIZE_NORMALIZE"]
+
+#: The chain ``[crop ->] resize -> crop_mirror_normalize`` on the GPU (the operators' ``FusionStage.chain``), which
+#: :mod:`sluice.ops.image.fused_crop_resize_normalize` computes as one node.
+CROP_RESIZE_NORMALIZE = "crop_resize_normalize"
 
 _MODES = ("default", "stretch", "not_larger", "not_smaller")
 

@@ -17,13 +17,14 @@ import torch
 from sluice import types
 from sluice.kernels.resample import cast_round
 from sluice.errors import SampleError
-from sluice.ops.image._geometry import apply_crop, as_list, crop_window, out_dtype, spatial_dims
+from sluice.ops.image._geometry import (CROP_RESIZE_NORMALIZE, apply_crop, as_list, crop_window, out_dtype,
+                                        spatial_dims)
 from sluice.ops.image._volume import apply_policy, crop_windows_nd, gather_windows, is_volume
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all
-from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema
+from sluice.schema import Arg, BatchArgs, BatchContext, FusionStage, OpSchema
 
-__all__ = ["SCHEMA", "CROP_ARGS", "window_of", "crop_volumes"]
+__all__ = ["SCHEMA", "CROP_ARGS", "window_of", "crop_volumes", "crop_one"]
 
 CROP_ARGS = [
     Arg("crop", "float_list", None, "Window size (crop_h, crop_w), or (crop_d, crop_h, crop_w) for volumes; "
@@ -52,6 +53,7 @@ SCHEMA = OpSchema(
     """,
     devices=("cpu", "gpu"),
     args=CROP_ARGS + [Arg("dtype", types.DALIDataType, None, "Output type (default: the input's).")],
+    fusion=FusionStage(CROP_RESIZE_NORMALIZE, 0, "k.", flag="has_crop"),
 )
 
 

@@ -23,11 +23,12 @@ import torch
 from sluice import types
 from sluice.kernels.batched import resample_batch
 from sluice.kernels.resample import cast_round, epilogue
-from sluice.ops.image._geometry import apply_crop, as_list, crop_windows_batch, norm_params, out_dtype
+from sluice.ops.image._geometry import (CROP_RESIZE_NORMALIZE, apply_crop, as_list, crop_windows_batch, norm_params,
+                                        out_dtype)
 from sluice.ops.image._volume import apply_policy, crop_windows_nd, gather_windows, is_volume
 from sluice.ops.image.crop import CROP_ARGS, window_of
 from sluice.pipeline.batch import Batch
-from sluice.schema import Arg, BatchArgs, OpSchema
+from sluice.schema import Arg, BatchArgs, FusionStage, OpSchema
 
 __all__ = ["SCHEMA", "CMN_ARGS", "cmn_sample", "check_output_layout", "output_layout_of", "frame_output_layout",
            "norm_batch", "cmn_volumes", "volume_output_layout"]
@@ -63,6 +64,7 @@ SCHEMA = OpSchema(
     devices=("cpu", "gpu"),
     output_layout=lambda a, lay: output_layout_of(a.get("output_layout"), lay[0] if lay else ""),
     args=CROP_ARGS + CMN_ARGS,
+    fusion=FusionStage(CROP_RESIZE_NORMALIZE, 2, "c.", closes=True),
 )
 
 

@@ -24,11 +24,12 @@ from sluice.kernels.batched import Packed, resample_batch
 from sluice.kernels.resample import cast_round, filter_id, resample
 from sluice.native.resize import resize as native_resize
 from sluice.ops._host import batch_buffer
-from sluice.ops.image._geometry import out_dtype, resize_params, resize_params_batch, spatial_dims
+from sluice.ops.image._geometry import (CROP_RESIZE_NORMALIZE, out_dtype, resize_params, resize_params_batch,
+                                        spatial_dims)
 from sluice.ops.image._volume import is_volume, resample_volumes, resize_params_3d, spatial_axes
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.pool import map_all
-from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema
+from sluice.schema import Arg, BatchArgs, BatchContext, FusionStage, Operator, OpSchema
 
 __all__ = ["SCHEMA", "resize_sample_params", "resize_sample", "RESIZE_ARGS", "resize_volumes"]
 
@@ -85,6 +86,7 @@ SCHEMA = OpSchema(
         Arg("minibatch_size", int, 32, "Accepted for DALI compatibility; the GPU kernel takes the whole batch."),
         Arg("temp_buffer_hint", int, 0, "Accepted for DALI compatibility."),
     ],
+    fusion=FusionStage(CROP_RESIZE_NORMALIZE, 1, "r.", opens=True, unless=("save_attrs",)),
 )
 
 

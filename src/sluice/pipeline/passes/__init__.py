@@ -1,2 +1,3 @@
-"""Graph rewrites run when a pipeline builds: :mod:`.fusion` (``[crop ->] resize -> crop_mirror_normalize`` on the
-GPU as one node, and the audio decode moved onto the device)."""
+"""Graph rewrites run when a pipeline builds, matched on schema metadata: :mod:`.fusion` (a chain of GPU operators
+declaring ``FusionStage`` metadata as one node of its fused operator, and an operator declaring a ``DeviceForm``
+moved onto the device instead of feeding ``.gpu()``)."""

@@ -1,164 +1,43 @@
-"""Graph fusion: ``[crop ->] resize -> crop_mirror_normalize`` on the GPU becomes one node, one kernel pair.
+"""Graph rewrites run when a pipeline builds, matched on schema metadata (never on operator names):
 
-Users write ordinary DALI graphs::
+* :func:`fuse`: a chain of GPU operators that declare ``OpSchema(fusion=FusionStage(...))`` becomes one node of
+  the operator declared with ``OpSchema(fuses=chain)``. Today's chain is ``[crop ->] resize ->
+  crop_mirror_normalize``, computed by :mod:`sluice.ops.image.fused_crop_resize_normalize`::
 
-    images = fn.decoders.image_random_crop(jpegs, device="mixed")
-    images = fn.resize(images, size=(224, 224), device="gpu")
-    out = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(), dtype=types.FLOAT16, ...)
+      images = fn.resize(images, size=(224, 224), device="gpu")
+      out = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(), dtype=types.FLOAT16, ...)
 
-and :func:`fuse`, called by the executor when it builds, replaces the resize and the crop_mirror_normalize nodes by
-a single node whose kernel maps every output pixel back through the crop window and the resize into the decoded
-image and runs :func:`sluice.kernels.batched.resample_batch` once: crop -> antialiased resize -> mirror ->
-normalise -> layout -> cast, straight into the dense ``N x C x H x W`` batch. An integer resize output is still
-rounded (in registers) before normalising, so the fused result equals the unfused one up to float rounding.
+* :func:`decode_audio_on_device`: a CPU operator with ``OpSchema(device_form=DeviceForm(...))`` whose output 0
+  goes only to a transfer (``OpSchema(transfer=True)``, ``.gpu()``) runs in its device form instead
+  (``fn.decoders.audio`` becomes the mixed decoder).
 
-Fusion applies when the nodes are on the GPU, the resize output feeds only the crop_mirror_normalize (and is not
-a pipeline output), resize has no ``save_attrs`` output, and (for a leading ``fn.crop``) its output feeds only
-the resize. :data:`ENABLED` = False (or ``SLUICE_EAGER=1``, see :mod:`sluice.env`) turns it off. Windows that
-leave the image fall back, per batch, to the unfused computation.
+Both walk the nodes once with :class:`Rewrite`, which knows who reads each DataNode and which ones the pipeline
+returns, and collects the nodes replaced and dropped. A replacement keeps the replaced node's ``id`` and output
+DataNodes, so downstream references hold; the input list is not modified. :data:`ENABLED` = False (or
+``SLUICE_EAGER=1``, see :mod:`sluice.env`) runs the graph as written.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
-import torch
-
 from sluice import env
-from sluice.kernels.batched import Packed, resample_batch
-from sluice.ops.image import crop, crop_mirror_normalize, resize
-from sluice.ops.image._geometry import crop_windows_batch, out_dtype, resize_params_batch
-from sluice.ops.image.crop import crop_one, crop_volumes
-from sluice.ops.image.crop_mirror_normalize import (crop_mirror_normalize_gpu, frame_output_layout, norm_batch,
-                                                    output_layout_of)
-from sluice.ops.image.resize import check_dtype, filters, resize_gpu
-from sluice.pipeline.batch import Batch
+from sluice.ops.image import fused_crop_resize_normalize
 from sluice.pipeline.graph import DataNode
-from sluice.schema import Arg, OpSchema
+from sluice.schema import fused_operator
 
-__all__ = ["fuse", "FUSED_SCHEMA"]
+__all__ = ["fuse", "decode_audio_on_device", "Rewrite", "ENABLED"]
 
 logger = logging.getLogger(__name__)
 
-_PREFIX = {"crop": "k.", "resize": "r.", "crop_mirror_normalize": "c."}
-
-
-def _fused_args() -> list[Arg]:
-    out = []
-    for mod, prefix in ((crop, "k."), (resize, "r."), (crop_mirror_normalize, "c.")):
-        for a in mod.SCHEMA.args.values():
-            out.append(Arg(prefix + a.name, a.type, a.default, a.doc, a.per_sample, a.choices))
-    out.append(Arg("has_crop", bool, False, "Whether a leading fn.crop was fused."))
-    return out
-
-
-def _make_schema() -> OpSchema:
-    schema = OpSchema(
-        "_fused_crop_resize_crop_mirror_normalize",
-        doc="""[crop ->] resize -> crop_mirror_normalize as one GPU node (made by sluice.pipeline.passes.fusion.fuse).""",
-        devices=("gpu",),
-        sequences="frames",  # a batch of clips is the batch of their frames: one kernel pair for all of them
-        output_layout=lambda a, lay: output_layout_of(a.get("c.output_layout"), lay[0] if lay else ""),
-        args=_fused_args(),
-        register=False,
-    )
-    schema.batch_kernel("gpu")(_fused_gpu)
-    return schema
-
-
-def _fused_gpu(ctx, images: Batch, *, args) -> Batch:
-    """Map each output pixel through crop_mirror_normalize's window, resize's ROI and crop's window at once.
-
-    The geometry is computed with NumPy over the whole batch (no per-sample Python on the hot path)."""
-    layout = ctx.layout_of(images) or "HWC"
-    n = len(images)
-    if "D" in layout:  # volumes: the operators' own whole-batch kernels
-        return _unfused(ctx, images, args, bool(args.const("has_crop")), layout)
-    out_layout = frame_output_layout(args.const("c.output_layout"))
-    if n == 0:
-        return Batch([], out_layout)
-    has_crop = bool(args.const("has_crop"))
-    packed = images.packed if not has_crop else None
-    if packed is not None and packed[1].shape[1] == 3 and layout == "HWC":
-        # the batch read whole from its buffer: no per-image view
-        samples = Packed(packed[0], packed[1][:, :2].copy(), int(packed[1][0, 2]))
-        first_dim, channels, hw = 3, samples.channels, samples.hw
-    else:
-        samples = images.samples
-        first_dim = samples[0].dim()
-        channels = int(samples[0].shape[2]) if first_dim == 3 else 0
-        hw = np.array([s.shape[:2] for s in samples], dtype=np.int64) if first_dim == 3 else None
-    if layout != "HWC" or first_dim != 3:
-        return _unfused(ctx, images, args, has_crop, layout)
-    k, r, c = _Args(args, "k."), _Args(args, "r."), _Args(args, "c.")
-    if has_crop:
-        win = crop_windows_batch(hw, k)
-        if ((win[:, :2] < 0) | (win[:, :2] + win[:, 2:] > hw)).any():
-            return _unfused(ctx, images, args, has_crop, layout)
-        # the resize filter must not reach outside the crop: resample the crop views themselves
-        samples = [s[y:y + h, x:x + w] for s, (y, x, h, w) in zip(samples, win.tolist())]
-        hw = win[:, 2:]
-    rois, rsz = resize_params_batch(hw, r, r.sample)
-    cw = crop_windows_batch(rsz, c)
-    if ((cw[:, :2] < 0) | (cw[:, :2] + cw[:, 2:] > rsz)).any():
-        return _unfused(ctx, images, args, has_crop, layout)
-    scale = (rois[:, 2:] - rois[:, :2]) / rsz  # source pixels per resized pixel, (y, x)
-    start = rois[:, :2] + cw[:, :2] * scale
-    end = rois[:, :2] + (cw[:, :2] + cw[:, 2:]) * scale
-    src = np.concatenate([start, end], axis=1)
-    outs = cw[:, 2:]
-    fmin, fmag = filters({name: r.const(name) for name in ("interp_type", "min_filter", "mag_filter")})
-    mirror = np.asarray(c["mirror"], dtype=bool).reshape(n)
-    dense = bool((outs == outs[0]).all())
-    res = resample_batch(samples, src, outs, fmin, fmag, r.const("antialias"),
-                         dtype=out_dtype(c.const("dtype"), torch.float32), mirror=mirror,
-                         norm=norm_batch(channels, c, n), output_layout=out_layout, dense=dense,
-                         mid_dtype=check_dtype(r.const("dtype"), packed[0] if packed is not None else samples[0]))
-    return Batch.from_dense(res, out_layout) if dense else Batch(res, out_layout)
-
-
-class _Args:
-    """The argument view one original node's kernel expects, carved out of the fused node's arguments."""
-
-    def __init__(self, args, prefix: str):
-        self._args, self._prefix = args, prefix
-
-    def __getitem__(self, name: str):
-        return self._args[self._prefix + name]
-
-    def __contains__(self, name: str) -> bool:
-        return self._prefix + name in self._args
-
-    def is_const(self, name: str) -> bool:
-        return self._args.is_const(self._prefix + name)
-
-    def const(self, name: str):
-        return self._args.const(self._prefix + name)
-
-    def sample(self, i: int) -> dict:
-        return {k[len(self._prefix):]: v for k, v in self._args.sample(i).items() if k.startswith(self._prefix)}
-
-
-def _unfused(ctx, images: Batch, args, has_crop: bool, layout: str) -> Batch:
-    """The original kernels one after the other (windows outside the image, unusual layouts)."""
-
-    x = images if images.layout() else Batch(images.samples, layout)
-    if has_crop and "D" in layout:
-        x = crop_volumes(x, layout, _Args(args, "k."))
-    elif has_crop:
-        crop_args = _Args(args, "k.")
-        x = Batch([crop_one(s, x.layout(), crop_args.sample(i)) for i, s in enumerate(x.samples)], x.layout())
-    x = resize_gpu(ctx, x, args=_Args(args, "r."))
-    return crop_mirror_normalize_gpu(ctx, x, args=_Args(args, "c."))
-
-
-FUSED_SCHEMA: OpSchema | None = None
-#: Whether :func:`fuse` and the audio rewrite change the graph (tests compare both ways).
+#: Whether :func:`fuse` and :func:`decode_audio_on_device` change the graph (tests compare both ways).
 ENABLED = True
+
+#: The fused image node's kernel, by the name tests have called it since it lived in this module.
+_fused_gpu = fused_crop_resize_normalize.fused_gpu
 
 
 def _disabled() -> bool:
@@ -166,127 +45,173 @@ def _disabled() -> bool:
     return not ENABLED or env.eager()
 
 
-def _uses(nodes: Sequence[Any], outputs: Iterable[Any] | None) -> tuple[set[int], dict[int, list[Any]]]:
-    """The ids of the pipeline's output DataNodes, and who reads each DataNode (see :func:`_consumers`)."""
-    return {id(d) for d in (outputs or ())}, _consumers(nodes)
+class Rewrite:
+    """One pass over a graph's operator nodes (in topological order): who reads each DataNode (as an input or as an
+    argument input), which DataNodes the pipeline returns, and the nodes replaced or dropped so far."""
+
+    def __init__(self, nodes: Sequence[Any], outputs: Iterable[Any] | None):
+        self.nodes = list(nodes)
+        self._outputs = {id(d) for d in (outputs or ())}
+        self._readers: dict[int, list[Any]] = {}
+        for node in self.nodes:
+            for d in list(node.inputs) + list(node.arg_inputs.values()):
+                self._readers.setdefault(id(d), []).append(node)
+        self._replace: dict[int, Any] = {}
+        self._drop: set[int] = set()
+
+    def readers(self, data: Any) -> list[Any]:
+        """The nodes reading ``data`` (once per use)."""
+        return self._readers.get(id(data), [])
+
+    def returned(self, data: Any) -> bool:
+        """Whether the pipeline returns ``data`` (then its producer must stay)."""
+        return id(data) in self._outputs
+
+    def feeds_only(self, data: Any, node: Any) -> bool:
+        """Whether ``data`` is read by ``node`` alone, once, and not returned by the pipeline."""
+        return not self.returned(data) and self.readers(data) == [node]
+
+    def sole_gpu_producer(self, node: Any) -> Any | None:
+        """The producer of ``node``'s input 0 when it runs on the GPU and its only output feeds ``node`` alone."""
+        if not node.inputs:
+            return None
+        data = node.inputs[0]
+        prod = getattr(data, "op", None)
+        if prod is None or prod.device != "gpu" or len(prod.outputs) != 1 or not self.feeds_only(data, node):
+            return None
+        return prod
+
+    def replace(self, node: Any, new: Any) -> None:
+        self._replace[id(node)] = new
+
+    def replaced(self, node: Any) -> bool:
+        return id(node) in self._replace
+
+    def drop(self, node: Any) -> None:
+        self._drop.add(id(node))
+
+    def result(self) -> list[Any]:
+        """The nodes in their order, replaced ones swapped, dropped ones left out."""
+        return [self._replace.get(id(n), n) for n in self.nodes if id(n) not in self._drop]
 
 
-def _consumers(nodes: Sequence[Any]) -> dict[int, list[Any]]:
-    """id(DataNode) -> the nodes reading it (as an input or as an argument input)."""
-    out: dict[int, list[Any]] = {}
-    for node in nodes:
-        for d in list(node.inputs) + list(node.arg_inputs.values()):
-            out.setdefault(id(d), []).append(node)
-    return out
-
-
-def _sole_input_producer(node, name: str, consumers, outputs: set[int]):
-    """The producer of ``node``'s input 0 if it is a ``name`` node on the GPU whose only output feeds ``node``."""
-    if not node.inputs:
-        return None
-    d = node.inputs[0]
-    prod = getattr(d, "op", None)
-    if prod is None or getattr(prod.schema, "name", None) != name or prod.device != "gpu":
-        return None
-    if len(prod.outputs) != 1 or id(d) in outputs or consumers.get(id(d), []) != [node]:
-        return None
-    return prod
+def _rewrite(op_nodes: list[Any], outputs: Iterable[Any] | None, at: Callable[[Rewrite, Any], None]) -> list[Any]:
+    """``at(rewrite, node)`` for each node in order; the new node list (a copy of ``op_nodes`` when disabled)."""
+    if _disabled():
+        return list(op_nodes)
+    rewrite = Rewrite(op_nodes, outputs)
+    for node in op_nodes:
+        at(rewrite, node)
+    return rewrite.result()
 
 
 def fuse(op_nodes: list[Any], outputs: Iterable[Any] | None = None) -> list[Any]:
-    """Replace ``[crop ->] resize -> crop_mirror_normalize`` GPU chains by one fused node; other nodes are kept.
+    """Replace each chain of GPU nodes declared by ``FusionStage`` metadata by one node of its fused operator.
+
+    A chain ends at a node whose stage ``closes`` it and walks back through input 0: each earlier stage is the
+    producer of the next one's input 0, on the GPU, with one output that feeds only that node and is not a pipeline
+    output, and none of its stage's ``unless`` arguments set. The chain must begin at position 0 or at a stage that
+    ``opens`` it (resize, when no crop precedes it).
 
     Args:
-        op_nodes: the graph's operator nodes in topological order (objects with ``.schema.name``, ``.device``,
+        op_nodes: the graph's operator nodes in topological order (objects with ``.schema``, ``.device``,
             ``.inputs``, ``.outputs``, ``.const_args``, ``.arg_inputs``, ``.id``).
-        outputs: the pipeline's output DataNodes; a resize whose output is also a pipeline output is not fused
-            away. Without it, only consumption inside ``op_nodes`` is considered.
+        outputs: the pipeline's output DataNodes; a node whose output is also a pipeline output is not fused away.
+            Without it, only consumption inside ``op_nodes`` is considered.
 
-    Returns a new list; the fused node is a shallow copy of the crop_mirror_normalize node (same ``id`` and the
-    same output DataNodes, so downstream references hold) with the fused schema, the chain's first input and the
-    three nodes' arguments under the prefixes ``k.``, ``r.``, ``c.``. The input nodes are not modified.
+    Returns a new list; the fused node is a shallow copy of the closing node (same ``id`` and output DataNodes) with
+    the fused schema, the chain's first input, each stage's arguments under its prefix (``k.``, ``r.``, ``c.``)
+    and, for an optional stage, its flag (``has_crop``) set.
     """
-    global FUSED_SCHEMA
-    if _disabled():
-        return list(op_nodes)
-    out_ids, consumers = _uses(op_nodes, outputs)
-    drop: set[int] = set()
-    replace: dict[int, Any] = {}
-    for node in op_nodes:
-        if getattr(node.schema, "name", None) != "crop_mirror_normalize" or node.device != "gpu":
-            continue
-        rz = _sole_input_producer(node, "resize", consumers, out_ids)
-        if rz is None or rz.const_args.get("save_attrs"):
-            continue
-        cr = _sole_input_producer(rz, "crop", consumers, out_ids)
-        if FUSED_SCHEMA is None:
-            FUSED_SCHEMA = _make_schema()
-        fused = copy.copy(node)
-        fused.schema = FUSED_SCHEMA
-        first = cr if cr is not None else rz
-        fused.inputs = list(first.inputs)
-        const: dict[str, Any] = {"has_crop": cr is not None}
-        arg_inputs: dict[str, Any] = {}
-        for src, prefix in ((cr, "k."), (rz, "r."), (node, "c.")):
-            if src is None:
-                continue
-            const.update({prefix + k: v for k, v in src.const_args.items()})
-            arg_inputs.update({prefix + k: v for k, v in src.arg_inputs.items()})
-        for name, arg in FUSED_SCHEMA.args.items():
-            const.setdefault(name, arg.default)
-        fused.const_args = {k: v for k, v in const.items() if k not in arg_inputs}
-        fused.arg_inputs = arg_inputs
-        replace[id(node)] = fused
-        drop.add(id(rz))
-        if cr is not None:
-            drop.add(id(cr))
-        logger.debug("fused %s into %s", [n for n in (cr, rz, node) if n is not None], fused)
-    return [replace.get(id(n), n) for n in op_nodes if id(n) not in drop]
+    return _rewrite(op_nodes, outputs, _fuse_at)
+
+
+def _stage(node: Any):
+    return getattr(node.schema, "fusion", None)
+
+
+def _fuse_at(rewrite: Rewrite, node: Any) -> None:
+    last = _stage(node)
+    if last is None or not last.closes or node.device != "gpu":
+        return
+    schema = fused_operator(last.chain)
+    if schema is None:
+        return
+    chain = [node]
+    while _stage(chain[0]).position > 0:
+        prev = rewrite.sole_gpu_producer(chain[0])
+        stage = _stage(prev) if prev is not None else None
+        if (stage is None or stage.chain != last.chain or stage.position != _stage(chain[0]).position - 1
+                or any(prev.const_args.get(name) for name in stage.unless)):
+            break
+        chain.insert(0, prev)
+    first = _stage(chain[0])
+    if len(chain) < 2 or (first.position > 0 and not first.opens):
+        return
+    const: dict[str, Any] = {}
+    arg_inputs: dict[str, Any] = {}
+    for n in chain:
+        stage = _stage(n)
+        if stage.flag:
+            const[stage.flag] = True
+        const.update({stage.prefix + k: v for k, v in n.const_args.items()})
+        arg_inputs.update({stage.prefix + k: v for k, v in n.arg_inputs.items()})
+    for name, arg in schema.args.items():
+        const.setdefault(name, arg.default)
+    fused = copy.copy(node)
+    fused.schema = schema
+    fused.inputs = list(chain[0].inputs)
+    fused.const_args = {k: v for k, v in const.items() if k not in arg_inputs}
+    fused.arg_inputs = arg_inputs
+    rewrite.replace(node, fused)
+    for n in chain[:-1]:
+        rewrite.drop(n)
+    logger.debug("fused %s into %s", chain, fused)
 
 
 def decode_audio_on_device(op_nodes: list[Any], outputs: Iterable[Any] | None = None) -> list[Any]:
-    """``fn.decoders.audio`` on the CPU whose audio goes only to ``.gpu()`` becomes the mixed decoder.
+    """A CPU node whose output 0 goes only to ``.gpu()`` runs in its schema's device form (``OpSchema(device_form=
+    DeviceForm(device, when))``): ``fn.decoders.audio`` becomes the mixed decoder.
 
     The mixed decoder gives the same values (its PCM conversion is libsndfile's arithmetic, tests/ops/audio/
     test_mixed_decoder*.py), but moves the files' samples to the GPU as they are stored (16-bit samples: half the
     bytes of float32) and converts them there, instead of converting on the host and moving the result. It applies
-    when the decoder resamples nothing (``sample_rate`` 0: soxr and the GPU resampler differ), its audio feeds only
-    the transfer, and its rate output is used by nothing or only as argument inputs (``audio_resample(in_rate=rate)``:
-    the mixed decoder's rate output keeps its host values, which argument inputs read); neither output may be a
-    pipeline output. The transfer node is replaced by the mixed decoder (same id and output, so its consumers
-    hold), the rate's readers are copied to read the mixed decoder's rate, and the CPU decoder is dropped.
-    :data:`ENABLED` = False (or ``SLUICE_EAGER=1``) turns it off.
+    when ``when(const_args)`` holds (the decoder resamples nothing, ``sample_rate`` 0: soxr and the GPU resampler
+    differ) and the node has no argument inputs, its output 0 feeds only the transfer (``OpSchema(transfer=True)``
+    on the GPU), and its other outputs (the rate) are used by nothing or only as argument inputs of GPU nodes after
+    the transfer (``audio_resample(in_rate=rate)``: the device form's other outputs keep their host values, which
+    argument inputs read); no output may be a pipeline output. The transfer node is replaced by the device form
+    (same id and output 0, so its consumers hold), the other outputs' readers are copied to read the device form's
+    outputs, and the CPU node is dropped. :data:`ENABLED` = False (or ``SLUICE_EAGER=1``) turns it off.
     """
-    if _disabled():
-        return list(op_nodes)
-    out_ids, consumers = _uses(op_nodes, outputs)
-    drop: set[int] = set()
-    replace: dict[int, Any] = {}
-    for node in op_nodes:
-        if getattr(node.schema, "name", None) != "_transfer" or node.device != "gpu" or not node.inputs:
-            continue
-        audio = node.inputs[0]
-        dec = getattr(audio, "op", None)
-        if (dec is None or getattr(dec.schema, "name", None) != "decoders.audio" or dec.device != "cpu"
-                or audio.index != 0 or dec.arg_inputs or float(dec.const_args.get("sample_rate") or 0.0) != 0.0
-                or consumers.get(id(audio), []) != [node] or any(id(d) in out_ids for d in dec.outputs)):
-            continue
-        rate = dec.outputs[1]
-        readers = consumers.get(id(rate), [])
-        after = {id(n) for n in op_nodes[op_nodes.index(node) + 1:]}
-        if any(any(x is rate for x in r.inputs) or id(r) in replace or r.device == "cpu" or id(r) not in after
-               for r in readers):
-            continue  # the rate is read as a regular input, on the CPU, or before the transfer: it stays on the CPU
-        mixed = copy.copy(node)
-        mixed.schema, mixed.device = dec.schema, "mixed"
-        mixed.inputs, mixed.const_args, mixed.arg_inputs = list(dec.inputs), dict(dec.const_args), {}
-        mixed.name, mixed.explicit_name = dec.name, dec.explicit_name
-        mixed.outputs = [node.outputs[0], DataNode(mixed, 1, "gpu")]
-        replace[id(node)] = mixed
-        for r in readers:  # read the mixed decoder's rate (same id, so the reader's own consumers hold)
-            moved = copy.copy(r)
-            moved.arg_inputs = {k: (mixed.outputs[1] if v is rate else v) for k, v in r.arg_inputs.items()}
-            replace[id(r)] = moved
-        drop.add(id(dec))
-        logger.debug("the CPU audio decoder %s feeding .gpu() decodes on the device", dec)
-    return [replace.get(id(n), n) for n in op_nodes if id(n) not in drop]
+    return _rewrite(op_nodes, outputs, _move_at)
+
+
+def _move_at(rewrite: Rewrite, node: Any) -> None:
+    if not getattr(node.schema, "transfer", False) or node.device != "gpu" or not node.inputs:
+        return
+    data = node.inputs[0]
+    op = getattr(data, "op", None)
+    form = getattr(op.schema, "device_form", None) if op is not None else None
+    if (form is None or op.device != "cpu" or data.index != 0 or op.arg_inputs or not form.when(op.const_args)
+            or not rewrite.feeds_only(data, node) or any(rewrite.returned(d) for d in op.outputs)):
+        return
+    others = op.outputs[1:]
+    readers = list({id(r): r for d in others for r in rewrite.readers(d)}.values())
+    after = {id(n) for n in rewrite.nodes[rewrite.nodes.index(node) + 1:]}
+    if any(any(x is d for x in r.inputs for d in others) or rewrite.replaced(r) or r.device == "cpu"
+           or id(r) not in after for r in readers):
+        return  # an output is read as a regular input, on the CPU, or before the transfer: the node stays on the CPU
+    moved = copy.copy(node)
+    moved.schema, moved.device = op.schema, form.device
+    moved.inputs, moved.const_args, moved.arg_inputs = list(op.inputs), dict(op.const_args), {}
+    moved.name, moved.explicit_name = op.name, op.explicit_name
+    moved.outputs = [node.outputs[0]] + [DataNode(moved, i, "gpu") for i in range(1, len(op.outputs))]
+    rewrite.replace(node, moved)
+    now = {id(d): moved.outputs[i] for i, d in enumerate(others, 1)}
+    for r in readers:  # read the device form's outputs (same id, so the reader's own consumers hold)
+        copied = copy.copy(r)
+        copied.arg_inputs = {k: now.get(id(v), v) for k, v in r.arg_inputs.items()}
+        rewrite.replace(r, copied)
+    rewrite.drop(op)
+    logger.debug("%s feeding .gpu() runs as device '%s'", op, form.device)
