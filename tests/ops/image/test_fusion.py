@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sluice import fn, types
+from sluice.ops.image import fused_crop_resize_normalize
 from sluice.pipeline.passes import fusion
 from sluice.pipeline.executor import topological_order
 from sluice.pipeline.pipeline import Pipeline
@@ -72,7 +73,7 @@ def test_fused_kernel_equals_unfused_operators(with_crop):
     args = BatchArgs(node.const_args, {"c.mirror": mirror}, 3)
     from sluice.pipeline.batch import Batch
 
-    got = fusion._fused_gpu(ctx, Batch([torch.from_numpy(i) for i in imgs], "HWC"), args=args)
+    got = fused_crop_resize_normalize.fused_gpu(ctx, Batch([torch.from_numpy(i) for i in imgs], "HWC"), args=args)
     x = imgs
     if with_crop:
         x = [s.numpy() for s in run_op("crop", x, layout="HWC", crop=(36, 36), crop_pos_x=0.25).samples]
@@ -119,7 +120,7 @@ def test_fused_node_falls_back_to_unfused_kernels_for_padded_windows():
 
     imgs = _imgs()
     ctx = BatchContext(node.schema.name, 3, [""] * 3, ["HWC"], torch.device("cpu"), None)
-    got = fusion._fused_gpu(ctx, Batch([torch.from_numpy(i) for i in imgs], "HWC"),
+    got = fused_crop_resize_normalize.fused_gpu(ctx, Batch([torch.from_numpy(i) for i in imgs], "HWC"),
                             args=BatchArgs(node.const_args, {}, 3))
     x = [s.numpy() for s in run_op("resize", imgs, layout="HWC", resize_shorter=20).samples]
     ref = run_op("crop_mirror_normalize", x, layout="HWC", crop=(24, 24), out_of_bounds_policy="pad",

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sluice import fn, types
+from sluice.ops.image import fused_crop_resize_normalize
 from sluice.pipeline.pipeline import Pipeline
 
 F = 3
@@ -180,7 +181,6 @@ def _fused_node():
 
 def test_fused_resize_crop_mirror_normalize_takes_clips():
     """The fused GPU node (its kernel runs on CPU tensors too): a batch of clips is the batch of their frames."""
-    from sluice.pipeline.passes import fusion
     from sluice.pipeline.batch import Batch
     from sluice.schema import BatchArgs, BatchContext, OpSpec
 
@@ -193,7 +193,8 @@ def test_fused_resize_crop_mirror_normalize_takes_clips():
     assert out.layout() == "FCHW" and [tuple(s.shape) for s in out] == [(F, 3, 8, 8)] * 2
     frames = Batch([f for c in clips for f in c.unbind(0)], "HWC")
     ctx = BatchContext(node.schema.name, 2 * F, [""] * 2 * F, ["HWC"], torch.device("cpu"), None)
-    ref = fusion._fused_gpu(ctx, frames, args=BatchArgs(node.const_args, {"c.mirror": [1] * F + [0] * F}, 2 * F))
+    ref = fused_crop_resize_normalize.fused_gpu(ctx, frames,
+                                                args=BatchArgs(node.const_args, {"c.mirror": [1] * F + [0] * F}, 2 * F))
     torch.testing.assert_close(out.as_tensor().reshape(2 * F, 3, 8, 8), ref.as_tensor(), rtol=0, atol=0)
 
 

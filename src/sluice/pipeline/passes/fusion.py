@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sluice import env
-from sluice.ops.image import fused_crop_resize_normalize
+from sluice.ops.image import fused_crop_resize_normalize  # noqa: F401 - registers the fused operator fuse() looks up
 from sluice.pipeline.graph import DataNode
 from sluice.schema import fused_operator
 
@@ -35,9 +35,6 @@ logger = logging.getLogger(__name__)
 
 #: Whether :func:`fuse` and :func:`decode_audio_on_device` change the graph (tests compare both ways).
 ENABLED = True
-
-#: The fused image node's kernel, by the name tests have called it since it lived in this module.
-_fused_gpu = fused_crop_resize_normalize.fused_gpu
 
 
 def _disabled() -> bool:
