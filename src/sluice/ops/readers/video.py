@@ -1,7 +1,8 @@
 """``fn.readers.video``: sequences of frames read from video files, with labels (DALI's VideoReader).
 
 Every file is indexed once (packet index, cached on disk); its frames are cut into sequences of
-``sequence_length`` frames ``stride`` apart, a new sequence starting every ``step`` frames. Sequences are the
+``sequence_length`` frames ``stride`` apart, a new sequence starting every ``step`` frames (by default every
+``stride * sequence_length``, as DALI's reader does: sequences that do not overlap). Sequences are the
 reader's samples: sharded, shuffled and padded as by every reader (``readers/_sharding.py``). Decoding goes through
 the same backends as ``fn.decoders.video`` (PyAV on ``cpu``, NVDEC on ``gpu``), so only the groups of pictures a
 sequence touches are decoded. Optional outputs: the first frame's number, every frame's timestamp, and the audio
@@ -62,7 +63,8 @@ VIDEO_ARGS = [
     Arg("file_list_frame_num", bool, False, "DALI's spelling of file_list_format='frames'."),
     Arg("file_filters", "str_list", VIDEO_FILTERS, "Glob patterns of the files taken from file_root."),
     Arg("sequence_length", int, REQUIRED, "Frames per sequence."),
-    Arg("step", int, -1, "Frames between the starts of consecutive sequences; -1: sequence_length."),
+    Arg("step", int, -1, "Frames between the starts of consecutive sequences; <= 0: stride * sequence_length "
+        "(consecutive sequences do not overlap), as DALI's reader starts them."),
     Arg("stride", int, 1, "Frames between consecutive frames of a sequence."),
     Arg("pad_sequences", bool, False, "Also make the incomplete sequences at the ends of files, padded with "
         "black frames (timestamp -1)."),
@@ -220,9 +222,10 @@ class VideoReader(ReaderBase):
             raise ArgumentError(f"{op}: sequence_length is required and must be >= 1, got {a.get('sequence_length')}")
         self.length = int(a["sequence_length"])
         self.stride = int(a["stride"] or 1)
-        self.step = int(a["step"]) if a["step"] and a["step"] > 0 else self.length
         if self.stride < 1:
             raise ArgumentError(f"{op}: stride must be >= 1, got {self.stride}")
+        # DALI's VideoLoader: ``if (step_ < 0) step_ = count_ * stride_`` (its documentation says sequence_length)
+        self.step = int(a["step"]) if a["step"] and a["step"] > 0 else self.stride * self.length
         entries = self._entries(a)
         if not entries:
             raise ArgumentError(f"{op}: no video files found (file_root={a['file_root']!r}, file_list="
