@@ -8,9 +8,11 @@ the same backends as ``fn.decoders.video`` (PyAV on ``cpu``, NVDEC on ``gpu``), 
 sequence touches are decoded. Optional outputs: the first frame's number, every frame's timestamp, and the audio
 of exactly the sequence's time window.
 
-``file_list`` lines are ``path label [start [end]]``: start and end (exclusive) are seconds, or frame numbers
+``file_list`` lines are ``path label [start [end]]``: start and end (exclusive) are seconds counted from the
+video's first frame (a stream's clock may start anywhere: an MPEG-TS file's at its recorder's), or frame numbers
 with ``file_list_format='frames'`` (DALI's ``file_list_frame_num=True``); a missing or 0 end means the end of the
-file, a negative end counts from it.
+file, a negative start or end counts from it. Timestamps (``enable_timestamps``) count from the first frame too, as
+DALI's reader gives them (``(pts - start_time) * time_base``).
 
 A file that cannot be read (missing, a directory, a symlink loop, empty, not a container, truncated, or declaring
 more frames than it holds) is a ``PipelineError`` at ``build()`` naming the file and why: the reader never leaves a
@@ -161,20 +163,34 @@ def _index_or_why(path: str):
 
 
 def _frame_range(idx, start: float | None, end: float | None, as_frames: bool) -> tuple[int, int]:
-    """[first, stop) frames of a file_list entry: frame numbers, or the frames shown in [start, end) seconds."""
+    """[first, stop) frames of a file_list entry: frame numbers, or the frames shown in [start, end) seconds counted
+    from the first frame (DALI: pts - the stream's start_time); a negative start or end counts from the end (DALI:
+    ``frame_count + start``)."""
     n = idx.num_frames
     if as_frames:
         first = 0 if start is None else int(math.ceil(start))
+        first = first + n if first < 0 else first
         stop = n if not end else (int(math.floor(end)) if end > 0 else n + int(math.floor(end)))
     else:
-        times = idx.times
-        first = 0 if start is None else int(np.searchsorted(times, start - 1e-9, side="left"))
+        times = idx.times - _time_origin(idx)
+        duration = idx.end_time - _time_origin(idx)
+        if start is None:
+            first = 0
+        else:
+            t_start = start if start >= 0 else duration + start
+            first = int(np.searchsorted(times, t_start - 1e-9, side="left"))
         if not end:
             stop = n
         else:
-            t_end = end if end > 0 else idx.end_time + end
+            t_end = end if end > 0 else duration + end
             stop = int(np.searchsorted(times, t_end - 1e-9, side="left"))
     return max(first, 0), min(stop, n)
+
+
+def _time_origin(idx) -> float:
+    """Seconds on the stream's clock of its first frame: where file_list seconds and output timestamps count from
+    (FFmpeg's stream start_time, from which DALI's reader counts)."""
+    return float(idx.times[0]) if idx.num_frames else 0.0
 
 
 _INTERP = {types.INTERP_NN: "nearest", types.INTERP_LINEAR: "bilinear", types.INTERP_CUBIC: "bicubic"}
@@ -333,7 +349,8 @@ class VideoReader(ReaderBase):
         if a["enable_frame_num"]:
             out.append(torch.tensor([start], dtype=torch.int32, device=dev))
         if a["enable_timestamps"]:
-            out.append(torch.as_tensor(clip.timestamps, dtype=torch.float32).to(dev))
+            stamps = np.where(clip.frame_numbers >= 0, clip.timestamps - _time_origin(idx), clip.timestamps)
+            out.append(torch.as_tensor(stamps, dtype=torch.float32).to(dev))
         if a["enable_audio"]:
             real = clip.frame_numbers[clip.frame_numbers >= 0]
             t0 = float(idx.times[real[0]])
