@@ -99,6 +99,19 @@ def test_file_list_seconds_and_timestamps_count_from_the_first_frame(tmp_path):
     assert [int(n[0]) for n in outs[0][2]] == [31, 34, 37]
 
 
+@pytest.mark.parametrize("preceding, first, stop", [(False, 16, 30), (True, 15, 31)])
+def test_file_list_seconds_round_as_dali(videos, tmp_path, preceding, first, stop):
+    """file_list seconds to frames as DALI's reader rounds them (30 fps, "0.51 1.01"): the frames wholly inside the
+    window, start * fps rounded up and end * fps down (16..29); with ``file_list_include_preceding_frame``, also
+    the frames the window's ends cut, start down and end up (15..30)."""
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"{videos['h264-mp4']} 0 0.51 1.01\n")
+    p, outs = run_reader(batch_size=20, iterations=1, file_list=str(lst), sequence_length=1, enable_frame_num=True,
+                         file_list_include_preceding_frame=preceding)
+    assert p.epoch_size("Reader") == stop - first
+    assert [int(n[0]) for n in outs[0][2]][:stop - first] == list(range(first, stop))
+
+
 def test_pad_sequences_and_sharding(videos):
     files = [str(videos["h264-mp4"])]
     _, outs = run_reader(batch_size=5, filenames=files, sequence_length=16, step=16, pad_sequences=True,

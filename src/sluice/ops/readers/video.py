@@ -84,7 +84,8 @@ VIDEO_ARGS = [
     Arg("skip_unreadable_files", bool, False, "Leave out of the epoch the files that cannot be read (missing, "
         "not a file, truncated, damaged) instead of raising at build(); how many were left out, and why, is "
         "logged as a warning and kept in the reader's ``skipped_files``. Not in DALI, whose reader raises."),
-    Arg("file_list_include_preceding_frame", bool, False, "Accepted for DALI compatibility."),
+    Arg("file_list_include_preceding_frame", bool, False, "file_list seconds: also take the frames the window's "
+        "start and end cut (start rounded down, end up), not only the frames wholly inside it (as DALI rounds)."),
     Arg("additional_decode_surfaces", int, 2, "Accepted for DALI compatibility."),
     *READER_ARGS,
 ]
@@ -162,10 +163,15 @@ def _index_or_why(path: str):
     return (None, idx.damage) if idx.damage else (idx, None)
 
 
-def _frame_range(idx, start: float | None, end: float | None, as_frames: bool) -> tuple[int, int]:
-    """[first, stop) frames of a file_list entry: frame numbers, or the frames shown in [start, end) seconds counted
-    from the first frame (DALI: pts - the stream's start_time); a negative start or end counts from the end (DALI:
-    ``frame_count + start``)."""
+def _frame_range(idx, start: float | None, end: float | None, as_frames: bool,
+                 preceding: bool = False) -> tuple[int, int]:
+    """[first, stop) frames of a file_list entry: frame numbers, or the frames wholly shown in [start, end) seconds
+    counted from the first frame (DALI: pts - the stream's start_time), with ``preceding`` also those the window's
+    ends cut; a negative start or end counts from the end (DALI: ``frame_count + start``).
+
+    DALI's reader rounds ``start * fps`` up and ``end * fps`` down (with file_list_include_preceding_frame, start
+    down and end up); on a constant frame rate these are the same frames, and on a variable one the frames whose
+    display intervals lie inside the window (or meet it)."""
     n = idx.num_frames
     if as_frames:
         first = 0 if start is None else int(math.ceil(start))
@@ -178,12 +184,16 @@ def _frame_range(idx, start: float | None, end: float | None, as_frames: bool) -
             first = 0
         else:
             t_start = start if start >= 0 else duration + start
-            first = int(np.searchsorted(times, t_start - 1e-9, side="left"))
+            first = int(np.searchsorted(times, t_start + 1e-9, side="right")) - 1 if preceding else \
+                int(np.searchsorted(times, t_start - 1e-9, side="left"))  # shown at t_start / starting from it
         if not end:
             stop = n
         else:
             t_end = end if end > 0 else duration + end
-            stop = int(np.searchsorted(times, t_end - 1e-9, side="left"))
+            if preceding:  # frames that start before t_end
+                stop = int(np.searchsorted(times, t_end - 1e-9, side="left"))
+            else:  # frames that stop being shown by t_end
+                stop = int(np.searchsorted(np.append(times[1:], duration), t_end + 1e-9, side="right"))
     return max(first, 0), min(stop, n)
 
 
@@ -276,7 +286,8 @@ class VideoReader(ReaderBase):
 
     def sequence_starts(self, f: int, idx, entry) -> list[int]:
         """The first frames of file ``f``'s sequences (``entry``: its file-list entry; ``idx``: its index)."""
-        first, stop = _frame_range(idx, entry[2], entry[3], self.as_frames)
+        first, stop = _frame_range(idx, entry[2], entry[3], self.as_frames,
+                                   bool(self.spec.args["file_list_include_preceding_frame"]))
         span = (self.length - 1) * self.stride
         last_start = stop - 1 if self.spec.args["pad_sequences"] else stop - 1 - span
         return list(range(first, last_start + 1, self.step))
