@@ -62,6 +62,56 @@ def test_file_list_frames_and_timestamps(videos, vfr_videos, tmp_path):
     np.testing.assert_allclose(ts[1].numpy(), np.array(VFR_PTS[7:11]) / 1000, atol=1e-6)
 
 
+def test_file_list_seconds_and_timestamps_count_from_the_first_frame(tmp_path):
+    """An MPEG-TS file's clock starts where its recorder's did (here at 10 s): file_list seconds and the
+    timestamps output count from the stream's start, as DALI's reader counts them (``(pts - start_time) *
+    time_base``; start and end seconds to frames by the frame rate), so "0.5 1.0" is frames 15..29, not none.
+    A negative start counts from the end (DALI: ``frame_count + start``). Frames checked against PyAV's."""
+    av = pytest.importorskip("av")
+    path = tmp_path / "clock10s.ts"
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.options = {"g": "12", "bf": "2"}
+        for i in range(40):
+            from sluice.backends.video.barcode import make_frame
+
+            frame = av.VideoFrame.from_ndarray(make_frame(i, 64, 48), format="rgb24")
+            frame.pts = 300 + i  # 10 s at 1/30
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    with av.open(str(path)) as c:
+        ref = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+        assert c.streams.video[0].start_time * c.streams.video[0].time_base == 10
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"{path} 3 0.5 1.0\n")
+    _, outs = run_reader(batch_size=5, iterations=1, file_list=str(lst), sequence_length=3, step=3,
+                         enable_frame_num=True, enable_timestamps=True)
+    video, _, num, ts = outs[0]
+    assert [int(n[0]) for n in num] == [15, 18, 21, 24, 27]
+    for i in range(5):
+        s = 15 + 3 * i
+        np.testing.assert_array_equal(video[i].numpy(), np.stack(ref[s:s + 3]))
+        np.testing.assert_allclose(ts[i].numpy(), np.arange(s, s + 3) / 30, atol=1e-4)
+    lst.write_text(f"{path} 3 -9 0\n")
+    _, outs = run_reader(batch_size=3, iterations=1, file_list=str(lst), file_list_format="frames",
+                         sequence_length=3, enable_frame_num=True)
+    assert [int(n[0]) for n in outs[0][2]] == [31, 34, 37]
+
+
+@pytest.mark.parametrize("preceding, first, stop", [(False, 16, 30), (True, 15, 31)])
+def test_file_list_seconds_round_as_dali(videos, tmp_path, preceding, first, stop):
+    """file_list seconds to frames as DALI's reader rounds them (30 fps, "0.51 1.01"): the frames wholly inside the
+    window, start * fps rounded up and end * fps down (16..29); with ``file_list_include_preceding_frame``, also
+    the frames the window's ends cut, start down and end up (15..30)."""
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"{videos['h264-mp4']} 0 0.51 1.01\n")
+    p, outs = run_reader(batch_size=20, iterations=1, file_list=str(lst), sequence_length=1, enable_frame_num=True,
+                         file_list_include_preceding_frame=preceding)
+    assert p.epoch_size("Reader") == stop - first
+    assert [int(n[0]) for n in outs[0][2]][:stop - first] == list(range(first, stop))
+
+
 def test_pad_sequences_and_sharding(videos):
     files = [str(videos["h264-mp4"])]
     _, outs = run_reader(batch_size=5, filenames=files, sequence_length=16, step=16, pad_sequences=True,

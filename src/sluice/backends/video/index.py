@@ -7,6 +7,17 @@ their open container without reading the whole content again. Frames are numbere
 presentation order (packets sorted by pts), so B-frames and variable frame rates are handled exactly: frame ``i``
 is the ``i``-th picture shown, and the frame shown at time ``t`` is the last one whose pts is ``<= t``.
 
+Two properties of real files decide what "shown" and "keyframe" mean here, as FFmpeg's sequential decode (and DALI)
+see them:
+
+- pictures an mp4 edit list hides (FFmpeg's demuxer marks their packets discarded, and its decoder drops them: a
+  video cut with ``ffmpeg -ss -t -c copy`` keeps the group of pictures before its first frame and the packets after
+  its end) are no frames. Frame 0 is the first picture the edit list shows; where its keyframe is hidden, decoding
+  frame 0's group starts at that hidden keyframe (:meth:`VideoIndex.start_packet`).
+- a packet the container marks as a keyframe is a keyframe here only when decoding can start from it
+  (``bitstream.random_access_detector``: H.264 IDR pictures and open-GOP recovery points, HEVC IRAP pictures; not
+  the recovery points of periodic intra refresh, whose next pictures predict from pictures before them).
+
 A request for frames is turned into a *plan*: the wanted frames grouped by the keyframe to decode them from, so
 that each group of pictures is decoded once, from its keyframe, and shared by all wanted frames in it. Example::
 
@@ -34,11 +45,13 @@ from typing import Iterator, Sequence, Union
 
 import numpy as np
 
+from .bitstream import random_access_detector
+
 logger = logging.getLogger(__name__)
 
 Source = Union[str, os.PathLike, bytes, bytearray, memoryview, np.ndarray]
 
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 PAD_MODES = ("none", "constant", "edge", "reflect_1001", "reflect_101")
 
 
@@ -182,10 +195,9 @@ def packets_from(container, stream, idx: "VideoIndex", key: int) -> Iterator:
     """
     import av
 
-    key_pts = int(idx.pts[key])
-    key_pos = int(idx.decode_position[key])
+    key_pts, key_dts, key_pos = idx.start_packet(key)
     earlier = idx.key_frames[idx.key_frames < key]
-    targets = [int(idx.dts[key])] + ([int(idx.dts[earlier[-1]])] if len(earlier) else []) + [None]
+    targets = [key_dts] + ([idx.start_packet(int(earlier[-1]))[1]] if len(earlier) else []) + [None]
     for target in targets:
         try:
             if target is None:
@@ -248,7 +260,10 @@ class VideoIndex:
 
     Arrays (one entry per frame, sorted by presentation time): ``pts`` and ``dts`` in ``time_base`` units,
     ``keyframe`` flags, byte position ``pos`` (-1 when the container does not say) and ``duration``.
-    ``decode_order`` lists frame numbers in the order their packets appear in the stream.
+    ``decode_order`` lists frame numbers in the order their packets appear in the stream. ``hidden_pts``: the pts of
+    pictures the container's edit list hides (no frames); ``preroll``: (pts, dts) of the hidden keyframe that
+    decoding frame 0 starts from, when the edit list hides it (else empty); ``demoted_keys``: how many packets the
+    container marks as keyframes are not random access points.
     """
 
     name: str
@@ -267,6 +282,9 @@ class VideoIndex:
     average_rate: float = 0.0
     count_frames: bool = False
     declared_frames: int = 0  # frames the container's own table says the stream has (mp4/mov; 0: not said)
+    hidden_pts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    preroll: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    demoted_keys: int = 0
     key_frames: np.ndarray = field(init=False, repr=False)
     _by_pts: dict | None = field(default=None, init=False, repr=False)
     _decode_position: np.ndarray | None = field(default=None, init=False, repr=False)
@@ -285,9 +303,12 @@ class VideoIndex:
         return self._decode_position
 
     def frame_of_pts(self, pts: int) -> int:
-        """Frame number of a decoded frame's pts (the last frame at or before it when not exact; -1 if none)."""
+        """Frame number of a decoded frame's pts (the last frame at or before it when not exact; -1 if none, and
+        for the pictures an edit list hides)."""
         if self._by_pts is None:
-            self._by_pts = {int(p): i for i, p in enumerate(self.pts.tolist())}
+            by_pts = {int(p): -1 for p in self.hidden_pts.tolist()}
+            by_pts.update((int(p), i) for i, p in enumerate(self.pts.tolist()))
+            self._by_pts = by_pts
         i = self._by_pts.get(pts)
         return i if i is not None else int(np.searchsorted(self.pts, pts, side="right")) - 1
 
@@ -300,10 +321,26 @@ class VideoIndex:
     def damage(self) -> str:
         """Why the file is damaged ("" when it is not seen to be): fewer frames could be read than its container's
         sample table declares (a truncated file, or one whose header lies, such as an ``mdhd`` timescale of 0)."""
-        if self.declared_frames > self.num_frames:
-            return (f"its container declares {self.declared_frames} frames but only {self.num_frames} could be read "
+        read = self.num_frames + len(self.hidden_pts)  # the table counts the pictures an edit list hides too
+        if self.declared_frames > read:
+            return (f"its container declares {self.declared_frames} frames but only {read} could be read "
                     f"(truncated, or a damaged header)")
         return ""
+
+    @property
+    def container_tables_exact(self) -> bool:
+        """Whether the container's own tables number and seek frames as this index does: no picture hidden by an
+        edit list, and every keyframe it marks a random access point. A decoder that seeks and counts frames by
+        those tables (PyNvVideoCodec's SimpleDecoder) can give other frames where this is False."""
+        return not len(self.hidden_pts) and not self.demoted_keys
+
+    def start_packet(self, key: int) -> tuple[int, int, int]:
+        """(pts, dts, decode position) of the packet a decode from keyframe ``key`` starts at: the keyframe's own,
+        or, for frame 0 of a video whose edit list hides the keyframe before it, that hidden keyframe's (decode
+        position -1: before every frame's packet)."""
+        if key == 0 and len(self.preroll):
+            return int(self.preroll[0]), int(self.preroll[1]), -1
+        return int(self.pts[key]), int(self.dts[key]), int(self.decode_position[key])
 
     @property
     def times(self) -> np.ndarray:
@@ -472,20 +509,22 @@ class VideoIndex:
     def to_arrays(self) -> dict:
         return dict(version=np.int64(INDEX_VERSION), pts=self.pts, dts=self.dts, keyframe=self.keyframe,
                     pos=self.pos, duration=self.duration, decode_order=self.decode_order,
+                    hidden_pts=self.hidden_pts, preroll=self.preroll,
                     meta=np.array([self.codec, str(self.width), str(self.height), str(self.time_base.numerator),
                                    str(self.time_base.denominator), self.container, self.pix_fmt,
                                    repr(self.average_rate), str(int(self.count_frames)),
-                                   str(int(self.declared_frames))]))
+                                   str(int(self.declared_frames)), str(int(self.demoted_keys))]))
 
     @classmethod
     def from_arrays(cls, name: str, a) -> "VideoIndex":
         if int(a["version"]) != INDEX_VERSION:
             raise ValueError("stale index version")
-        codec, w, h, num, den, cont, pix, rate, count, declared = [str(x) for x in a["meta"]]
+        codec, w, h, num, den, cont, pix, rate, count, declared, demoted = [str(x) for x in a["meta"]]
         return cls(name=name, codec=codec, width=int(w), height=int(h), time_base=Fraction(int(num), int(den)),
                    pts=a["pts"], dts=a["dts"], keyframe=a["keyframe"].astype(bool), pos=a["pos"],
                    duration=a["duration"], decode_order=a["decode_order"], container=cont, pix_fmt=pix,
-                   average_rate=float(rate), count_frames=bool(int(count)), declared_frames=int(declared))
+                   average_rate=float(rate), count_frames=bool(int(count)), declared_frames=int(declared),
+                   hidden_pts=a["hidden_pts"], preroll=a["preroll"], demoted_keys=int(demoted))
 
 
 def build_index(source: Source, name: str | None = None) -> VideoIndex:
@@ -500,7 +539,10 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
         # frame i is the i-th slot of the constant frame rate (its dts), and decoded frames are numbered by
         # counting from the keyframe a decode starts at (closed GOPs: the keyframe is shown first).
         count_frames = container.format.name.split(",")[0] == "avi"
+        is_rap = None if count_frames or ctx is None else random_access_detector(_codec_name(ctx), ctx.extradata)
         rows = []
+        hidden = []  # (pts, dts, keyframe) of the pictures an edit list hides
+        demoted, seen_key = 0, False
         try:
             for packet in container.demux(stream):
                 if packet.size == 0:
@@ -508,12 +550,20 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
                 pts = packet.pts if packet.pts is not None and not count_frames else packet.dts
                 if pts is None:
                     raise VideoError(f"{name}: packet {len(rows)} has no timestamp; cannot index frames by time")
-                rows.append((pts, packet.dts if packet.dts is not None else pts, bool(packet.is_keyframe),
-                             packet.pos if packet.pos is not None else -1, packet.duration or 0))
+                dts = packet.dts if packet.dts is not None else pts
+                key = bool(packet.is_keyframe)
+                if key and is_rap is not None and seen_key and not is_rap(packet):
+                    key, demoted = False, demoted + 1  # (the first keyframe stays one: decoding starts there)
+                seen_key = seen_key or key
+                if getattr(packet, "is_discard", False):  # (an older PyAV lacks the flag)
+                    hidden.append((pts, dts, key))
+                    continue
+                rows.append((pts, dts, key, packet.pos if packet.pos is not None else -1, packet.duration or 0))
         except av.error.FFmpegError as e:
             logger.warning("%s: demuxing stopped after %d packets: %s (truncated file?)", name, len(rows), e)
         if not rows:
-            raise VideoError(f"{name}: the video stream has no packets (empty, truncated or corrupt file)")
+            shown = f" ({len(hidden)} pictures, all hidden by its edit list)" if hidden else ""
+            raise VideoError(f"{name}: the video stream has no packets{shown} (empty, truncated or corrupt file)")
         if stream.time_base is None:
             raise VideoError(f"{name}: the video stream has no time base")
         arr = np.array(rows, dtype=np.int64)
@@ -525,14 +575,22 @@ def build_index(source: Source, name: str | None = None) -> VideoIndex:
         dup = np.flatnonzero(np.diff(sorted_rows[:, 0]) == 0)
         if len(dup):
             logger.warning("%s: %d packets share a pts with another one", name, len(dup))
+        keyframe = sorted_rows[:, 2].astype(bool)
+        preroll = np.zeros(0, np.int64)
+        if not keyframe[0]:  # frame 0's keyframe hidden by the edit list: its decode starts there
+            before = [(p, d) for p, d, k in hidden if k and p <= sorted_rows[0, 0]]
+            if before:
+                preroll = np.array(max(before), np.int64)
+                keyframe[0] = True
         return VideoIndex(
             name=name, codec=_codec_name(ctx), width=int(ctx.width), height=int(ctx.height),
             time_base=Fraction(stream.time_base.numerator, stream.time_base.denominator),
-            pts=sorted_rows[:, 0].copy(), dts=sorted_rows[:, 1].copy(), keyframe=sorted_rows[:, 2].astype(bool),
+            pts=sorted_rows[:, 0].copy(), dts=sorted_rows[:, 1].copy(), keyframe=keyframe,
             pos=sorted_rows[:, 3].copy(), duration=sorted_rows[:, 4].copy(), decode_order=rank,
             container=container.format.name, pix_fmt=str(ctx.pix_fmt or ""),
             average_rate=float(stream.average_rate or 0.0), count_frames=count_frames,
-            declared_frames=int(stream.frames or 0) if container.format.name.startswith("mov") else 0)
+            declared_frames=int(stream.frames or 0) if container.format.name.startswith("mov") else 0,
+            hidden_pts=np.sort(np.array([h[0] for h in hidden], np.int64)), preroll=preroll, demoted_keys=demoted)
 
 
 # ---------------------------------------------------------------------------------------------- caching

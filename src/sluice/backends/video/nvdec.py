@@ -458,6 +458,8 @@ class NvdecBackend:
         (see :data:`PIXEL_CHECKS`); else the file is decoded packet by packet from then on."""
         if not isinstance(source, (str, os.PathLike)) or idx.count_frames or not simple_decoder_enabled():
             return None, False
+        if not idx.container_tables_exact:  # an edit list hides pictures, or keyframes are no seek points
+            return None, False
         path = os.fspath(source)
         try:
             key = file_key(path)  # the caches below are keyed by the file, not by its path alone

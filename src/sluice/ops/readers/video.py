@@ -1,15 +1,18 @@
 """``fn.readers.video``: sequences of frames read from video files, with labels (DALI's VideoReader).
 
 Every file is indexed once (packet index, cached on disk); its frames are cut into sequences of
-``sequence_length`` frames ``stride`` apart, a new sequence starting every ``step`` frames. Sequences are the
+``sequence_length`` frames ``stride`` apart, a new sequence starting every ``step`` frames (by default every
+``stride * sequence_length``, as DALI's reader does: sequences that do not overlap). Sequences are the
 reader's samples: sharded, shuffled and padded as by every reader (``readers/_sharding.py``). Decoding goes through
 the same backends as ``fn.decoders.video`` (PyAV on ``cpu``, NVDEC on ``gpu``), so only the groups of pictures a
 sequence touches are decoded. Optional outputs: the first frame's number, every frame's timestamp, and the audio
 of exactly the sequence's time window.
 
-``file_list`` lines are ``path label [start [end]]``: start and end (exclusive) are seconds, or frame numbers
+``file_list`` lines are ``path label [start [end]]``: start and end (exclusive) are seconds counted from the
+video's first frame (a stream's clock may start anywhere: an MPEG-TS file's at its recorder's), or frame numbers
 with ``file_list_format='frames'`` (DALI's ``file_list_frame_num=True``); a missing or 0 end means the end of the
-file, a negative end counts from it.
+file, a negative start or end counts from it. Timestamps (``enable_timestamps``) count from the first frame too, as
+DALI's reader gives them (``(pts - start_time) * time_base``).
 
 A file that cannot be read (missing, a directory, a symlink loop, empty, not a container, truncated, or declaring
 more frames than it holds) is a ``PipelineError`` at ``build()`` naming the file and why: the reader never leaves a
@@ -62,7 +65,8 @@ VIDEO_ARGS = [
     Arg("file_list_frame_num", bool, False, "DALI's spelling of file_list_format='frames'."),
     Arg("file_filters", "str_list", VIDEO_FILTERS, "Glob patterns of the files taken from file_root."),
     Arg("sequence_length", int, REQUIRED, "Frames per sequence."),
-    Arg("step", int, -1, "Frames between the starts of consecutive sequences; -1: sequence_length."),
+    Arg("step", int, -1, "Frames between the starts of consecutive sequences; <= 0: stride * sequence_length "
+        "(consecutive sequences do not overlap), as DALI's reader starts them."),
     Arg("stride", int, 1, "Frames between consecutive frames of a sequence."),
     Arg("pad_sequences", bool, False, "Also make the incomplete sequences at the ends of files, padded with "
         "black frames (timestamp -1)."),
@@ -80,7 +84,8 @@ VIDEO_ARGS = [
     Arg("skip_unreadable_files", bool, False, "Leave out of the epoch the files that cannot be read (missing, "
         "not a file, truncated, damaged) instead of raising at build(); how many were left out, and why, is "
         "logged as a warning and kept in the reader's ``skipped_files``. Not in DALI, whose reader raises."),
-    Arg("file_list_include_preceding_frame", bool, False, "Accepted for DALI compatibility."),
+    Arg("file_list_include_preceding_frame", bool, False, "file_list seconds: also take the frames the window's "
+        "start and end cut (start rounded down, end up), not only the frames wholly inside it (as DALI rounds)."),
     Arg("additional_decode_surfaces", int, 2, "Accepted for DALI compatibility."),
     *READER_ARGS,
 ]
@@ -158,21 +163,44 @@ def _index_or_why(path: str):
     return (None, idx.damage) if idx.damage else (idx, None)
 
 
-def _frame_range(idx, start: float | None, end: float | None, as_frames: bool) -> tuple[int, int]:
-    """[first, stop) frames of a file_list entry: frame numbers, or the frames shown in [start, end) seconds."""
+def _frame_range(idx, start: float | None, end: float | None, as_frames: bool,
+                 preceding: bool = False) -> tuple[int, int]:
+    """[first, stop) frames of a file_list entry: frame numbers, or the frames wholly shown in [start, end) seconds
+    counted from the first frame (DALI: pts - the stream's start_time), with ``preceding`` also those the window's
+    ends cut; a negative start or end counts from the end (DALI: ``frame_count + start``).
+
+    DALI's reader rounds ``start * fps`` up and ``end * fps`` down (with file_list_include_preceding_frame, start
+    down and end up); on a constant frame rate these are the same frames, and on a variable one the frames whose
+    display intervals lie inside the window (or meet it)."""
     n = idx.num_frames
     if as_frames:
         first = 0 if start is None else int(math.ceil(start))
+        first = first + n if first < 0 else first
         stop = n if not end else (int(math.floor(end)) if end > 0 else n + int(math.floor(end)))
     else:
-        times = idx.times
-        first = 0 if start is None else int(np.searchsorted(times, start - 1e-9, side="left"))
+        times = idx.times - _time_origin(idx)
+        duration = idx.end_time - _time_origin(idx)
+        if start is None:
+            first = 0
+        else:
+            t_start = start if start >= 0 else duration + start
+            first = int(np.searchsorted(times, t_start + 1e-9, side="right")) - 1 if preceding else \
+                int(np.searchsorted(times, t_start - 1e-9, side="left"))  # shown at t_start / starting from it
         if not end:
             stop = n
         else:
-            t_end = end if end > 0 else idx.end_time + end
-            stop = int(np.searchsorted(times, t_end - 1e-9, side="left"))
+            t_end = end if end > 0 else duration + end
+            if preceding:  # frames that start before t_end
+                stop = int(np.searchsorted(times, t_end - 1e-9, side="left"))
+            else:  # frames that stop being shown by t_end
+                stop = int(np.searchsorted(np.append(times[1:], duration), t_end + 1e-9, side="right"))
     return max(first, 0), min(stop, n)
+
+
+def _time_origin(idx) -> float:
+    """Seconds on the stream's clock of its first frame: where file_list seconds and output timestamps count from
+    (FFmpeg's stream start_time, from which DALI's reader counts)."""
+    return float(idx.times[0]) if idx.num_frames else 0.0
 
 
 _INTERP = {types.INTERP_NN: "nearest", types.INTERP_LINEAR: "bilinear", types.INTERP_CUBIC: "bicubic"}
@@ -220,9 +248,10 @@ class VideoReader(ReaderBase):
             raise ArgumentError(f"{op}: sequence_length is required and must be >= 1, got {a.get('sequence_length')}")
         self.length = int(a["sequence_length"])
         self.stride = int(a["stride"] or 1)
-        self.step = int(a["step"]) if a["step"] and a["step"] > 0 else self.length
         if self.stride < 1:
             raise ArgumentError(f"{op}: stride must be >= 1, got {self.stride}")
+        # DALI's VideoLoader: ``if (step_ < 0) step_ = count_ * stride_`` (its documentation says sequence_length)
+        self.step = int(a["step"]) if a["step"] and a["step"] > 0 else self.stride * self.length
         entries = self._entries(a)
         if not entries:
             raise ArgumentError(f"{op}: no video files found (file_root={a['file_root']!r}, file_list="
@@ -257,7 +286,8 @@ class VideoReader(ReaderBase):
 
     def sequence_starts(self, f: int, idx, entry) -> list[int]:
         """The first frames of file ``f``'s sequences (``entry``: its file-list entry; ``idx``: its index)."""
-        first, stop = _frame_range(idx, entry[2], entry[3], self.as_frames)
+        first, stop = _frame_range(idx, entry[2], entry[3], self.as_frames,
+                                   bool(self.spec.args["file_list_include_preceding_frame"]))
         span = (self.length - 1) * self.stride
         last_start = stop - 1 if self.spec.args["pad_sequences"] else stop - 1 - span
         return list(range(first, last_start + 1, self.step))
@@ -330,7 +360,8 @@ class VideoReader(ReaderBase):
         if a["enable_frame_num"]:
             out.append(torch.tensor([start], dtype=torch.int32, device=dev))
         if a["enable_timestamps"]:
-            out.append(torch.as_tensor(clip.timestamps, dtype=torch.float32).to(dev))
+            stamps = np.where(clip.frame_numbers >= 0, clip.timestamps - _time_origin(idx), clip.timestamps)
+            out.append(torch.as_tensor(stamps, dtype=torch.float32).to(dev))
         if a["enable_audio"]:
             real = clip.frame_numbers[clip.frame_numbers >= 0]
             t0 = float(idx.times[real[0]])
