@@ -704,9 +704,10 @@ class Worker:
             if not self._ready and self.ready_timeout is not None:
                 left = self._started_at + self.ready_timeout - time.monotonic()
                 if left <= 0:
-                    self._proc.kill()
                     pid = self.pid
-                    self._proc.wait(5.0)
+                    if pid is not None:  # else not forked yet by its (stuck) server: it ends with the server
+                        self._proc.kill()
+                        self._proc.wait(5.0)
                     self._drop_process()
                     raise WorkerDied(f"{self.name}: worker process {pid} did not get ready in "
                                      f"{self.ready_timeout:g} s (while {self._queue[0].what if self._queue else ''})",
