@@ -583,8 +583,12 @@ class Worker:
             _PROGRESS.pack_into(self._progress, 0, -1, -1)
 
     def _fork(self, ours: socket.socket, theirs: socket.socket) -> _Forked:
+        import warnings
+
         parent = os.getpid()
-        pid = os.fork()
+        with warnings.catch_warnings():  # "multi-threaded": DALI's and torch's fork workers are forked so too
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the worker
             ours.close()
             for fd in self.group._parent_fds():  # other workers' ends: their EOF is their owner's to give
