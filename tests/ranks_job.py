@@ -91,7 +91,7 @@ WAYS = {
 
 def shards(root: str) -> int:
     from sluice import fn, pipeline_def
-    from sluice._pipes import _sibling_ranks, cores_per_rank
+    from sluice._workers import _sibling_ranks, cores_per_rank
     from sluice.torch import DALIGenericIterator, LastBatchPolicy
 
     rank, world = dist.get_rank(), dist.get_world_size()

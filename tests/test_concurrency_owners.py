@@ -16,17 +16,15 @@ SRC = Path(sluice.__file__).resolve().parent
 MAKERS = {"Thread", "ThreadPoolExecutor", "Process", "Pool", "get_context", "SharedMemory", "memfd_create", "fork",
           "Popen"}
 
-#: The modules that still make them, with how many such calls each holds: the executor and the worker-process
-#: mechanisms (ops/_workers.py, _pipes.py, to be merged), and the backends whose pools move to the runtime.
+#: The modules that still make them, with how many such calls each holds: the executor, the one worker-process
+#: mechanism (_workers.py: its processes, their watchdog thread, the memory files it hands out), and the backends
+#: whose pools move to the runtime.
 OWNERS = {
     "pipeline/executor.py": 1,
-    "ops/_workers.py": 3,
-    "_pipes.py": 4,
+    "_workers.py": 6,
     "backends/image/gpu.py": 2,
     "backends/storage.py": 1,
-    "backends/video/cpu_worker.py": 1,
-    "backends/video/hybrid.py": 2,
-    "backends/video/memfile.py": 1,
+    "backends/video/hybrid.py": 1,
     "backends/video/nvdec.py": 2,
     "ops/readers/video.py": 1,
     "torch/proxy.py": 1,

@@ -26,7 +26,7 @@ import torch
 
 import sluice
 from sluice import Pipeline
-from sluice._pipes import cores_per_rank
+from sluice._workers import cores_per_rank
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "ranks_job.py")
 RANKS = 2
@@ -102,7 +102,7 @@ def test_num_threads_unset_takes_the_ranks_share_of_the_cores(monkeypatch):
 
 def test_ranks_bound_to_other_cores_do_not_share_this_ones(monkeypatch):
     """torchrun --numa-binding=exclusive (or numactl per rank): a rank's cores are its own, not to divide again."""
-    from sluice import _pipes
+    from sluice import _workers
 
     cores = {0: set(range(16)), 101: set(range(16, 32)), 102: set(range(8, 24)), 103: set(range(32, 48))}
 
@@ -113,9 +113,9 @@ def test_ranks_bound_to_other_cores_do_not_share_this_ones(monkeypatch):
 
     monkeypatch.setattr(os, "sched_getaffinity", affinity)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "5")
-    monkeypatch.setattr(_pipes, "_sibling_ranks", lambda: [101, 102, 103, 104])
+    monkeypatch.setattr(_workers, "_sibling_ranks", lambda: [101, 102, 103, 104])
     assert cores_per_rank() == 16 // 3  # 101 and 103 are bound elsewhere; 102 overlaps, 104 is unknown
-    monkeypatch.setattr(_pipes, "_sibling_ranks", lambda: [])  # ranks not seen (not started yet) share
+    monkeypatch.setattr(_workers, "_sibling_ranks", lambda: [])  # ranks not seen (not started yet) share
     assert cores_per_rank() == 16 // 5
 
 

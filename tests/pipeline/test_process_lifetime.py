@@ -58,7 +58,7 @@ def test_dropped_pipeline_stops_its_threads_and_workers(start):
     p = pipe()
     (out,) = p.run()
     assert [int(s[0]) for s in out.as_cpu().samples] == [0, 1, 2, 3]
-    pids = [proc.pid for op in p.executor.operators.values() for proc in op._pool._procs]
+    pids = [pid for op in p.executor.operators.values() for pid in op._pool.pids]
     assert len(pids) == 2 and all(_alive(pid) for pid in pids)
     assert _sluice_threads(before)
     del p, out
@@ -123,7 +123,7 @@ _SCRIPT = textwrap.dedent("""
 
         p = pipe()
         p.run()
-        pids = [proc.pid for op in p.executor.operators.values() for proc in op._pool._procs]
+        pids = [pid for op in p.executor.operators.values() for pid in op._pool.pids]
         print(json.dumps(pids), flush=True)
         sys.stdin.read()  # wait to be killed
 """)
@@ -177,84 +177,42 @@ def test_sigkilled_parent_leaves_no_worker_and_no_shared_memory(tmp_path, start)
         proc.stdout.close()
 
 
-_PIPES_SCRIPT = textwrap.dedent("""
+_WORKERS_SCRIPT = textwrap.dedent("""
     import os, sys, time
-    from sluice import _pipes
+    from sluice._workers import Workers
 
-    worker = _pipes.start(sys.argv[1])
-    holder = os.fork()  # a child holding the worker's stdin open: EOF alone would never come
+    workers = Workers()
+    spawned = workers.worker(module=sys.argv[1], method="spawn", name="spawned")
+    forked = workers.worker(module=sys.argv[1], method="forkserver", name="forked")
+    assert spawned.call(1) == 1 and forked.call(2) == 2
+    holder = os.fork()  # a child holding the workers' sockets open: EOF alone would never come
     if holder == 0:
         time.sleep(60)
         os._exit(0)
-    print(worker.pid, holder, flush=True)
-    sys.stdin.read()  # wait to be killed
-""")
-
-_SERVE = "def _serve():\n    import sys\n    sys.stdin.buffer.read()  # until EOF\n"
-
-
-def test_pipes_worker_ends_with_its_parent_even_when_its_stdin_stays_open(tmp_path):
-    """sluice._pipes workers (the video CPU workers) exit on stdin EOF, and also when their parent dies while a
-    forked child still holds that pipe open."""
-    (tmp_path / "serve.py").write_text(_SERVE)
-    script = tmp_path / "parent.py"
-    script.write_text(_PIPES_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "serve.py")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env=env, start_new_session=True)
-    worker = holder = None
-    try:
-        worker, holder = (int(x) for x in proc.stdout.readline().split())
-        assert _alive(worker)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        assert _wait_until(lambda: not _alive(worker), 5), "the worker outlived its parent"
-        assert _alive(holder)  # so it was not EOF that ended it
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in (worker, holder):
-            if pid is not None and _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        proc.stdin.close()
-        proc.stdout.close()
-
-
-_FORK_SERVER_SCRIPT = textwrap.dedent("""
-    import os, sys, time
-    from sluice import _pipes
-
-    server = _pipes.ForkServer(sys.argv[1])
-    worker = server.start()
-    assert _pipes.ready(worker, 30)
-    holder = os.fork()  # a child holding the worker's stdin open: EOF alone would never come
-    if holder == 0:
-        time.sleep(60)
-        os._exit(0)
-    print(server.pid, worker.pid, holder, flush=True)
+    print(spawned.pid, forked.pid, workers.server_pid(sys.argv[1]), holder, flush=True)
     sys.stdin.read()  # wait to be killed
 """)
 
 
-def test_fork_server_and_its_workers_end_with_their_parent(tmp_path):
-    """A ForkServer (which forks the video CPU workers) and the workers it forked exit when the process that
-    started them is SIGKILLed, even while a forked child of that process holds a worker's stdin open."""
-    (tmp_path / "serve.py").write_text("def _serve():\n    from __main__ import serve\n    serve(lambda r: r)\n")
+def test_workers_and_fork_server_end_with_their_parent_even_when_their_sockets_stay_open(tmp_path):
+    """sluice._workers' processes (a spawned module worker, a fork server and the worker it forked) exit when the
+    process that started them is SIGKILLed, even while a forked child of that process holds their sockets open."""
+    (tmp_path / "serve.py").write_text("def handle(request):\n    return request\n")
     script = tmp_path / "parent.py"
-    script.write_text(_FORK_SERVER_SCRIPT)
+    script.write_text(_WORKERS_SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "serve.py")], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=env, start_new_session=True)
     pids = []
     try:
         pids = [int(x) for x in proc.stdout.readline().split()]
-        server, worker, holder = pids
-        assert _alive(server) and _alive(worker)
+        spawned, forked, server, holder = pids
+        assert _alive(spawned) and _alive(forked) and _alive(server)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        assert _wait_until(lambda: not _alive(server) and not _alive(worker), 5), "they outlived their parent"
-        assert _alive(holder)  # so it was not EOF that ended the worker
+        assert _wait_until(lambda: not any(_alive(p) for p in (spawned, forked, server)), 5), \
+            f"left running: {[p for p in (spawned, forked, server) if _alive(p)]}"
+        assert _alive(holder)  # so it was not EOF that ended them
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -16,8 +16,10 @@ Samples may be NumPy arrays, torch tensors (CPU or CUDA), bytes, or anything wit
 ``__cuda_array_interface__`` or ``__dlpack__``.
 
 ``parallel=True`` runs a callable (per sample, or per batch with ``batch_info``) or a generator function in
-``py_num_workers`` worker processes (the pipeline's argument; start method ``py_start_method``), and returns
-the data through shared memory. A worker that dies is reported as an error naming it; nothing waits forever.
+``py_num_workers`` worker processes (the pipeline's argument; start method ``py_start_method``) of the
+pipeline's worker-process mechanism (:mod:`sluice._workers`), and returns the data through shared memory,
+``prefetch_queue_depth`` iterations ahead. A worker that dies is started again once (a generator function's is
+not: its position is lost); an error, or a second death, names the operator and the sample; nothing waits forever.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from typing import Any
 import numpy as np
 
 from sluice import types
+from sluice._workers import Worker, WorkerDied, WorkerError, Workers, report
 from sluice.errors import ArgumentError, EndOfEpoch, SampleError
-from sluice.ops._workers import _STOP, WorkerPool
 from sluice.pipeline.batch import Batch, to_tensor
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 log = logging.getLogger(__name__)
+
+_STOP = "__sluice_end_of_epoch__"
 
 SCHEMA = OpSchema(
     "external_source",
@@ -220,15 +224,16 @@ class ExternalSource(Operator):
         self._ended = False  # a per-sample source met its end inside the last batch
         self._kind = self._classify()
         self._takes_iteration = self._kind == "batch_callable" and _positional_count(self.source) >= 1
-        self._pool: WorkerPool | None = None
+        self._pool: _ParallelSource | None = None
         if self.parallel:
             if self._kind not in ("sample_callable", "batch_callable", "generator_function"):
                 raise ArgumentError(f"{self.name}: parallel=True needs a callable or a generator function; an "
                                     "iterable object cannot be moved to worker processes")
             pipe = spec.pipeline
-            self._pool = WorkerPool(self.source, self._kind, pipe.py_num_workers if pipe else 1,
-                                    pipe.py_start_method if pipe else "fork", a["prefetch_queue_depth"],
-                                    self.name, a["batch_info"])
+            self._pool = _ParallelSource(_SourceTask(self.source, self._kind, a["batch_info"]),
+                                         pipe.workers if pipe is not None else None,
+                                         pipe.py_num_workers if pipe else 1, pipe.py_start_method if pipe else "fork",
+                                         a["prefetch_queue_depth"], self.name)
 
     def _classify(self) -> str:
         src = self.source
@@ -409,3 +414,162 @@ class ExternalSource(Operator):
         if self._pool is not None:
             self._pool.close()
 
+
+
+# ---------------------------------------------------------------------------------------------- parallel=True
+def _arrays(value: Any) -> Any:
+    """A source's output as NumPy arrays, which go back to the pipeline through shared memory."""
+    if isinstance(value, (tuple, list)) and not (value and isinstance(value[0], (int, float))):
+        return type(value)(_arrays(v) for v in value)
+    tensor = to_tensor(value)
+    return tensor.detach().numpy() if tensor.device.type == "cpu" else tensor
+
+
+class _SourceTask:
+    """What a worker process runs: the source, called per sample (``("samples", infos)``), per batch
+    (``("batch", info)``) or as a generator (``("next", restart)``). It reports the sample it makes, which names it
+    when the source raises or its process dies."""
+
+    def __init__(self, source: Any, kind: str, batch_info: bool):
+        self.source, self.kind, self.batch_info = source, kind, batch_info
+        self._generator: Any = None
+
+    def __call__(self, task: tuple[str, Any]) -> Any:
+        what, payload = task
+        if what == "samples":
+            out = []
+            for info in payload:
+                report(info.iteration, info.idx_in_batch)
+                try:
+                    out.append(_arrays(self.source(info)))
+                except StopIteration:
+                    out.append(_STOP)  # the samples before the end still count
+                    break
+            return out
+        if what == "batch":
+            report(payload.iteration, -1)
+            try:
+                return _arrays(self.source(payload) if self.batch_info else self.source())
+            except StopIteration:
+                return _STOP
+        if self._generator is None or payload == "restart":
+            self._generator = iter(self.source())
+        try:
+            return _arrays(next(self._generator))
+        except StopIteration:
+            self._generator = None
+            return _STOP
+
+
+class _ParallelSource:
+    """The worker processes of one parallel external_source (a slot each of the pipeline's :class:`Workers`),
+    and the iterations they prepare ahead."""
+
+    def __init__(self, task: _SourceTask, workers: Workers | None, num_workers: int, start_method: str, depth: int,
+                 name: str):
+        self.task, self.kind, self.name = task, task.kind, name
+        self.num_workers = max(1, num_workers if self.kind != "generator_function" else 1)
+        self.start_method = start_method
+        self.depth = max(1, depth)
+        self._own = workers is None  # no pipeline: the operator's own
+        self._group = workers if workers is not None else Workers()
+        self._workers: list[Worker] = []
+        self._pending: dict[Any, list[tuple[int, int]]] = {}  # (epoch, iteration) -> [(worker, ticket)]
+        self._restart_generator = True
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.pid for w in self._workers if w.pid is not None]
+
+    def _worker(self, k: int) -> Worker:
+        while len(self._workers) <= k:
+            self._workers.append(self._group.worker(self.task, method=self.start_method, name=self.name,
+                                                    redo=self.kind != "generator_function"))
+        return self._workers[k]
+
+    def _submit(self, k: int, task: tuple, what: str) -> tuple[int, int]:
+        return k, self._worker(k).submit(task, what)
+
+    def _collect(self, tickets: list[tuple[int, int]], iteration: int) -> list[Any]:
+        out = []
+        for k, ticket in tickets:
+            try:
+                out.append(self._workers[k].result(ticket))
+            except (WorkerError, WorkerDied) as exc:
+                progress = exc.progress
+                text = str(exc) if isinstance(exc, WorkerDied) else (
+                    f"{self.name}: the source raised in a worker process: {exc.type_name}: {exc.message}\n"
+                    f"{exc.traceback}")
+                if progress is not None and progress[1] >= 0 and progress[0] == iteration:
+                    raise SampleError(progress[1], "", RuntimeError(text)) from None
+                raise RuntimeError(text) from None
+        return out
+
+    # ---- per-sample callables ------------------------------------------------------------------------------
+    def _submit_samples(self, infos: list[types.SampleInfo]) -> list[tuple[int, int]]:
+        per = -(-len(infos) // self.num_workers)
+        chunks = [infos[w * per:(w + 1) * per] for w in range(self.num_workers)]
+        return [self._submit(w, ("samples", chunk), f"preparing samples {chunk[0].idx_in_batch}-"
+                             f"{chunk[-1].idx_in_batch} of iteration {chunk[0].iteration}")
+                for w, chunk in enumerate(chunks) if chunk]
+
+    def get_samples(self, infos: list[types.SampleInfo]) -> list[Any]:
+        first = infos[0]
+        tickets = self._pending.pop((first.epoch_idx, first.iteration), None) or self._submit_samples(infos)
+        n = len(infos)
+        for ahead in range(1, self.depth + 1):
+            key = (first.epoch_idx, first.iteration + ahead)
+            if key not in self._pending:
+                base = first.idx_in_epoch + ahead * n
+                self._pending[key] = self._submit_samples(
+                    [types.SampleInfo(base + i, i, first.iteration + ahead, first.epoch_idx) for i in range(n)])
+        samples = []
+        for chunk in self._collect(tickets, first.iteration):
+            for sample in chunk:
+                if isinstance(sample, str) and sample == _STOP:
+                    return samples + [_STOP]
+                samples.append(sample)
+        return samples
+
+    # ---- batch callables and generator functions --------------------------------------------------------------
+    def get_batch(self, info: types.BatchInfo) -> Any:
+        if self.kind == "generator_function":
+            restart = "restart" if self._restart_generator else ""
+            self._restart_generator = False
+            out = self._collect([self._submit(0, ("next", restart), "running the generator")], info.iteration)[0]
+        else:
+            key = (info.epoch_idx, info.iteration)
+            tickets = self._pending.pop(key, None) or [self._submit_batch(info)]
+            for ahead in range(1, self.depth + 1):
+                if (info.epoch_idx, info.iteration + ahead) not in self._pending:
+                    self._pending[(info.epoch_idx, info.iteration + ahead)] = [
+                        self._submit_batch(types.BatchInfo(info.iteration + ahead, info.epoch_idx))]
+            out = self._collect(tickets, info.iteration)[0]
+        if isinstance(out, str) and out == _STOP:
+            raise StopIteration
+        return out
+
+    def _submit_batch(self, info: types.BatchInfo) -> tuple[int, int]:
+        return self._submit(info.iteration % self.num_workers, ("batch", info),
+                            f"preparing iteration {info.iteration}")
+
+    # ---- epochs ------------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget work prefetched past the end of the epoch."""
+        for tickets in self._pending.values():
+            for k, ticket in tickets:
+                self._workers[k].drop(ticket)
+        self._pending.clear()
+        self._restart_generator = True
+
+    def restart_at(self, iteration: int, epoch_idx: int, idx_in_epoch: int) -> None:
+        self.reset()
+
+    def close(self) -> None:
+        """Stop the workers (idempotent)."""
+        workers, self._workers = self._workers, []
+        self._pending.clear()
+        if self._own:
+            self._group.close()
+        else:
+            self._group.release(workers)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice._pipes import cores_per_rank
+from sluice._workers import Workers, cores_per_rank
 from sluice.errors import ArgumentError, EndOfEpoch, PipelineBrokenError, PipelineError
 from sluice.pipeline import conditionals
 from sluice.pipeline.batch import Batch
@@ -75,7 +75,7 @@ class Pipeline:
 
     Arguments follow DALI's ``Pipeline``. ``device_id=None`` makes a CPU-only pipeline; the default picks
     ``LOCAL_RANK`` (or 0) when CUDA is available and CPU-only otherwise. ``num_threads=-1`` takes at most 4
-    threads within this process's share of the cores (:func:`sluice._pipes.cores_per_rank`: the cores it may run
+    threads within this process's share of the cores (:func:`sluice._workers.cores_per_rank`: the cores it may run
     on, divided among torchrun's ``LOCAL_WORLD_SIZE`` ranks). ``seed=-1`` draws a seed at random.
     ``prefetch_queue_depth`` finished batches are prepared ahead while the caller consumes the current one;
     ``exec_async=False`` runs every iteration in the caller's thread (easier to debug).
@@ -126,6 +126,7 @@ class Pipeline:
         self._created_nodes: list[OpNode] = []
         self._conditions: Any = None  # a ConditionStack while a pipeline_def(enable_conditionals=True) traces
         self._executor: Executor | None = None
+        self._workers: Workers | None = None  # its worker processes, made when an operator first needs one
         self._built = False
         self._graph_defined = False
         self._epoch_ended = False
@@ -426,10 +427,22 @@ class Pipeline:
             self.build()
 
     # ---- life cycle -----------------------------------------------------------------------------------------
+    @property
+    def workers(self) -> Workers:
+        """The pipeline's worker processes (:mod:`sluice._workers`: parallel ``external_source``, CPU video
+        decoding), made on first use and ended by :meth:`close`."""
+        with self._lock:
+            if self._workers is None:
+                self._workers = Workers()
+            return self._workers
+
     def close(self) -> None:
         """Stop the background threads and worker processes."""
         if self._executor is not None:
             self._executor.stop()
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
 
     def __del__(self) -> None:
         try:

@@ -359,6 +359,8 @@ def test_real_gpu_operators_use_hybrid(gpu_videos):
 
 def test_cpu_jobs_in_processes(videos, fake_nvdec):
     """CPU jobs in worker processes (frames back through shared memory) give the same frames as in threads."""
+    from sluice.backends.video import cpu_worker
+
     path = videos["h264-mp4"]
     reqs = _requests(path, 6, seed=11)
     threads = _clips(HybridBackend(sessions=0, cpu_workers=1), path, reqs)
@@ -376,7 +378,7 @@ def test_cpu_jobs_in_processes(videos, fake_nvdec):
             assert torch.equal(a.frames, b.frames)
         pids = [w.pid for w in backend._workers]
         assert pids and all(p is not None for p in pids)
-        server = backend._fork_server[0].pid
+        server = backend._group[0].server_pid(cpu_worker.__file__)
         assert all(_parent(p) == server for p in pids)  # forked by the one server
     finally:
         backend.close()
@@ -467,75 +469,61 @@ def test_processes_are_the_default(monkeypatch):
     assert not HybridBackend(sessions=0, cpu_workers=1).cpu_processes
 
 
-@pytest.mark.parametrize("forked", [False, True])
-def test_worker_process_errors_name_the_file(videos, tmp_path, forked, monkeypatch):
-    from multiprocessing import shared_memory
+def test_worker_process_errors_name_the_file(videos, tmp_path):
+    from sluice._workers import WorkerDied, Workers
+    from sluice.backends.video.cpu_worker import WorkerProcess
 
-    from sluice._pipes import ForkServer
-    from sluice.backends.video import cpu_worker
-    from sluice.backends.video.cpu_worker import WorkerDied, WorkerProcess
-
-    server = ForkServer(cpu_worker.__file__) if forked else None
-    worker = WorkerProcess(server)
-    shm = shared_memory.SharedMemory(create=True, size=16)
-    try:
+    with Workers() as workers:
+        worker = WorkerProcess(workers)
         missing = tmp_path / "missing.mp4"
         with pytest.raises(FileNotFoundError, match="missing.mp4"):  # the worker's error, its type kept
-            worker.decode(str(missing), [0], shm.name, (1, 2, 2, 3), "nvdec")
-        kind, _ = worker.decode(str(videos["h264-mp4"]), [0], shm.name, (1, 2, 2, 3), "nvdec")
-        assert kind == "arrays"  # not of the block's shape: sent back pickled
+            worker.decode(str(missing), [0], "nvdec")
+        frames = worker.decode(str(videos["h264-mp4"]), [0, 1], "nvdec")
+        assert sorted(frames) == [0, 1] and read_barcodes(torch.from_numpy(np.stack([frames[0], frames[1]]))) == [0, 1]
         # a process that dies mid-request is started again and the request redone
         pid = worker.pid
         os.kill(pid, signal.SIGSTOP)
         threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
-        kind, _ = worker.decode(str(videos["h264-mp4"]), [1], shm.name, (1, 2, 2, 3), "nvdec")
-        assert kind == "arrays" and worker.pid != pid and worker.restarts == 1
-        # one that dies again on the same request is an error naming the file: each process is killed as soon as
-        # the request is sent to it (a forked worker is ready at once, so a killer polling for it could miss it)
-        killed = []
-        send = cpu_worker._send
-
-        def send_then_kill(stdin, request):
-            send(stdin, request)
-            killed.append(worker.pid)
-            os.kill(worker.pid, signal.SIGKILL)
-
-        monkeypatch.setattr(cpu_worker, "_send", send_then_kill)
-        with pytest.raises(WorkerDied, match=r"exited \(code -9\) while decoding '.*h264.mp4' \(it had been "
+        assert sorted(worker.decode(str(videos["h264-mp4"]), [1], "nvdec")) == [1]
+        assert worker.pid != pid and worker.restarts == 1
+        # one that dies again on the same request is an error naming the file
+        os.kill(worker.pid, signal.SIGSTOP)
+        killer = threading.Thread(target=_kill_twice, args=(worker,))
+        killer.start()
+        with pytest.raises(WorkerDied, match=r"died \(exit code -9\) while decoding '.*h264.mp4' \(it had been "
                                              r"started again after dying on it\)"):
-            worker.decode(str(videos["h264-mp4"]), [1], shm.name, (1, 2, 2, 3), "nvdec")
-        assert len(killed) == 2
-    finally:
-        worker.close()
-        if server is not None:
-            server.close()
-        shm.close()
-        shm.unlink()
+            worker.decode(str(videos["h264-mp4"]), [1], "nvdec")
+        killer.join()
 
 
-class _DeadForkServer:
-    """A fork server that exited at once, twice: sending it a worker's pipes fails."""
-
-    def __init__(self, module_file: str) -> None:
-        pass
-
-    def start(self):
-        raise BrokenPipeError(32, "Broken pipe")
-
-    def close(self) -> None:
-        pass
+def _kill_twice(worker):
+    """Kill the (stopped) process, then the one started again as soon as its pid is known."""
+    first = worker.pid
+    time.sleep(0.3)
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pid = worker.pid
+        if pid not in (None, first):
+            os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(0.001)
 
 
 def test_a_fork_server_that_cannot_start_means_decoding_in_threads(videos, fake_nvdec, monkeypatch, caplog):
     """A fork server found dead (its interpreter or imports fail) is a worker that cannot start: WorkerDied at
     start, which the backend answers by decoding in threads, at build (``get_ready``) as at the first job."""
-    from sluice.backends.video import hybrid
+    from sluice import _workers
     from sluice.backends.video.cpu_worker import WorkerDied, WorkerProcess
 
-    with pytest.raises(WorkerDied, match="cannot start: their fork server exited at once") as died:
-        WorkerProcess(_DeadForkServer("")).start()
+    def dead(self, worker_end):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(_workers._ForkServer, "start", dead)
+    with _workers.Workers() as workers:
+        with pytest.raises(WorkerDied, match="cannot start") as died:
+            WorkerProcess(workers).start()
     assert died.value.at_start
-    monkeypatch.setattr(hybrid._pipes, "ForkServer", _DeadForkServer)
     path = videos["h264-mp4"]
     reqs = _requests(path, 3, seed=13)
     for build_first in (True, False):
@@ -604,7 +592,7 @@ def test_a_worker_process_first_job_is_not_taken_for_the_cpu_speed(videos, fake_
         clip = _clips(backend, path, [[0, 1]])[0]
         assert read_barcodes(clip.frames) == [0, 1]
         assert backend.last_stats["cpu"]["jobs"] == 1 and "cpu" not in backend._spf
-        assert backend._workers[0]._answered == 1 and backend._spare == []  # decoded in the process
+        assert backend._workers[0].answered == 1 and backend._spare == []  # decoded in the process
         maps = f"/proc/{backend._workers[0].pid}/maps"
         if os.path.exists(maps):  # the process loaded neither torch nor sluice (seconds each, 16 at once)
             assert "libtorch" not in open(maps).read()
@@ -627,33 +615,34 @@ def test_cpu_jobs_are_decoded_in_the_threads_until_a_worker_process_is_ready(vid
         clip = _clips(backend, path, [[0, 5]])[0]
         assert read_barcodes(clip.frames) == [0, 5]
         assert len(backend._workers) == 1 and backend._spare == backend._workers  # started, not used
-        assert backend._workers[0]._answered == 0
+        assert backend._workers[0].answered == 0
         monkeypatch.setattr(WorkerProcess, "poll_ready", ready)
         _wait_ready(backend)
         clip = _clips(backend, path, [[6, 7]])[0]
         assert read_barcodes(clip.frames) == [6, 7]
-        assert backend._spare == [] and backend._workers[0]._answered == 1
+        assert backend._spare == [] and backend._workers[0].answered == 1
     finally:
         backend.close()
     assert backend._workers == [] and backend._spare == []
 
 
-def test_a_worker_stuck_starting_is_an_error_not_a_hang(videos, monkeypatch):
+def test_a_worker_stuck_starting_is_an_error_not_a_hang(videos, monkeypatch, tmp_path):
     """A request waits a bounded time for its process to finish starting; one that never does is killed and the
     request raises WorkerDied naming the file."""
+    from sluice import _workers
     from sluice.backends.video import cpu_worker
 
+    stuck = tmp_path / "python"
+    stuck.write_text("#!/bin/sh\nexec sleep 60\n")  # an "interpreter" that never gets ready
+    stuck.chmod(0o755)
     monkeypatch.setattr(cpu_worker, "READY_TIMEOUT_S", 0.05)
-    monkeypatch.setattr(cpu_worker, "_ready", lambda proc, timeout=0.0: False)
-    worker = cpu_worker.WorkerProcess()
-    try:
+    monkeypatch.setattr(_workers.sys, "executable", str(stuck))
+    with _workers.Workers() as workers:
+        worker = cpu_worker.WorkerProcess(workers)
         start = time.monotonic()
-        with pytest.raises(cpu_worker.WorkerDied, match="h264.mp4.*did not get ready") as info:
-            worker.decode(str(videos["h264-mp4"]), [0], "unused", (1, 2, 2, 3), "nvdec")
+        with pytest.raises(cpu_worker.WorkerDied, match="did not get ready.*h264.mp4") as info:
+            worker.decode(str(videos["h264-mp4"]), [0], "nvdec")
         assert info.value.at_start and time.monotonic() - start < 30
-        assert worker._proc.wait(timeout=10) is not None  # killed
-    finally:
-        worker.close()
 
 
 def test_same_bytes_fed_as_separate_views_share_their_groups_of_pictures(videos, fake_nvdec):

@@ -243,7 +243,10 @@ def test_cpu_reader_decodes_in_worker_processes_and_ends_them(videos, monkeypatc
     monkeypatch.setattr("sluice.backends.video.hybrid.CPU_PROCESSES", True)
     p, procs = run_reader(**kwargs)
     backend = p.executor.operator("Reader").backend
-    pids = [backend._fork_server[0].pid] + _ready_workers(backend)  # the server, the workers it forked
+    from sluice.backends.video import cpu_worker
+
+    # the fork server, the workers it forked
+    pids = [backend._group[0].server_pid(cpu_worker.__file__)] + _ready_workers(backend)
     assert backend.cpu_processes and None not in pids and len(pids) > 1 and backend.last_stats["cpu"]["jobs"] > 0
     for (va, _, fa), (vb, _, fb) in zip(threads, procs):
         assert [int(f[0]) for f in fa] == [int(f[0]) for f in fb]

@@ -45,10 +45,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from sluice import _pipes
-from sluice._pipes import cores_per_rank
+from sluice._workers import Workers, cores_per_rank
 
-from . import cpu_worker
 from .cpu_worker import WorkerDied, WorkerProcess
 from .index import Source, VideoError, VideoIndex, source_identity
 from .memfile import MemoryFiles
@@ -122,14 +120,17 @@ class HybridBackend:
     threads, so that they share no GIL with the NVDEC threads (default: :data:`CPU_PROCESSES`; the processes run a
     small script of their own, so the caller's main module is never imported again). ``nvdec`` / ``cpu`` replace the
     backends used (tests). ``output_device="cpu"`` keeps the frames on the CPU (the CPU video reader:
-    ``sessions=0``, PyAV in worker processes). ``close()`` ends the processes (so does garbage collection).
+    ``sessions=0``, PyAV in worker processes). ``workers``: the worker processes' owner (the pipeline's
+    :class:`sluice._workers.Workers`); None: the backend's own, made on first use. ``close()`` ends the processes
+    (so does garbage collection).
     """
 
     device = "cuda"
 
     def __init__(self, device_id: int = 0, sessions: int = 7, cpu_workers: int | None = None, *,
                  share_gops: bool = True, cpu_processes: bool | None = None, nvdec: NvdecBackend | None = None,
-                 cpu: PyAVBackend | None = None, output_device: str | None = None) -> None:
+                 cpu: PyAVBackend | None = None, output_device: str | None = None,
+                 workers: Workers | None = None) -> None:
         if output_device not in (None, "cpu"):
             raise ValueError(f"Invalid output_device ({output_device!r}). Supported values are None (the GPU when "
                              "there is one) and 'cpu'.")
@@ -148,8 +149,9 @@ class HybridBackend:
         self.cpu_processes = bool(cpu_processes)
         self._workers: list[WorkerProcess] = []  # every process started (closed with the backend)
         self._spare: list[WorkerProcess] = []  # started, not yet owned by a CPU worker thread
-        self._fork_server: list[_pipes.ForkServer] = []  # the one that forks them, once started
-        self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._fork_server, os.getpid())
+        self._group = [workers] if workers is not None else []  # their owner (the backend's own: made on first use)
+        self._own_group = workers is None
+        self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._group, self._own_group)
         self.last_stats: dict[str, dict[str, float]] = {}
         self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
         self._nvdec_broken: str | None = None
@@ -383,7 +385,7 @@ class HybridBackend:
     def start_workers(self) -> None:
         """Start the CPU worker processes now, without waiting for them (``readers.video`` calls this when the
         pipeline is built; otherwise the first CPU job of a file does). They are forked from one process that
-        imported PyAV once (:class:`sluice._pipes.ForkServer`): until its process is ready, a CPU worker thread
+        imported PyAV once (:mod:`sluice._workers`' fork server): until its process is ready, a CPU worker thread
         leaves the jobs to NVDEC, or without NVDEC decodes in the thread itself (:meth:`_process_ready`), so the
         first batches are not slower than without processes."""
         if not self.cpu_processes:
@@ -391,10 +393,10 @@ class HybridBackend:
         with self._lock:
             if self._workers:
                 return
-            if not self._fork_server:  # one process imports PyAV, the workers are forked from it
-                self._fork_server.append(_pipes.ForkServer(cpu_worker.__file__))
+            if not self._group:
+                self._group.append(Workers())
             for _ in range(max(1, self.cpu_workers)):  # none: one decodes what NVDEC cannot
-                worker = WorkerProcess(self._fork_server[0])
+                worker = WorkerProcess(self._group[0])
                 worker.start()
                 self._workers.append(worker)
                 self._spare.append(worker)
@@ -471,28 +473,14 @@ class HybridBackend:
     @contextmanager
     def _decode_in_process(self, job: _Job, worker: WorkerProcess):
         """Decode a job in this CPU worker thread's own process (no GIL shared with the NVDEC threads); its frames
-        come back through shared memory, valid inside the ``with`` block."""
-        from multiprocessing import shared_memory
-
+        come back as views of shared memory, used inside the ``with`` block."""
         self._local.cold = worker.fresh  # its first job opens the file and loads its index there
-        frames = sorted(job.frames)
-        shape = (len(frames), job.idx.height, job.idx.width, 3)
-        shm = shared_memory.SharedMemory(create=True, size=max(1, int(np.prod(shape))))
-        view, views = None, {}
+        frames = worker.decode(os.fspath(job.source), sorted(job.frames), self.cpu.colors, job.index_key,
+                               job.idx.name)
         try:
-            kind, payload = worker.decode(os.fspath(job.source), frames, shm.name, shape, self.cpu.colors,
-                                          job.index_key, job.idx.name)
-            if kind == "arrays":  # frames not of the index's size: sent back pickled
-                yield payload
-            else:
-                view = np.ndarray(shape, np.uint8, buffer=shm.buf)
-                views.update((f, view[k]) for k, f in enumerate(payload))
-                yield views
+            yield frames
         finally:
-            views.clear()  # no view of the block may outlive it
-            del view
-            shm.close()
-            shm.unlink()
+            frames.clear()  # the shared memory goes with its last view
 
     def close(self) -> None:
         """End the CPU worker processes and threads (also done when the backend is garbage collected or the
@@ -500,26 +488,24 @@ class HybridBackend:
         self._finalizer()
         with self._lock:
             self._spare.clear()
-            self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._fork_server,
-                                               os.getpid())  # for any later use
+            self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._group,
+                                               self._own_group)  # for any later use
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
         self._memory_files.close()
 
 
-def _close_workers(workers: list[WorkerProcess], fork_server: list[_pipes.ForkServer], owner_pid: int) -> None:
-    """End the worker processes and their fork server, in the process that started them only: a copy of the
-    backend in a forked child (a DataLoader worker whose garbage collector drops it) would otherwise kill the
-    parent's workers (after waiting 5 s for each) and could wait forever on a lock a parent's thread held."""
-    if os.getpid() != owner_pid:
-        return
-    for worker in workers:
-        worker.close()
+def _close_workers(workers: list[WorkerProcess], group: list[Workers], own: bool) -> None:
+    """End the worker processes (all at once), and the group with its fork server when it is the backend's own.
+    Nothing in a forked copy of the backend (a DataLoader worker whose garbage collector drops it): the processes
+    are the parent's (``Workers`` checks)."""
+    if group:
+        group[0].release([w.worker for w in workers])
+        if own:
+            group[0].close()
+            group.clear()
     workers.clear()
-    for server in fork_server:
-        server.close()
-    fork_server.clear()
 
 
 def _wait_in_batch(state: "_BatchState", kind: str, ready, poll_s: float, wait_s: float | None = None) -> bool:

@@ -29,6 +29,8 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from sluice._workers import memory_file
+
 from .index import Source, as_bytes, buffer_key, content_key
 
 logger = logging.getLogger(__name__)
@@ -93,9 +95,11 @@ class MemoryFiles:
     def _make(self, source: Source) -> MemoryFile | None:
         data = memoryview(as_bytes(source)).cast("B")
         try:
-            fd = os.memfd_create("sluice-video", os.MFD_CLOEXEC)
+            fd = memory_file(0, "sluice-video")
         except OSError as e:  # no memfds here (seccomp, old kernel): decode the bytes as they are
-            self._broken = f"os.memfd_create failed ({e})"
+            fd, self._broken = None, f"os.memfd_create failed ({e})"
+        if fd is None:
+            self._broken = self._broken or "no os.memfd_create"
             logger.info("video bytes are decoded from memory, not as files: %s", self._broken)
             return None
         try:
