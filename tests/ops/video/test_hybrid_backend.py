@@ -470,7 +470,7 @@ def test_processes_are_the_default(monkeypatch):
 
 
 def test_worker_process_errors_name_the_file(videos, tmp_path):
-    from sluice._workers import WorkerDied, Workers
+    from sluice._workers import Workers
     from sluice.backends.video.cpu_worker import WorkerProcess
 
     with Workers() as workers:
