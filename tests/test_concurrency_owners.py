@@ -16,19 +16,18 @@ SRC = Path(sluice.__file__).resolve().parent
 MAKERS = {"Thread", "ThreadPoolExecutor", "Process", "Pool", "get_context", "SharedMemory", "memfd_create", "fork",
           "Popen"}
 
-#: The modules that still make them, with how many such calls each holds: the executor and the worker-process
+#: The modules that still make them, with how many such calls each holds: the pipeline's runtime (runtime.py: its
+#: pools, its service threads, the S3 backend's thread where the caller runs an event loop), the worker-process
 #: mechanisms (ops/_workers.py, _pipes.py, to be merged), and the backends whose pools move to the runtime.
 OWNERS = {
-    "pipeline/executor.py": 1,
+    "runtime.py": 3,
     "ops/_workers.py": 3,
     "_pipes.py": 4,
     "backends/image/gpu.py": 2,
-    "backends/storage.py": 1,
     "backends/video/cpu_worker.py": 1,
     "backends/video/hybrid.py": 2,
     "backends/video/memfile.py": 1,
     "backends/video/nvdec.py": 2,
-    "ops/readers/video.py": 1,
     "torch/proxy.py": 1,
     "video_cli.py": 2,
     "testing.py": 2,   # the S3 test server (sluice.testing), not the pipeline

@@ -28,9 +28,9 @@ from sluice.pipeline.balance import PrepareBalance
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.cuda_graphs import DEFERRED as _DEFERRED
 from sluice.pipeline.cuda_graphs import GraphedRun, graph_runs
-from sluice.pipeline.pool import RuntimePool
 from sluice.pipeline.graph import DataNode, OpNode, derive_seed
 from sluice.pipeline.passes.fusion import decode_audio_on_device, fuse
+from sluice.runtime import Runtime
 from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,10 @@ class Executor:
             self.torch_device = torch.device("cpu")
             self.stream = None
         self._thread_state = threading.local()  # .bound: this stage thread's current device and stream are ours
-        self.pool = RuntimePool(pipeline.num_threads) if pipeline.num_threads > 1 else None
+        #: every thread and codec session of this pipeline (its CPU pool, its stage threads, the backends' pools
+        #: and sessions), released by stop()
+        self.runtime = Runtime(pipeline.num_threads, self.device_id if self.uses_gpu else None)
+        self.pool = self.runtime.cpu_pool
         self.operators: dict[int, Operator] = {}
         self.seeds: dict[int, int] = {}
         random_index = 0
@@ -170,7 +173,7 @@ class Executor:
             random_index += seeded
             self.seeds[node.id] = seed
             spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
-                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline))
+                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline), self.runtime)
             self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
         if self.uses_gpu:
             for node in self._feeding_the_device():
@@ -377,9 +380,7 @@ class Executor:
         self._queues = [queue.Queue(maxsize=1) for _ in range(max(0, n - 1))]
         for k, stage in enumerate(self.stages):
             kind = "gpu" if stage.on_gpu else "read" if k + 1 < n and not self.stages[k + 1].on_gpu else "cpu"
-            t = threading.Thread(target=self._stage_loop, args=(k, stage), daemon=True, name=f"sluice-stage-{kind}")
-            t.start()
-            self._threads.append(t)
+            self._threads.append(self.runtime.start_thread(f"stage-{kind}", self._stage_loop, k, stage))
 
     def request(self, n: int = 1) -> None:
         """Ask for ``n`` more iterations."""
@@ -525,7 +526,7 @@ class Executor:
         # the GIL is torn down mid-call (SIGABRT, "terminate called without an active exception").
         me = threading.current_thread()  # stop() may run in a stage thread (a collected pipeline): not itself
         # nor in a thread of our own pool (a pipeline collected there), which the stage thread may be waiting for
-        waits = me not in getattr(self.pool, "_threads", ())
+        waits = not (self.runtime.owns(me) and me not in self._threads)
         deadline = time.monotonic() + STOP_WAIT_SECONDS
         for t in self._threads:
             if t is not me and waits:
@@ -542,6 +543,9 @@ class Executor:
                 op.close()
             except Exception:  # noqa: BLE001 - closing must not raise
                 log.exception("closing an operator failed")
+        # then the codec sessions, the backends' pools and threads; waited for unless this is one of the runtime's
+        # threads (see above)
+        self.runtime.close(wait=waits)
 
 
 def _arg_values(kind: Any, batch: Batch) -> list[Any]:

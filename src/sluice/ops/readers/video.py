@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from sluice import types
 from sluice.errors import ArgumentError, PipelineError, SampleError
 from sluice.ops.readers.file import READER_ARGS, ReaderBase, list_files
 from sluice.pipeline.batch import Batch
+from sluice.runtime import runtime_of
 from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema, OpSpec
 from sluice.ops.decoders.video import gpu_backend
 from sluice.backends.video.hybrid import HybridBackend
@@ -228,8 +228,10 @@ class VideoReader(ReaderBase):
             raise ArgumentError(f"{op}: no video files found (file_root={a['file_root']!r}, file_list="
                                 f"{a['file_list']!r}, filenames={a['filenames']!r})")
         self.as_frames = a["file_list_format"] == "frames" or bool(a["file_list_frame_num"])
-        with ThreadPoolExecutor(max(1, spec.num_threads)) as pool:
-            indexed = list(pool.map(lambda e: _index_or_why(e[0]), entries))
+        # the files are indexed on the pipeline's CPU pool (num_threads threads; none with one thread)
+        pool = runtime_of(spec).cpu_pool
+        indexed = (list(pool.map(lambda e: _index_or_why(e[0]), entries)) if pool is not None and len(entries) > 1
+                   else [_index_or_why(e[0]) for e in entries])
         self.skipped_files = [(e[0], why) for e, (_, why) in zip(entries, indexed) if why]
         if self.skipped_files:
             self._unreadable(entries)
