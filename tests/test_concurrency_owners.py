@@ -23,7 +23,6 @@ OWNERS = {
     "runtime.py": 3,
     "ops/_workers.py": 3,
     "_pipes.py": 4,
-    "backends/image/gpu.py": 2,
     "backends/video/cpu_worker.py": 1,
     "backends/video/hybrid.py": 2,
     "backends/video/memfile.py": 1,
