@@ -24,9 +24,8 @@ OWNERS = {
     "ops/_workers.py": 3,
     "_pipes.py": 4,
     "backends/video/cpu_worker.py": 1,
-    "backends/video/hybrid.py": 2,
+    "backends/video/hybrid.py": 1,   # the SharedMemory of its worker processes (the workers' mechanism)
     "backends/video/memfile.py": 1,
-    "backends/video/nvdec.py": 2,
     "torch/proxy.py": 1,
     "video_cli.py": 2,
     "testing.py": 2,   # the S3 test server (sluice.testing), not the pipeline

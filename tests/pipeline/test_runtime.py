@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import io
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -158,7 +157,7 @@ def data(tmp_path_factory):
     else:
         for i in range(2):
             path = root / f"v{i}.mp4"
-            write_barcode_video(path, "libx264", num_frames=24)
+            write_barcode_video(path, "libx264", num_frames=24, width=160, height=144)  # NVDEC takes this size
             videos.append(str(path))
     return root, videos
 
@@ -190,7 +189,7 @@ def _run(pipe, n: int = 3) -> None:
         out = pipe.run()
         assert len(out[0]) == 4 and out[0][0].shape == (16, 16, 3)
         if len(out) > 2:
-            assert tuple(out[2][0].shape) == (4, 48, 64, 3)
+            assert tuple(out[2][0].shape) == (4, 144, 160, 3)
 
 
 def test_close_leaves_no_thread_and_the_next_pipeline_works(data, video_threads):

@@ -286,11 +286,11 @@ class VideoReader(ReaderBase):
         # A batch's groups of pictures shared out to PyAV worker processes, one per pipeline thread (threads would
         # share the GIL: 2.3x slower on small frames here), frames kept on the CPU and converted as FFmpeg does.
         return HybridBackend(sessions=0, cpu_workers=max(1, spec.num_threads), cpu=PyAVBackend(threads=1),
-                             output_device="cpu")
+                             output_device="cpu", runtime=runtime_of(spec))
 
     def close(self) -> None:
-        """Stop the batch decoding ahead; end the CPU backend's worker processes (the GPU backend is shared by the
-        process's operators)."""
+        """Stop the batch decoding ahead; end the CPU backend's worker processes and threads (the GPU backend is
+        the pipeline's, shared by its GPU video operators: its runtime closes it)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             ahead[1].cancel()
@@ -400,7 +400,7 @@ class VideoReaderGPU(VideoReader):
     ``sluice.ops.decoders.video.HYBRID`` is False); outputs on the GPU."""
 
     def _backend(self, spec: OpSpec):
-        return gpu_backend(spec.device_id or 0)
+        return gpu_backend(runtime_of(spec), spec.device_id or 0)
 
     def load(self, sample: int) -> tuple[torch.Tensor, ...]:
         with torch.cuda.device(self.spec.device_id or 0):
