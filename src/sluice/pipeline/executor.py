@@ -163,18 +163,12 @@ class Executor:
         self.pool = self.runtime.cpu_pool
         self.operators: dict[int, Operator] = {}
         self.seeds: dict[int, int] = {}
-        random_index = 0
-        for node in self.nodes:
-            # Random operators and seeded readers get a seed of their own, derived from the pipeline's.
-            seeded = node.schema.random or "seed" in node.schema.args
-            seed = node.const_args.get("seed", -1) if seeded else 0
-            if seeded and (seed is None or seed < 0):
-                seed = derive_seed(pipeline.seed, random_index)
-            random_index += seeded
-            self.seeds[node.id] = seed
-            spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
-                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline), self.runtime)
-            self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
+        try:
+            self._make_operators(pipeline)
+        except BaseException:  # what the operators made so far (pools, sessions, worker processes) ends now
+            self._close_operators()
+            self.runtime.close()
+            raise
         if self.uses_gpu:
             for node in self._feeding_the_device():
                 self.operators[node.id].pin_outputs = True
@@ -222,6 +216,27 @@ class Executor:
         self._stopped = False
         self._halted = False  # stage 1 met the end of the epoch or a failure; waits for drain()
         self.broken: BaseException | None = None
+
+    def _make_operators(self, pipeline: Any) -> None:
+        random_index = 0
+        for node in self.nodes:
+            # Random operators and seeded readers get a seed of their own, derived from the pipeline's.
+            seeded = node.schema.random or "seed" in node.schema.args
+            seed = node.const_args.get("seed", -1) if seeded else 0
+            if seeded and (seed is None or seed < 0):
+                seed = derive_seed(pipeline.seed, random_index)
+            random_index += seeded
+            self.seeds[node.id] = seed
+            spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
+                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline), self.runtime)
+            self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
+
+    def _close_operators(self) -> None:
+        for op in self.operators.values():
+            try:
+                op.close()
+            except Exception:  # noqa: BLE001 - closing must not raise
+                log.exception("closing an operator failed")
 
     # ---- graph helpers -----------------------------------------------------------------------------------
     @staticmethod
@@ -538,11 +553,7 @@ class Executor:
         self._threads = []
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
-        for op in self.operators.values():
-            try:
-                op.close()
-            except Exception:  # noqa: BLE001 - closing must not raise
-                log.exception("closing an operator failed")
+        self._close_operators()
         # then the codec sessions, the backends' pools and threads; waited for unless this is one of the runtime's
         # threads (see above)
         self.runtime.close(wait=waits)
