@@ -57,7 +57,8 @@ class _State:
     def __init__(self, name: str) -> None:
         self.name = name
         self.pid = os.getpid()  # the process whose threads and sessions these are (a fork copies none of them)
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # held briefly: the lists below
+        self.opening = threading.RLock()  # held while a session opens (seconds: an nvImageCodec decoder)
         self.pools: list[ThreadPoolExecutor] = []
         self.threads: list[threading.Thread] = []
         self.sessions: dict[Hashable, tuple[Any, Callable[[Any], None] | None]] = {}
@@ -89,13 +90,7 @@ class _State:
         # would wait for may be waiting for this one
         wait = wait and me not in threads
         for key, (obj, closer) in reversed(sessions):  # the latest first: it may use an earlier one
-            try:
-                if closer is not None:
-                    closer(obj)
-                elif hasattr(obj, "close"):
-                    obj.close()
-            except Exception:  # noqa: BLE001 - closing must not raise
-                log.exception("%s runtime: closing the session %r failed", self.name, key)
+            _close_session(key, obj, closer, self.name)
         for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)
         if not wait:
@@ -108,6 +103,16 @@ class _State:
         if running:
             log.warning("%s runtime: %s still run after %.0f s; they go on alone", self.name, ", ".join(running),
                         CLOSE_WAIT_SECONDS)
+
+
+def _close_session(key: Hashable, obj: Any, closer: Callable[[Any], None] | None, name: str) -> None:
+    try:
+        if closer is not None:
+            closer(obj)
+        elif hasattr(obj, "close"):
+            obj.close()
+    except Exception:  # noqa: BLE001 - closing must not raise
+        log.exception("%s runtime: closing the session %r failed", name, key)
 
 
 class Runtime:
@@ -181,14 +186,20 @@ class Runtime:
         """The session ``key`` (an NVDEC backend of a GPU, an operator's image decoder), opened by ``open()`` the
         first time it is asked for and closed when the runtime closes, by ``close(session)`` or else its own
         ``close()``; sessions close in the reverse order of their opening."""
-        with self._state.lock:
-            entry = self._state.sessions.get(key)
-            if entry is not None:
-                return entry[0]
-            self._check_open(f"the session {key!r}")
+        state = self._state
+        with state.opening:  # one session opens at a time; the pools' new threads need not wait for it
+            with state.lock:
+                entry = state.sessions.get(key)
+                if entry is not None:
+                    return entry[0]
+                self._check_open(f"the session {key!r}")
             obj = open()
-            self._state.sessions[key] = (obj, close)
-            self._state.made["sessions"] += 1
+            with state.lock:
+                if state.closed:  # closed while it opened: closed at once, not kept
+                    _close_session(key, obj, close, self.name)
+                    self._check_open(f"the session {key!r}")
+                state.sessions[key] = (obj, close)
+                state.made["sessions"] += 1
             return obj
 
     def sessions(self) -> dict[Hashable, Any]:

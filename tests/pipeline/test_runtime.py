@@ -74,6 +74,26 @@ def test_sessions_open_once_lazily_and_close_latest_first():
     assert log[-1] == ("close", "a") and len(log) == 5
 
 
+def test_a_session_opening_holds_up_no_pool():
+    """A session takes seconds to open (nvImageCodec's decoders); meanwhile the pools' new threads start."""
+    rt = Runtime(num_threads=2)
+    opening, release = threading.Event(), threading.Event()
+
+    def slow_open():
+        opening.set()
+        release.wait(30)
+        return object()
+
+    opener = threading.Thread(target=rt.session, args=("slow", slow_open))
+    opener.start()
+    assert opening.wait(10)
+    assert rt.cpu_pool.submit(lambda: 7).result(timeout=10) == 7  # a new pool thread, while the session opens
+    release.set()
+    opener.join(10)
+    assert "slow" in rt.sessions()
+    rt.close()
+
+
 def test_close_joins_service_threads_and_a_failing_session_does_not_stop_it():
     rt = Runtime()
     stop = threading.Event()
