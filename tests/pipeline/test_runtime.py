@@ -284,11 +284,16 @@ def test_gpu_pipeline_close_leaves_no_thread_and_memory(data):
     before = set(threading.enumerate())
     train, val = build(1), build(2)
     for _ in range(3):
-        for p in (train, val):
-            out = p.run()
+        for pipe in (train, val):
+            out = pipe.run()
             assert out[0][0].is_cuda
-    sessions = [set(map(id, p.executor.runtime.sessions().values())) for p in (train, val)]
+    del pipe
+    sessions = [set(map(id, x.executor.runtime.sessions().values())) for x in (train, val)]
     assert sessions[0] and not sessions[0] & sessions[1]
+    keys = set(train.executor.runtime.sessions())
+    assert any(k[0] == "image decoder" for k in keys)
+    if videos:
+        assert {("nvdec", 0), ("video hybrid", 0)} <= keys
     train.close()
     val.run()
     val.close()
