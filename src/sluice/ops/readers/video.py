@@ -143,7 +143,7 @@ def _parse_file_list(op: str, file_list: str, root: str | None) -> list[tuple[st
 def _resolved(path: str) -> str:
     """A video path made absolute against the working directory now, when the reader is built: every backend then
     opens the same file whatever its own working directory (the GPU backend's CPU worker processes are shared by
-    the process's pipelines and keep the folder they started in) or a later ``os.chdir``."""
+    the pipeline's GPU video operators and keep the folder they started in) or a later ``os.chdir``."""
     return os.path.abspath(path)
 
 
