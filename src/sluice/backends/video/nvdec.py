@@ -19,6 +19,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Sequence
@@ -350,8 +351,9 @@ class NvdecBackend:
         """Wait for the decoders being opened ahead (each gives up after 60 s), stop the split pool, and drop every
         decoder that is not in use (a request still decoding keeps its own until it ends). The backend opens new
         ones if it is used again."""
+        deadline = time.monotonic() + OPEN_AHEAD_WAIT_S + 5
         for t in self._opening:
-            t.join(timeout=OPEN_AHEAD_WAIT_S + 5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         with self._lock:
             pool, self._split_pool = self._split_pool, None
         if pool is not None:
