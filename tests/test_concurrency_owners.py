@@ -16,17 +16,12 @@ SRC = Path(sluice.__file__).resolve().parent
 MAKERS = {"Thread", "ThreadPoolExecutor", "Process", "Pool", "get_context", "SharedMemory", "memfd_create", "fork",
           "Popen"}
 
-#: The modules that still make them, with how many such calls each holds: the executor, the one worker-process
-#: mechanism (_workers.py: its processes, their watchdog thread, the memory files it hands out), and the backends
-#: whose pools move to the runtime.
+#: The modules that still make them, with how many such calls each holds: the pipeline's runtime (runtime.py: its
+#: pools, its service threads, the S3 backend's thread where the caller runs an event loop) and the one
+#: worker-process mechanism (_workers.py: its processes, their watchdog thread, the memory files it hands out).
 OWNERS = {
-    "pipeline/executor.py": 1,
+    "runtime.py": 3,
     "_workers.py": 6,
-    "backends/image/gpu.py": 2,
-    "backends/storage.py": 1,
-    "backends/video/hybrid.py": 1,
-    "backends/video/nvdec.py": 2,
-    "ops/readers/video.py": 1,
     "torch/proxy.py": 1,
     "video_cli.py": 2,
     "testing.py": 2,   # the S3 test server (sluice.testing), not the pipeline

@@ -212,7 +212,7 @@ def test_train_and_val_pipelines_have_their_own_workers():
     try:
         train.run()
         val.run()
-        assert train.workers is not val.workers
+        assert train.executor.runtime.workers() is not val.executor.runtime.workers()
         a, b = _pids(train), _pids(val)
         assert len(a) == 2 and len(b) == 1 and not set(a) & set(b)
         train.close()

@@ -190,7 +190,7 @@ def main() -> None:
     total = time.perf_counter() - start
     if a.timeline:
         from sluice.ops.decoders.video import gpu_backend
-        backend = gpu_backend(0)
+        backend = gpu_backend(p.executor.runtime, 0)
         timeline(max(1, backend.nvdec_workers), max(1, backend.cpu_workers), start - t0)
     ok = sum(int(read_barcode(f) == w) for frames, c in zip(got, want) for f, w in zip(frames, c))
     print(f"{a.program} {os.path.basename(a.file)}: import {t_import:.2f} s, build {t_build:.2f} s, batches "

@@ -358,6 +358,9 @@ class OpSpec:
     device_id: int | None
     seed: int
     pipeline: Any = None  # the Pipeline, for operators that need more (external_source)
+    #: the pipeline's :class:`sluice.runtime.Runtime`: its CPU pool, the thread pools and codec sessions the
+    #: operator's backends open (None outside a pipeline: :func:`sluice.runtime.runtime_of` makes one)
+    runtime: Any = None
 
 
 class Operator:

@@ -49,6 +49,7 @@ import numpy as np
 from sluice import env as sluice_env
 from sluice._cache import cache_dir as _cache_dir
 from sluice.errors import ArgumentError
+from sluice.runtime import run_coroutine
 
 __all__ = ["StorageError", "is_url", "join", "dirname", "basename", "exists", "size", "list_files", "read_bytes",
            "read_text", "open_file", "fetch", "cache_dir", "stat_key", "S3Settings"]
@@ -232,29 +233,9 @@ def _error(url: str, exc: BaseException, what: str = "read") -> StorageError:
 
 
 def _run(coro_fn, deadline: float):
-    """Run ``coro_fn()`` to completion from synchronous code, giving up after ``deadline`` seconds."""
-    async def bounded():
-        return await asyncio.wait_for(coro_fn(), deadline)
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(bounded())
-    # Called from a thread that runs an event loop (a notebook): run in a thread of our own.
-    box: dict[str, Any] = {}
-
-    def target():
-        try:
-            box["value"] = asyncio.run(bounded())
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
-            box["error"] = e
-
-    t = threading.Thread(target=target, name="sluice-s3")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    """Run ``coro_fn()`` to completion from synchronous code, giving up after ``deadline`` seconds (in the calling
+    thread, or where it runs an event loop, in a thread of the runtime's: :func:`sluice.runtime.run_coroutine`)."""
+    return run_coroutine(coro_fn, deadline)
 
 
 # ---- the interface ---------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from sluice import types
 from sluice._workers import Worker, WorkerDied, WorkerError, Workers, report
 from sluice.errors import ArgumentError, EndOfEpoch, SampleError
 from sluice.pipeline.batch import Batch, to_tensor
+from sluice.runtime import runtime_of
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 log = logging.getLogger(__name__)
@@ -231,7 +232,7 @@ class ExternalSource(Operator):
                                     "iterable object cannot be moved to worker processes")
             pipe = spec.pipeline
             self._pool = _ParallelSource(_SourceTask(self.source, self._kind, a["batch_info"]),
-                                         pipe.workers if pipe is not None else None,
+                                         runtime_of(spec).workers(),
                                          pipe.py_num_workers if pipe else 1, pipe.py_start_method if pipe else "fork",
                                          a["prefetch_queue_depth"], self.name)
 

@@ -22,6 +22,7 @@ from sluice.backends.video import PyAVBackend, get_index, prepare_clip, read_cli
 from sluice.backends.video.pyav import default_threads
 from sluice.errors import ArgumentError
 from sluice.pipeline.batch import Batch, to_tensor
+from sluice.runtime import runtime_of
 from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 from sluice.ops.decoders.video import gpu_backend
 
@@ -147,7 +148,7 @@ class InputsVideoMixed(_InputsVideo):
 
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
-        self._backend = gpu_backend(spec.device_id or 0)
+        self._backend = gpu_backend(runtime_of(spec), spec.device_id or 0)
 
     def backend(self):
         return self._backend

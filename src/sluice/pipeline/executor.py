@@ -28,9 +28,9 @@ from sluice.pipeline.balance import PrepareBalance
 from sluice.pipeline.batch import Batch
 from sluice.pipeline.cuda_graphs import DEFERRED as _DEFERRED
 from sluice.pipeline.cuda_graphs import GraphedRun, graph_runs
-from sluice.pipeline.pool import RuntimePool
 from sluice.pipeline.graph import DataNode, OpNode, derive_seed
 from sluice.pipeline.passes.fusion import decode_audio_on_device, fuse
+from sluice.runtime import Runtime
 from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
 
 log = logging.getLogger(__name__)
@@ -157,21 +157,18 @@ class Executor:
             self.torch_device = torch.device("cpu")
             self.stream = None
         self._thread_state = threading.local()  # .bound: this stage thread's current device and stream are ours
-        self.pool = RuntimePool(pipeline.num_threads) if pipeline.num_threads > 1 else None
+        #: every thread and codec session of this pipeline (its CPU pool, its stage threads, the backends' pools
+        #: and sessions), released by stop()
+        self.runtime = Runtime(pipeline.num_threads, self.device_id if self.uses_gpu else None)
+        self.pool = self.runtime.cpu_pool
         self.operators: dict[int, Operator] = {}
         self.seeds: dict[int, int] = {}
-        random_index = 0
-        for node in self.nodes:
-            # Random operators and seeded readers get a seed of their own, derived from the pipeline's.
-            seeded = node.schema.random or "seed" in node.schema.args
-            seed = node.const_args.get("seed", -1) if seeded else 0
-            if seeded and (seed is None or seed < 0):
-                seed = derive_seed(pipeline.seed, random_index)
-            random_index += seeded
-            self.seeds[node.id] = seed
-            spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
-                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline))
-            self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
+        try:
+            self._make_operators(pipeline)
+        except BaseException:  # what the operators made so far (pools, sessions, worker processes) ends now
+            self._close_operators()
+            self.runtime.close()
+            raise
         if self.uses_gpu:
             for node in self._feeding_the_device():
                 self.operators[node.id].pin_outputs = True
@@ -219,6 +216,27 @@ class Executor:
         self._stopped = False
         self._halted = False  # stage 1 met the end of the epoch or a failure; waits for drain()
         self.broken: BaseException | None = None
+
+    def _make_operators(self, pipeline: Any) -> None:
+        random_index = 0
+        for node in self.nodes:
+            # Random operators and seeded readers get a seed of their own, derived from the pipeline's.
+            seeded = node.schema.random or "seed" in node.schema.args
+            seed = node.const_args.get("seed", -1) if seeded else 0
+            if seeded and (seed is None or seed < 0):
+                seed = derive_seed(pipeline.seed, random_index)
+            random_index += seeded
+            self.seeds[node.id] = seed
+            spec = OpSpec(node.schema, node.device, node.const_args, node.name, self.batch_size,
+                          pipeline.num_threads, self.device_id, seed, weakref.proxy(pipeline), self.runtime)
+            self.operators[node.id] = node.schema.kernel_for(node.device)(spec)
+
+    def _close_operators(self) -> None:
+        for op in self.operators.values():
+            try:
+                op.close()
+            except Exception:  # noqa: BLE001 - closing must not raise
+                log.exception("closing an operator failed")
 
     # ---- graph helpers -----------------------------------------------------------------------------------
     @staticmethod
@@ -377,9 +395,7 @@ class Executor:
         self._queues = [queue.Queue(maxsize=1) for _ in range(max(0, n - 1))]
         for k, stage in enumerate(self.stages):
             kind = "gpu" if stage.on_gpu else "read" if k + 1 < n and not self.stages[k + 1].on_gpu else "cpu"
-            t = threading.Thread(target=self._stage_loop, args=(k, stage), daemon=True, name=f"sluice-stage-{kind}")
-            t.start()
-            self._threads.append(t)
+            self._threads.append(self.runtime.start_thread(f"stage-{kind}", self._stage_loop, k, stage))
 
     def request(self, n: int = 1) -> None:
         """Ask for ``n`` more iterations."""
@@ -525,7 +541,7 @@ class Executor:
         # the GIL is torn down mid-call (SIGABRT, "terminate called without an active exception").
         me = threading.current_thread()  # stop() may run in a stage thread (a collected pipeline): not itself
         # nor in a thread of our own pool (a pipeline collected there), which the stage thread may be waiting for
-        waits = me not in getattr(self.pool, "_threads", ())
+        waits = not (self.runtime.owns(me) and me not in self._threads)
         deadline = time.monotonic() + STOP_WAIT_SECONDS
         for t in self._threads:
             if t is not me and waits:
@@ -537,11 +553,10 @@ class Executor:
         self._threads = []
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
-        for op in self.operators.values():
-            try:
-                op.close()
-            except Exception:  # noqa: BLE001 - closing must not raise
-                log.exception("closing an operator failed")
+        self._close_operators()
+        # then the codec sessions, the backends' pools and threads; waited for unless this is one of the runtime's
+        # threads (see above)
+        self.runtime.close(wait=waits)
 
 
 def _arg_values(kind: Any, batch: Batch) -> list[Any]:

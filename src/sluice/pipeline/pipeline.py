@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sluice._workers import Workers, cores_per_rank
+from sluice._workers import cores_per_rank
 from sluice.errors import ArgumentError, EndOfEpoch, PipelineBrokenError, PipelineError
 from sluice.pipeline import conditionals
 from sluice.pipeline.batch import Batch
@@ -126,7 +126,6 @@ class Pipeline:
         self._created_nodes: list[OpNode] = []
         self._conditions: Any = None  # a ConditionStack while a pipeline_def(enable_conditionals=True) traces
         self._executor: Executor | None = None
-        self._workers: Workers | None = None  # its worker processes, made when an operator first needs one
         self._built = False
         self._graph_defined = False
         self._epoch_ended = False
@@ -427,22 +426,10 @@ class Pipeline:
             self.build()
 
     # ---- life cycle -----------------------------------------------------------------------------------------
-    @property
-    def workers(self) -> Workers:
-        """The pipeline's worker processes (:mod:`sluice._workers`: parallel ``external_source``, CPU video
-        decoding), made on first use and ended by :meth:`close`."""
-        with self._lock:
-            if self._workers is None:
-                self._workers = Workers()
-            return self._workers
-
     def close(self) -> None:
-        """Stop the background threads and worker processes."""
+        """Stop the background threads and worker processes: the executor closes its runtime, which owns them."""
         if self._executor is not None:
             self._executor.stop()
-        workers, self._workers = self._workers, None
-        if workers is not None:
-            workers.close()
 
     def __del__(self) -> None:
         try:

@@ -197,13 +197,14 @@ def native_workers(threads: int) -> int:
 
 
 class RuntimePool(ThreadPoolExecutor):
-    """The pipeline's CPU pool (its executor makes one with ``num_threads`` and shuts it with the pipeline): Python
+    """The pipeline's CPU pool (its :class:`sluice.runtime.Runtime` makes one with ``num_threads`` and shuts it with
+    the pipeline; ``initializer`` runs first in each of its threads): Python
     threads for host work written in Python, and, where the compiled core is built, ``core``: the core's
     ``WorkerPool`` of as many native threads, on which its batch kernels run their items with the GIL released
     (:func:`share_items`, :func:`run_shared`). The native threads never run Python."""
 
-    def __init__(self, threads: int):
-        super().__init__(threads, thread_name_prefix="sluice-cpu")
+    def __init__(self, threads: int, initializer: Callable[[], Any] | None = None):
+        super().__init__(threads, thread_name_prefix="sluice-cpu", initializer=initializer)
         c = native.core()
         self.core = c.WorkerPool(native_workers(threads)) if c is not None and hasattr(c, "WorkerPool") else None
 

@@ -314,3 +314,31 @@ def test_one_allocation_packs_a_batch_into_one_torch_buffer():
     batch = list(torch.arange(2 * 4 * 3, dtype=torch.uint8).view(-1, 3).split([4, 4]))
     views = [t.view(2, 2, 3) for t in batch]  # views of one buffer (torchvision's batch): handed on as they are
     assert [t.data_ptr() for t in one_allocation(views)] == [t.data_ptr() for t in views]
+
+
+def test_the_decoders_threads_are_its_runtimes(fake_gpu):
+    """The decoder's GPU-path and decode-ahead pools are made by the runtime it is given (the pipeline's), of the
+    sizes it always had, and closing the runtime ends their threads; a decoder made without one has its own, which
+    its close() ends."""
+    import threading
+
+    from sluice.runtime import Runtime
+
+    rt = Runtime(num_threads=2)
+    dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, adaptive=False, runtime=rt)
+    assert rt.made["pools"] == 2
+    assert dec._gpu_threads._max_workers == 4 * gpu.AHEAD_BATCHES and dec._ahead._max_workers == gpu.AHEAD_BATCHES
+    data = _jpegs(3)
+    images, _ = dec.start(data).future.result()  # decoded ahead, in its decode-ahead and GPU-path pools
+    for d, t in zip(data, images):
+        np.testing.assert_array_equal(t.numpy(), decode(d))
+    threads = rt.threads()
+    assert {t.name.rsplit("_", 1)[0] for t in threads} == {"sluice-gpu-decode", "sluice-decode-ahead"}
+    rt.close()
+    assert not any(t.is_alive() for t in threads)
+
+    before = set(threading.enumerate())
+    own = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, adaptive=False)
+    own.decode(data)
+    own.close()
+    assert [t.name for t in threading.enumerate() if t not in before] == []

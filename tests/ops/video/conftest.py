@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from fractions import Fraction
 
 import pytest
@@ -10,6 +11,7 @@ av = pytest.importorskip("av")
 
 from sluice.backends.video.barcode import write_barcode_video  # noqa: E402
 
+import fake_nvc  # noqa: E402
 from video_fixtures import CODECS, NUM_FRAMES, VFR_PTS  # noqa: E402
 
 
@@ -19,6 +21,17 @@ def _index_cache(tmp_path_factory, monkeypatch):
     # The hybrid backend's CPU jobs run in threads here (worker processes start a Python each: the tests that
     # are about them ask for them).
     monkeypatch.setattr("sluice.backends.video.hybrid.CPU_PROCESSES", False)
+
+
+@pytest.fixture
+def fake_files(monkeypatch):
+    """PyNvVideoCodec replaced by the stand-in of fake_nvc.py, SimpleDecoder included; the decoders it makes."""
+    created: list = []
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake_nvc.make_module(created, with_simple=True))
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "misnumber", False)
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "fail_open", False)
+    monkeypatch.setattr(fake_nvc.SimpleDecoder, "clock", None)
+    return created
 
 
 @pytest.fixture(scope="session")

@@ -119,6 +119,6 @@ def test_mixed_decoder_starts_its_workers_when_built(monkeypatch):
 
     started = []
     backend = SimpleNamespace(get_ready=lambda path=None: started.append(path))
-    monkeypatch.setattr(decoders_video, "gpu_backend", lambda device_id: backend)
+    monkeypatch.setattr(decoders_video, "gpu_backend", lambda runtime, device_id: backend)
     decoders_video.SCHEMA.kernel_for("mixed")(SimpleNamespace(device_id=0))
     assert started == [None]  # no file known at build: the workers only

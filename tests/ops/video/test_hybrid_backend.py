@@ -352,7 +352,7 @@ def test_real_gpu_operators_use_hybrid(gpu_videos):
         for i in range(len(video)):
             s = int(num[i][0])
             assert video[i].is_cuda and read_barcodes(video[i]) == list(range(s, s + 30, 5))
-    stats = gpu_backend(0).last_stats
+    stats = gpu_backend(p.executor.runtime, 0).last_stats  # the pipeline's own backend
     print("readers.video gpu, last batch:", stats)
     assert stats["nvdec"]["jobs"] + stats["cpu"]["jobs"] > 0
 

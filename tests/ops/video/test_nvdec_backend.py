@@ -217,16 +217,6 @@ def test_open_gop_leading_pictures_exact(tmp_path, fake_nvdec, monkeypatch, code
 
 
 # --- files through PyNvVideoCodec's SimpleDecoder (the stand-in numbers frames as PyAV presents them) -----------
-@pytest.fixture
-def fake_files(monkeypatch):
-    created: list = []
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake_nvc.make_module(created, with_simple=True))
-    monkeypatch.setattr(fake_nvc.SimpleDecoder, "misnumber", False)
-    monkeypatch.setattr(fake_nvc.SimpleDecoder, "fail_open", False)
-    monkeypatch.setattr(fake_nvc.SimpleDecoder, "clock", None)
-    return created
-
-
 def _simple(created):
     return [d for d in created if isinstance(d, fake_nvc.SimpleDecoder)]
 

@@ -46,7 +46,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +55,7 @@ import torch
 from sluice.errors import SampleError
 from sluice.kernels.crops import gather_hwc_crops
 from sluice.native import jpeg as native_jpeg
+from sluice.runtime import Runtime
 
 from . import cpu
 from .batch_plan import CODEC, CORE, GPU, BatchPlan
@@ -251,12 +252,18 @@ class GpuImageDecoder:
     (:meth:`start_batch`) give the CPU the share that keeps it in step with the GPU
     (:class:`~sluice.backends.image.hybrid.HybridShare`), and the general path's shares are hill-climbed on the
     measured batch speed (off by default: the exploration cost more than it found).
+
+    ``runtime``: the pipeline's :class:`~sluice.runtime.Runtime`, which makes this decoder's two pools (of its own,
+    sized as here); None (a decoder made outside a pipeline): a runtime of its own, closed by :meth:`close`.
     """
 
     def __init__(self, device_id: int | torch.device = 0, *, hw_decoder_load: float = 0.9,
                  jpeg_fancy_upsampling: bool = False, use_fast_idct: bool = False, cpu_load: float | None = None,
-                 adaptive: bool | None = None, num_cpu_threads: int = 4):
+                 adaptive: bool | None = None, num_cpu_threads: int = 4, runtime: Runtime | None = None):
         self.device = device_id if isinstance(device_id, torch.device) else torch.device("cuda", device_id)
+        # the pipeline's runtime makes this decoder's threads; a decoder made outside a pipeline has one of its own
+        self._own_runtime = runtime is None
+        self._runtime = Runtime(name="image decoder") if runtime is None else runtime
         self.use_fast_idct = use_fast_idct
         self._nv = nvimgcodec_module()
         self._hw = None
@@ -322,10 +329,10 @@ class GpuImageDecoder:
         self._scan_check = BatchScanCheck(self.device, "cpu" if where == "cpu" else "gpu")
         # One thread per GPU path (hardware, CUDA, JPEG 2000) and for the scan checks of this batch and of
         # batches whose checks are still in flight (deferred to the pipeline's output).
-        self._gpu_threads = ThreadPoolExecutor(4 * AHEAD_BATCHES, thread_name_prefix="sluice-gpu-decode")
+        self._gpu_threads = self._runtime.thread_pool("gpu-decode", 4 * AHEAD_BATCHES)
         # Batches decoded ahead (``start``), two at a time so that one's host work (routing, the CPU share,
         # assembling) overlaps the other's GPU decoding; each on one of two streams of their own.
-        self._ahead = ThreadPoolExecutor(AHEAD_BATCHES, thread_name_prefix="sluice-decode-ahead")
+        self._ahead = self._runtime.thread_pool("decode-ahead", AHEAD_BATCHES)
         self._ahead_streams: list = []
         self._nv_locks = {"hw": threading.Lock(), "cuda": threading.Lock()}
         # Completion time of the last torchvision call of start_batch: the batches started ahead call it at the same
@@ -945,3 +952,5 @@ class GpuImageDecoder:
         self._ahead.shutdown(wait=True)
         self._gpu_threads.shutdown(wait=True)
         self._hw = self._cuda = None
+        if self._own_runtime:
+            self._runtime.close()

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from sluice._workers import Workers, cores_per_rank
+from sluice.runtime import Runtime
 
 from .cpu_worker import WorkerDied, WorkerProcess
 from .index import Source, VideoError, VideoIndex, source_identity
@@ -120,9 +121,11 @@ class HybridBackend:
     threads, so that they share no GIL with the NVDEC threads (default: :data:`CPU_PROCESSES`; the processes run a
     small script of their own, so the caller's main module is never imported again). ``nvdec`` / ``cpu`` replace the
     backends used (tests). ``output_device="cpu"`` keeps the frames on the CPU (the CPU video reader:
-    ``sessions=0``, PyAV in worker processes). ``workers``: the worker processes' owner (the pipeline's
-    :class:`sluice._workers.Workers`); None: the backend's own, made on first use. ``close()`` ends the processes
-    (so does garbage collection).
+    ``sessions=0``, PyAV in worker processes). ``workers``: the worker processes' owner (default: the
+    ``runtime``'s; with neither, the backend's own, made on first use). ``runtime``: the pipeline's
+    :class:`~sluice.runtime.Runtime`, which makes each path's worker threads (and those of the NVDEC backend made
+    here) and closes the backend with the pipeline; None: a runtime of its own. ``close()`` ends the processes (so does garbage collection) and the
+    threads, and the NVDEC backend made here.
     """
 
     device = "cuda"
@@ -130,14 +133,18 @@ class HybridBackend:
     def __init__(self, device_id: int = 0, sessions: int = 7, cpu_workers: int | None = None, *,
                  share_gops: bool = True, cpu_processes: bool | None = None, nvdec: NvdecBackend | None = None,
                  cpu: PyAVBackend | None = None, output_device: str | None = None,
-                 workers: Workers | None = None) -> None:
+                 workers: Workers | None = None, runtime: Runtime | None = None) -> None:
         if output_device not in (None, "cpu"):
             raise ValueError(f"Invalid output_device ({output_device!r}). Supported values are None (the GPU when "
                              "there is one) and 'cpu'.")
         self.device_id = int(device_id)
         if output_device == "cpu":
             self.device = "cpu"  # where the frames end (the class says "cuda")
-        self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions))
+        self._own_runtime = runtime is None
+        self._runtime = Runtime(name="video") if runtime is None else runtime
+        self._own_nvdec = nvdec is None  # closed with this backend (one given is its giver's)
+        self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions),
+                                                                  runtime=self._runtime)
         self.nvdec_workers = self.nvdec.sessions if sessions else 0
         self.cpu = cpu if cpu is not None else PyAVBackend(threads=1, colors="nvdec")  # colours as NVDEC's
         # a core is left for each NVDEC session only where NVDEC can decode (else all are the CPU's from the start)
@@ -149,6 +156,8 @@ class HybridBackend:
         self.cpu_processes = bool(cpu_processes)
         self._workers: list[WorkerProcess] = []  # every process started (closed with the backend)
         self._spare: list[WorkerProcess] = []  # started, not yet owned by a CPU worker thread
+        if workers is None and runtime is not None:
+            workers = runtime.workers()  # the pipeline's group, closed with the pipeline
         self._group = [workers] if workers is not None else []  # their owner (the backend's own: made on first use)
         self._own_group = workers is None
         self._finalizer = weakref.finalize(self, _close_workers, self._workers, self._group, self._own_group)
@@ -156,7 +165,7 @@ class HybridBackend:
         self._spf: dict[str, float] = {}  # measured seconds per decoded frame, per worker, of each path
         self._nvdec_broken: str | None = None
         self._cpu_formats: set[tuple] = set()  # (codec, width, height) NVDEC cannot decode
-        self._pools: dict[str, ThreadPoolExecutor] = {}  # each path's worker threads
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # each path's worker threads (the runtime's)
         # encoded bytes are decoded from a memfd holding them, so that the worker processes and NVDEC's file
         # decoder, which open files by path, take them too (see .memfile)
         self._memory_files = MemoryFiles()
@@ -272,7 +281,7 @@ class HybridBackend:
         with self._lock:
             pool = self._pools.get(kind)
             if pool is None:
-                pool = self._pools[kind] = ThreadPoolExecutor(size, thread_name_prefix=f"sluice-video-{kind}")
+                pool = self._pools[kind] = self._runtime.thread_pool(f"video-{kind}", size)
             return pool
 
     def _finish(self, state: "_BatchState") -> None:
@@ -494,6 +503,11 @@ class HybridBackend:
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
         self._memory_files.close()
+        if self._own_nvdec and hasattr(self.nvdec, "close"):
+            self.nvdec.close()
+        if self._own_runtime:
+            self._runtime.close()
+            self._runtime = Runtime(name="video")  # for any later use
 
 
 def _close_workers(workers: list[WorkerProcess], group: list[Workers], own: bool) -> None:

@@ -19,12 +19,15 @@ import logging
 import os
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Sequence
 
 import numpy as np
 import torch
+
+from sluice.runtime import Runtime
 
 from .bitstream import annexb_parameter_sets, nonref_detector
 from .index import Source, VideoError, VideoIndex, file_key, packets_from, reusable_container, video_stream
@@ -36,6 +39,7 @@ NVDEC_CODECS = {"h264": "H264", "hevc": "HEVC", "vp9": "VP9", "av1": "AV1", "mpe
                 "mpeg2video": "MPEG2", "mpeg1video": "MPEG1", "vc1": "VC1"}
 ANNEXB_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
 SESSION_WAIT_S = 120.0
+OPEN_AHEAD_WAIT_S = 60.0  # longest a decoder opened ahead waits for the others (open_ahead)
 REORDER_SLACK = 64  # frames a decoder may need past the last wanted one before it shows it
 SPLIT_FRAMES, SPLIT_GROUPS = 48, 3  # requests of >= 48 frames split into runs of >= 3 groups of pictures
 
@@ -260,15 +264,30 @@ class _FileDecoders:
                 self._free.append(dec)
             self._cond.notify()
 
+    def drop_free(self) -> None:
+        """Drop the decoders no request holds (NvdecBackend.close); new ones are made if asked for again."""
+        with self._cond:
+            self._created -= len(self._free)
+            self._free.clear()
+            self._cond.notify_all()
+
 
 class NvdecBackend:
-    """Decodes frames with NVDEC on GPU ``device_id``; up to ``sessions`` decoder sessions per codec and size."""
+    """Decodes frames with NVDEC on GPU ``device_id``; up to ``sessions`` decoder sessions per codec and size.
+
+    ``runtime``: the pipeline's :class:`~sluice.runtime.Runtime`, which makes the backend's threads (the pool that
+    splits long requests over sessions, the threads that open decoders ahead) and closes the backend with the
+    pipeline (a session of it: ``sluice.ops.decoders.video.nvdec_backend``); None: a runtime of its own.
+    :meth:`close` drops the decoders.
+    """
 
     device = "cuda"
 
-    def __init__(self, device_id: int = 0, sessions: int = 7) -> None:
+    def __init__(self, device_id: int = 0, sessions: int = 7, *, runtime: Runtime | None = None) -> None:
         self.device_id = int(device_id)
         self.sessions = max(1, int(sessions))
+        self._own_runtime = runtime is None
+        self._runtime = Runtime(name="nvdec") if runtime is None else runtime
         self._pools: dict[tuple, queue.Queue] = {}
         self._created: dict[tuple, int] = {}
         self._lock = threading.Lock()
@@ -312,16 +331,13 @@ class NvdecBackend:
             except Exception as e:  # noqa: BLE001
                 logger.debug("%s: opening an NVDEC file decoder ahead failed: %s", path, e)
             try:
-                gate.wait(timeout=60)
+                gate.wait(timeout=OPEN_AHEAD_WAIT_S)
             except threading.BrokenBarrierError:
                 pass
             if dec is not None:
                 self._files.release(dec)
 
-        threads = [threading.Thread(target=open_one, name="sluice-nvdec-open", daemon=True)
-                   for _ in range(self.sessions)]
-        for t in threads:
-            t.start()
+        threads = [self._runtime.start_thread("nvdec-open", open_one) for _ in range(self.sessions)]
         self._opening = threads
         return threads
 
@@ -330,6 +346,30 @@ class NvdecBackend:
         then a request would wait for them (PyNvVideoCodec's import and CUDA's start take seconds in a fresh
         process), so the hybrid backend gives NVDEC no job yet."""
         return not any(t.is_alive() for t in self._opening)
+
+    def close(self) -> None:
+        """Wait for the decoders being opened ahead (each gives up after 60 s), stop the split pool, and drop every
+        decoder that is not in use (a request still decoding keeps its own until it ends). The backend opens new
+        ones if it is used again."""
+        deadline = time.monotonic() + OPEN_AHEAD_WAIT_S + 5
+        for t in self._opening:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            pool, self._split_pool = self._split_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            for key, free in self._pools.items():
+                while True:
+                    try:
+                        free.get_nowait()
+                    except queue.Empty:
+                        break
+                    self._created[key] -= 1
+        self._files.drop_free()
+        if self._own_runtime:
+            self._runtime.close()
+            self._runtime = Runtime(name="nvdec")  # for any later use
 
     # ---------------------------------------------------------------------------------------------- sessions
     def _module(self):
@@ -384,7 +424,7 @@ class NvdecBackend:
         else:
             with self._lock:
                 if self._split_pool is None:
-                    self._split_pool = ThreadPoolExecutor(self.sessions, thread_name_prefix="sluice-nvdec")
+                    self._split_pool = self._runtime.thread_pool("nvdec", self.sessions)
             bounds = np.linspace(0, len(plan), parts + 1).astype(int)
             # each run keeps only its own groups' frames: a run starting at an open-GOP keyframe shows broken
             # leading pictures that belong to the previous run

@@ -36,6 +36,7 @@ from sluice.ops.decoders.windows import WINDOWS, Roi, convert_image_dtype, sampl
 from sluice.ops.readers.file import batch_region, contiguous_bytes
 from sluice.ops.tensor.slice import SCHEMA as SLICE
 from sluice.pipeline.batch import Batch
+from sluice.runtime import runtime_of
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec, SampleContext
 from sluice.backends.image.batch_plan import plan_batch
 from sluice.native import image as nimg
@@ -125,10 +126,13 @@ def _make_mixed_operator(op: str) -> type[Operator]:
                 a = self.spec.args
                 device = ctx.device if ctx.device.index is not None or ctx.device.type != "cuda" else \
                     torch.device("cuda", 0)
-                self._decoder = GpuImageDecoder(
+                runtime = runtime_of(self.spec)
+                # a session of the pipeline's runtime, of this operator's own (closed with the pipeline)
+                self._decoder = runtime.session(("image decoder", id(self)), lambda: GpuImageDecoder(
                     device, hw_decoder_load=a.get("hw_decoder_load", 0.9),
                     jpeg_fancy_upsampling=a.get("jpeg_fancy_upsampling", False),
-                    use_fast_idct=a.get("use_fast_idct", False), num_cpu_threads=max(1, self.spec.num_threads))
+                    use_fast_idct=a.get("use_fast_idct", False), num_cpu_threads=max(1, self.spec.num_threads),
+                    runtime=runtime))
                 logger.info("%s (mixed) decodes with %s", op, self._decoder.backend_name)
             return self._decoder
 

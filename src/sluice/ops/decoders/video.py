@@ -14,7 +14,6 @@ worker processes of their own (no GIL shared with the NVDEC threads; ``sluice.ba
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import torch
@@ -25,6 +24,7 @@ from sluice.backends.video.nvdec import NvdecBackend
 from sluice.backends.video.pyav import default_threads
 from sluice.errors import SampleError
 from sluice.pipeline.batch import Batch
+from sluice.runtime import Runtime, runtime_of
 from sluice.schema import Arg, BatchArgs, BatchContext, OpSchema, Operator
 
 
@@ -143,31 +143,25 @@ def video_cpu(ctx, data: torch.Tensor, **args) -> tuple[torch.Tensor, ...]:
     return clip_outputs(decode_sample(data, ctx.source_info, args, _CPU_BACKEND), args, "cpu")
 
 
-_NVDEC: dict[int, Any] = {}
-_HYBRID: dict[int, Any] = {}
-_NVDEC_LOCK = threading.Lock()
 #: Whether the GPU video operators share each batch between NVDEC and PyAV workers (False: NVDEC alone).
 HYBRID = True
 
 
-def nvdec_backend(device_id: int):
-    """The process-wide NVDEC backend of GPU ``device_id`` (its decoder sessions are shared by operators)."""
-    with _NVDEC_LOCK:
-        if device_id not in _NVDEC:
-            _NVDEC[device_id] = NvdecBackend(device_id=device_id)
-        return _NVDEC[device_id]
+def nvdec_backend(runtime: Runtime, device_id: int) -> NvdecBackend:
+    """The pipeline's NVDEC backend of GPU ``device_id``: a session of its runtime, whose decoder sessions the
+    pipeline's GPU video operators share (another pipeline has its own), closed with the pipeline."""
+    return runtime.session(("nvdec", device_id), lambda: NvdecBackend(device_id=device_id, runtime=runtime))
 
 
-def gpu_backend(device_id: int):
-    """The backend of the GPU video operators: NVDEC and the CPU sharing each batch (the hybrid backend, on
-    :func:`nvdec_backend`'s sessions), or NVDEC alone where :data:`HYBRID` is False."""
+def gpu_backend(runtime: Runtime, device_id: int):
+    """The backend of the pipeline's GPU video operators: NVDEC and the CPU sharing each batch (the hybrid backend,
+    on :func:`nvdec_backend`'s sessions), or NVDEC alone where :data:`HYBRID` is False; a session of the pipeline's
+    runtime (one per pipeline and GPU, shared by its operators, closed with it)."""
+    nvdec = nvdec_backend(runtime, device_id)
     if not HYBRID:
-        return nvdec_backend(device_id)
-    nvdec = nvdec_backend(device_id)
-    with _NVDEC_LOCK:
-        if device_id not in _HYBRID:
-            _HYBRID[device_id] = HybridBackend(device_id=device_id, nvdec=nvdec)
-        return _HYBRID[device_id]
+        return nvdec
+    return runtime.session(("video hybrid", device_id),
+                           lambda: HybridBackend(device_id=device_id, nvdec=nvdec, runtime=runtime))
 
 
 def decode_samples(data: Batch, sources: list[str], args: BatchArgs, backend, pool) -> list[Clip]:
@@ -196,23 +190,24 @@ class VideoMixed(Operator):
 
     def __init__(self, spec) -> None:
         super().__init__(spec)
-        backend = gpu_backend(spec.device_id or 0)
-        if hasattr(backend, "get_ready"):
-            backend.get_ready()
+        self.backend = gpu_backend(runtime_of(spec), spec.device_id or 0)
+        if hasattr(self.backend, "get_ready"):
+            self.backend.get_ready()
 
     def run(self, ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
-        return video_mixed(ctx, data, args=args)
+        return video_mixed(ctx, data, args=args, backend=self.backend)
 
 
-def video_mixed(ctx: BatchContext, data: Batch, *, args: BatchArgs) -> tuple[Batch, ...]:
-    """NVDEC and the CPU decode the batch together (see ``sluice.backends.video.hybrid``); frames end on the GPU."""
+def video_mixed(ctx: BatchContext, data: Batch, *, args: BatchArgs, backend) -> tuple[Batch, ...]:
+    """NVDEC and the CPU decode the batch together on ``backend`` (:func:`gpu_backend`; see
+    ``sluice.backends.video.hybrid``); frames end on the GPU."""
     device = ctx.device
     sources = ctx.source_info or [""] * len(data)
     n_out = _num_outputs({k: args.const(k) for k in ("enable_timestamps", "enable_frame_num")})
     if not len(data):
         return tuple(Batch([]) for _ in range(n_out))
     with torch.cuda.device(device):
-        clips = decode_samples(data, sources, args, gpu_backend(device.index or 0), ctx.thread_pool)
+        clips = decode_samples(data, sources, args, backend, ctx.thread_pool)
         results = [clip_outputs(clip, args.sample(i), device) for i, clip in enumerate(clips)]
     torch.cuda.current_stream(device).wait_stream(torch.cuda.default_stream(device))
     return tuple(Batch(list(col), "FHWC" if k == 0 else "", sources) for k, col in enumerate(zip(*results)))

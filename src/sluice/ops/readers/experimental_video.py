@@ -31,6 +31,7 @@ from sluice.backends.video import ClipRequest, prepare_clip
 from sluice.errors import ArgumentError
 from sluice.ops.readers.file import READER_ARGS
 from sluice.ops.readers.video import VIDEO_ARGS, VideoReader, VideoReaderGPU
+from sluice.runtime import runtime_of
 from sluice.schema import REQUIRED, Arg, OpSchema, OpSpec
 
 __all__ = ["SCHEMA", "frame_num_policy", "range_of_entry", "padded_frames", "uniform_frames"]
@@ -128,7 +129,7 @@ def _base_spec(spec: OpSpec) -> OpSpec:
     args["enable_frame_num"] = frame_num_policy(spec.args.get("enable_frame_num", "none")) != "none"
     args["file_list_format"] = spec.args.get("file_list_format") or "timestamps"
     return OpSpec(spec.schema, spec.device, args, spec.name, spec.batch_size, spec.num_threads, spec.device_id,
-                  spec.seed, spec.pipeline)
+                  spec.seed, spec.pipeline, runtime_of(spec))
 
 
 def _round_time(times: np.ndarray, t: float, up: bool) -> int:

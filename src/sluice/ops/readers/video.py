@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -37,6 +36,7 @@ from sluice import types
 from sluice.errors import ArgumentError, PipelineError, SampleError
 from sluice.ops.readers.file import READER_ARGS, ReaderBase, list_files
 from sluice.pipeline.batch import Batch
+from sluice.runtime import runtime_of
 from sluice.schema import REQUIRED, Arg, BatchArgs, BatchContext, OpSchema, OpSpec
 from sluice.ops.decoders.video import gpu_backend
 from sluice.backends.video.hybrid import HybridBackend
@@ -148,7 +148,7 @@ def _parse_file_list(op: str, file_list: str, root: str | None) -> list[tuple[st
 def _resolved(path: str) -> str:
     """A video path made absolute against the working directory now, when the reader is built: every backend then
     opens the same file whatever its own working directory (the GPU backend's CPU worker processes are shared by
-    the process's pipelines and keep the folder they started in) or a later ``os.chdir``."""
+    the pipeline's GPU video operators and keep the folder they started in) or a later ``os.chdir``."""
     return os.path.abspath(path)
 
 
@@ -257,8 +257,10 @@ class VideoReader(ReaderBase):
             raise ArgumentError(f"{op}: no video files found (file_root={a['file_root']!r}, file_list="
                                 f"{a['file_list']!r}, filenames={a['filenames']!r})")
         self.as_frames = a["file_list_format"] == "frames" or bool(a["file_list_frame_num"])
-        with ThreadPoolExecutor(max(1, spec.num_threads)) as pool:
-            indexed = list(pool.map(lambda e: _index_or_why(e[0]), entries))
+        # the files are indexed on the pipeline's CPU pool (num_threads threads; none with one thread)
+        pool = runtime_of(spec).cpu_pool
+        indexed = (list(pool.map(lambda e: _index_or_why(e[0]), entries)) if pool is not None and len(entries) > 1
+                   else [_index_or_why(e[0]) for e in entries])
         self.skipped_files = [(e[0], why) for e, (_, why) in zip(entries, indexed) if why]
         if self.skipped_files:
             self._unreadable(entries)
@@ -314,11 +316,11 @@ class VideoReader(ReaderBase):
         # A batch's groups of pictures shared out to PyAV worker processes, one per pipeline thread (threads would
         # share the GIL: 2.3x slower on small frames here), frames kept on the CPU and converted as FFmpeg does.
         return HybridBackend(sessions=0, cpu_workers=max(1, spec.num_threads), cpu=PyAVBackend(threads=1),
-                             output_device="cpu")
+                             output_device="cpu", runtime=runtime_of(spec))
 
     def close(self) -> None:
-        """Stop the batch decoding ahead; end the CPU backend's worker processes (the GPU backend is shared by the
-        process's operators)."""
+        """Stop the batch decoding ahead; end the CPU backend's worker processes and threads (the GPU backend is
+        the pipeline's, shared by its GPU video operators: its runtime closes it)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             ahead[1].cancel()
@@ -429,7 +431,7 @@ class VideoReaderGPU(VideoReader):
     ``sluice.ops.decoders.video.HYBRID`` is False); outputs on the GPU."""
 
     def _backend(self, spec: OpSpec):
-        return gpu_backend(spec.device_id or 0)
+        return gpu_backend(runtime_of(spec), spec.device_id or 0)
 
     def load(self, sample: int) -> tuple[torch.Tensor, ...]:
         with torch.cuda.device(self.spec.device_id or 0):
