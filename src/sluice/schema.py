@@ -424,16 +424,20 @@ class OutputFinisher:
         if layouts is None:
             layouts = self._layouts[key] = self.schema.output_layouts(self.args, list(key[0]), len(outs))
         source = inputs[0].source_info if inputs else None
-        fixed = []
-        for batch, layout in zip(outs, layouts):
-            if not isinstance(batch, Batch):
-                raise TypeError(f"{self.schema.name}: kernel returned {type(batch).__name__}, expected a Batch")
-            if layout and not batch._layout:
-                batch = batch.with_layout(layout)
-            if source is not None and not any(batch.source_info) and len(batch) == len(source):
-                batch.source_info = list(source)
-            fixed.append(batch)
-        return tuple(fixed)
+        if source is not None and not any(source):
+            source = None  # nothing to hand on: an output's own source_info is as empty
+        if len(outs) == 1:  # most operators: no list to build
+            return (self._finish(outs[0], layouts[0], source),)
+        return tuple([self._finish(batch, layout, source) for batch, layout in zip(outs, layouts)])
+
+    def _finish(self, batch: Any, layout: str, source: list[str] | None) -> Batch:
+        if not isinstance(batch, Batch):
+            raise TypeError(f"{self.schema.name}: kernel returned {type(batch).__name__}, expected a Batch")
+        if layout and not batch._layout:
+            batch = batch.with_layout(layout)
+        if source is not None and not any(batch.source_info) and len(batch) == len(source):
+            batch.source_info = list(source)
+        return batch
 
 
 def _finish_outputs(schema: OpSchema, spec: OpSpec, outputs: Any, inputs: Sequence[Batch]) -> tuple[Batch, ...]:
