@@ -200,6 +200,10 @@ class BatchArgs:
     def __contains__(self, name: str) -> bool:
         return name in self._const or name in self._per_sample
 
+    def varies(self) -> bool:
+        """Whether any argument has per-sample values (else every sample's arguments are the constants)."""
+        return bool(self._per_sample)
+
     def is_const(self, name: str) -> bool:
         """Whether ``name`` has one value for the whole batch."""
         return name not in self._per_sample
@@ -458,13 +462,15 @@ def _sample_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operat
             layout = ctx.layouts[0] if ctx.layouts else ""
 
             ids = ctx.sample_ids
+            # without per-sample values every sample's arguments are one dict (read only: ** copies it)
+            shared = None if args.varies() else args.sample(0)
 
             def one(i: int):
                 # the frames of a sequence share their sample's index, and so its random draws
                 sctx = SampleContext(ctx.op_name, i if ids is None else ids[i],
                                      ctx.source_info[i] if ctx.source_info else "", layout, ctx.seed, ctx.iteration)
                 try:
-                    out = fn(sctx, *(b[i] for b in inputs), **args.sample(i))
+                    out = fn(sctx, *[b[i] for b in inputs], **(args.sample(i) if shared is None else shared))
                 except Exception as e:  # noqa: BLE001 - re-raised with the sample named
                     raise SampleError(i, sctx.source_info, e) from e
                 return out if isinstance(out, tuple) else (out,)
@@ -491,6 +497,8 @@ def _sequence_operator(schema: OpSchema, op_class: type[Operator]) -> type[Opera
 
     class SequenceOperator(op_class):  # type: ignore[valid-type, misc]
         def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs):
+            if not inputs or "F" not in inputs[0]._layout:  # no sequence: needs_frames would say None
+                return super().run(ctx, *inputs, args=args)
             counts = _seq.needs_frames(schema, inputs, args)
             if counts is None:
                 return super().run(ctx, *inputs, args=args)
