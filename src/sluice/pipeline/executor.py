@@ -32,7 +32,7 @@ from sluice.pipeline.cuda_graphs import GraphedRun, graph_runs
 from sluice.pipeline.pool import RuntimePool
 from sluice.pipeline.graph import DataNode, OpNode, derive_seed
 from sluice.pipeline.passes.fusion import decode_audio_on_device, fuse
-from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, OutputFinisher
+from sluice.schema import _LIST_TYPES, BatchArgs, BatchContext, Operator, OpSpec, _finish_outputs
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,6 @@ class Executor:
         self.pool = RuntimePool(pipeline.num_threads) if pipeline.num_threads > 1 else None
         self.operators: dict[int, Operator] = {}
         self.seeds: dict[int, int] = {}
-        self._plans: dict[int, _NodePlan] = {}  # per node, made on its first run (_plan)
         random_index = 0
         for node in self.nodes:
             # Random operators and seeded readers get a seed of their own, derived from the pipeline's.
@@ -211,6 +210,7 @@ class Executor:
                                + ", ".join(n.describe() for n in s.nodes) for s in self.stages))
         self.iteration = 0  # the next iteration to be produced
         self.snapshots: dict[int, dict[str, Any]] = {}
+        self._plans: dict[int, _NodePlan] = {}  # per node, made on its first run (_plan)
         self._threads: list[threading.Thread] = []
         self._queues: list[queue.Queue] = []
         self._ready: deque = deque()
@@ -318,7 +318,7 @@ class Executor:
             ctx.prepared = values.pop(plan.prepared_key)
         deferred = ctx.deferred = []
         try:
-            outs = plan.finish(plan.op.run(ctx, *inputs, args=args), inputs)
+            outs = _finish_outputs(plan.schema, plan.spec, plan.op.run(ctx, *inputs, args=args), inputs)
         except StopIteration:
             raise EndOfEpoch() from None
         except (EndOfEpoch, PipelineError):
@@ -566,58 +566,6 @@ class Executor:
                 log.exception("closing an operator failed")
 
 
-class _NodePlan:
-    """What running one node needs that does not change from batch to batch (built on its first run, after the
-    executor is set up): the keys of its inputs and outputs among a stage's values, its argument inputs with their
-    types and ranges, its device, seed and operator."""
-
-    __slots__ = ("op", "op_name", "const_args", "input_keys", "arg_inputs", "output_keys", "prepared_key", "device",
-                 "seed", "source", "finish")
-
-    def __init__(self, ex: Executor, node: OpNode):
-        schema = node.schema
-        self.op = ex.operators[node.id]
-        self.op_name = schema.name
-        self.const_args = node.const_args
-        self.input_keys = tuple((x.op.id, x.index) for x in node.inputs)
-        #: (name, key of its batch, its type, its Arg when it has a range to check, else None)
-        self.arg_inputs = tuple((key, (x.op.id, x.index), schema.args[key].type,
-                                 schema.args[key] if schema.args[key].min is not None or schema.args[key].max
-                                 is not None else None) for key, x in node.arg_inputs.items())
-        self.output_keys = tuple((node.id, i) for i in range(len(node.outputs)))
-        self.prepared_key = (_PREPARED, node.id)
-        self.device = ex.torch_device if node.device != "cpu" else torch.device("cpu")
-        self.seed = ex.seeds[node.id]
-        self.source = _is_source(node)
-        self.finish = OutputFinisher(schema, self.op.spec)
-
-
-def _check_ranges(node: OpNode, arg: Any, samples: list[Any], iteration: int, source_info: list[str]) -> None:
-    """``arg.check_range`` on each sample's value, named as a failing sample is; the values are checked as one
-    array (one NumPy call for the batch), and sample by sample only to name the first failing one, or when they
-    do not make one array (lists of different lengths)."""
-    try:
-        values = np.asarray(samples, dtype=np.float64)
-    except (TypeError, ValueError):
-        values = None
-    if values is not None:
-        low = arg.min is not None and bool((values < arg.min).any())
-        high = arg.max is not None and bool((values > arg.max).any())
-        if not (low or high or bool(np.isnan(values).any())):
-            return
-    for i, value in enumerate(samples):
-        try:
-            arg.check_range(f"fn.{node.schema.name}", value)
-        except ArgumentError as e:
-            raise _wrap(node, e, iteration, i, source_info[i] if i < len(source_info) else "") from None
-
-
-#: The Python type ``tolist`` gives for a tensor's type: its values need no conversion to an argument of that type.
-_TOLIST_KIND = {torch.bool: bool, torch.float16: float, torch.bfloat16: float, torch.float32: float,
-                torch.float64: float, torch.uint8: int, torch.int8: int, torch.int16: int, torch.int32: int,
-                torch.int64: int}
-
-
 def _arg_values(kind: Any, batch: Batch) -> list[Any]:
     """The per-sample values of an argument input: Python scalars (lists for list types, arrays for larger
     samples). A dense batch of scalars (``fn.random.coin_flip``, ``fn.random.uniform``) converts in one call."""
@@ -644,6 +592,58 @@ def _arg_values(kind: Any, batch: Batch) -> list[Any]:
         else:
             out.append(sample.numpy())
     return out
+
+
+class _NodePlan:
+    """What running one node needs that does not change from batch to batch (built on its first run, after the
+    executor is set up): the keys of its inputs and outputs among a stage's values, its argument inputs with their
+    types and ranges, its device, seed and operator."""
+
+    __slots__ = ("op", "op_name", "schema", "spec", "const_args", "input_keys", "arg_inputs", "output_keys",
+                 "prepared_key", "device", "seed", "source")
+
+    def __init__(self, ex: Executor, node: OpNode):
+        schema = node.schema
+        self.op = ex.operators[node.id]
+        self.op_name = schema.name
+        self.schema, self.spec = schema, self.op.spec
+        self.const_args = node.const_args
+        self.input_keys = tuple((x.op.id, x.index) for x in node.inputs)
+        #: (name, key of its batch, its type, its Arg when it has a range to check, else None)
+        self.arg_inputs = tuple((key, (x.op.id, x.index), schema.args[key].type,
+                                 schema.args[key] if schema.args[key].min is not None or schema.args[key].max
+                                 is not None else None) for key, x in node.arg_inputs.items())
+        self.output_keys = tuple((node.id, i) for i in range(len(node.outputs)))
+        self.prepared_key = (_PREPARED, node.id)
+        self.device = ex.torch_device if node.device != "cpu" else torch.device("cpu")
+        self.seed = ex.seeds[node.id]
+        self.source = _is_source(node)
+
+
+def _check_ranges(node: OpNode, arg: Any, samples: list[Any], iteration: int, source_info: list[str]) -> None:
+    """``arg.check_range`` on each sample's value, named as a failing sample is; the values are checked as one
+    array (one NumPy call for the batch), and sample by sample only to name the first failing one, or when they
+    do not make one array (lists of different lengths)."""
+    try:
+        values = np.asarray(samples, dtype=np.float64)
+    except (TypeError, ValueError):
+        values = None
+    if values is not None:
+        low = arg.min is not None and bool((values < arg.min).any())
+        high = arg.max is not None and bool((values > arg.max).any())
+        if not (low or high or bool(np.isnan(values).any())):
+            return
+    for i, value in enumerate(samples):
+        try:
+            arg.check_range(f"fn.{node.schema.name}", value)
+        except ArgumentError as e:
+            raise _wrap(node, e, iteration, i, source_info[i] if i < len(source_info) else "") from None
+
+
+#: The Python type ``tolist`` gives for a tensor's type: its values need no conversion to an argument of that type.
+_TOLIST_KIND = {torch.bool: bool, torch.float16: float, torch.bfloat16: float, torch.float32: float,
+                torch.float64: float, torch.uint8: int, torch.int8: int, torch.int16: int, torch.int32: int,
+                torch.int64: int}
 
 
 @contextmanager
