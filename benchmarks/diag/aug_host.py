@@ -100,6 +100,18 @@ def fake_gpu():
     return mock.patch.object(ex.Executor, "__init__", patched)
 
 
+def print_profile(p, batches: int, top: int) -> None:
+    """cProfile's ``top`` functions of most own time over ``batches`` runs of pipeline ``p``."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(batches):
+        p.run()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("program", choices=("autoaug", "trivial", "conditional", "ssd"), nargs="?", default="trivial")
@@ -166,14 +178,7 @@ def main():
         wall += time.perf_counter() - t
     ex.Executor.run_node = original
     if a.profile:
-        import cProfile
-        import pstats
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(a.batches):
-            p.run()
-        prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(a.profile)
+        print_profile(p, a.batches, a.profile)
     print(f"{a.program}: batch {a.batch} of {a.size}x{a.size}: {wall / a.batches * 1e3:.2f} ms a batch (CPU, fake GPU)")
     for k in ("device nodes", "host nodes", "aten ops", "torch calls", "item/tolist/cpu/numpy"):
         print(f"  {counted.get(k, 0) / a.batches:9.1f}  {k} a batch")

@@ -200,6 +200,10 @@ class BatchArgs:
     def __contains__(self, name: str) -> bool:
         return name in self._const or name in self._per_sample
 
+    def varies(self) -> bool:
+        """Whether any argument has per-sample values (else every sample's arguments are the constants)."""
+        return bool(self._per_sample)
+
     def is_const(self, name: str) -> bool:
         """Whether ``name`` has one value for the whole batch."""
         return name not in self._per_sample
@@ -408,24 +412,48 @@ class Operator:
         """Release resources (worker processes, files)."""
 
 
-def _finish_outputs(schema: OpSchema, spec: OpSpec, outputs: Any, inputs: Sequence[Batch]) -> tuple[Batch, ...]:
-    outs = outputs if isinstance(outputs, tuple) else (outputs,)
-    in_layouts = tuple(b.layout() for b in inputs)
-    cache = spec.__dict__.setdefault("_layout_cache", {})
-    layouts = cache.get((in_layouts, len(outs)))
-    if layouts is None:
-        layouts = cache[(in_layouts, len(outs))] = schema.output_layouts(spec.args, list(in_layouts), len(outs))
-    source = inputs[0].source_info if inputs else None
-    fixed = []
-    for batch, layout in zip(outs, layouts):
+class OutputFinisher:
+    """What the executor does to one operator's outputs before handing them on: checks that they are batches, gives
+    each the layout the schema declares where the kernel set none (worked out once per set of input layouts), and
+    the first input's ``source_info`` where the kernel gave none."""
+
+    __slots__ = ("schema", "args", "_layouts")
+
+    def __init__(self, schema: OpSchema, spec: OpSpec):
+        self.schema = schema
+        self.args = spec.args
+        self._layouts: dict[tuple[tuple[str, ...], int], list[str]] = {}
+
+    def __call__(self, outputs: Any, inputs: Sequence[Batch]) -> tuple[Batch, ...]:
+        outs = outputs if isinstance(outputs, tuple) else (outputs,)
+        key = (tuple([b._layout for b in inputs]), len(outs))
+        layouts = self._layouts.get(key)
+        if layouts is None:
+            layouts = self._layouts[key] = self.schema.output_layouts(self.args, list(key[0]), len(outs))
+        source = inputs[0].source_info if inputs else None
+        if source is not None and not any(source):
+            source = None  # nothing to hand on: an output's own source_info is as empty
+        if len(outs) == 1:  # most operators: no list to build
+            return (self._finish(outs[0], layouts[0], source),)
+        return tuple([self._finish(batch, layout, source) for batch, layout in zip(outs, layouts)])
+
+    def _finish(self, batch: Any, layout: str, source: list[str] | None) -> Batch:
         if not isinstance(batch, Batch):
-            raise TypeError(f"{schema.name}: kernel returned {type(batch).__name__}, expected a Batch")
-        if not batch.layout() and layout:
+            raise TypeError(f"{self.schema.name}: kernel returned {type(batch).__name__}, expected a Batch")
+        if layout and not batch._layout:
             batch = batch.with_layout(layout)
-        if source is not None and len(batch) == len(source) and not any(batch.source_info):
+        if source is not None and not any(batch.source_info) and len(batch) == len(source):
             batch.source_info = list(source)
-        fixed.append(batch)
-    return tuple(fixed)
+        return batch
+
+
+def _finish_outputs(schema: OpSchema, spec: OpSpec, outputs: Any, inputs: Sequence[Batch]) -> tuple[Batch, ...]:
+    """:class:`OutputFinisher` of ``spec`` (kept on it) applied to a kernel's ``outputs``: how tests hand a kernel's
+    outputs on as the executor does."""
+    finisher = spec.__dict__.get("_finisher")
+    if finisher is None:
+        finisher = spec.__dict__["_finisher"] = OutputFinisher(schema, spec)
+    return finisher(outputs, inputs)
 
 
 def _sample_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operator]:
@@ -437,13 +465,15 @@ def _sample_operator(schema: OpSchema, device: str, fn: Callable) -> type[Operat
             layout = ctx.layouts[0] if ctx.layouts else ""
 
             ids = ctx.sample_ids
+            # without per-sample values every sample's arguments are one dict (read only: ** copies it)
+            shared = None if args.varies() else args.sample(0)
 
             def one(i: int):
                 # the frames of a sequence share their sample's index, and so its random draws
                 sctx = SampleContext(ctx.op_name, i if ids is None else ids[i],
                                      ctx.source_info[i] if ctx.source_info else "", layout, ctx.seed, ctx.iteration)
                 try:
-                    out = fn(sctx, *(b[i] for b in inputs), **args.sample(i))
+                    out = fn(sctx, *[b[i] for b in inputs], **(args.sample(i) if shared is None else shared))
                 except Exception as e:  # noqa: BLE001 - re-raised with the sample named
                     raise SampleError(i, sctx.source_info, e) from e
                 return out if isinstance(out, tuple) else (out,)
@@ -470,6 +500,8 @@ def _sequence_operator(schema: OpSchema, op_class: type[Operator]) -> type[Opera
 
     class SequenceOperator(op_class):  # type: ignore[valid-type, misc]
         def run(self, ctx: BatchContext, *inputs: Batch, args: BatchArgs):
+            if not inputs or "F" not in inputs[0]._layout:  # no sequence: needs_frames would say None
+                return super().run(ctx, *inputs, args=args)
             counts = _seq.needs_frames(schema, inputs, args)
             if counts is None:
                 return super().run(ctx, *inputs, args=args)

@@ -44,6 +44,7 @@ __all__ = ["MODES", "is_sequence", "frame_axis", "frame_counts", "per_frame_valu
 
 MODES = ("frames", "axis")
 _SCALAR_TYPES = (bool, int, float)
+_ONE_VALUE = {bool, int, float, type(None)}  # types whose value counts as at most one (_count)
 
 
 def is_sequence(batch: Batch) -> bool:
@@ -103,6 +104,8 @@ def per_frame_values(name: str, values: Sequence[Any], counts: Sequence[int] | N
     """Whether the per-sample ``values`` of scalar argument ``name`` give one value per frame. A sample holds one
     value, or one per frame of its sequence (``counts[i]``; ``counts`` None: the samples are not sequences);
     anything else is an error naming the argument."""
+    if set(map(type, values)) <= _ONE_VALUE:  # plain numbers (the executor's values): one value per sample
+        return False
     per_frame = False
     for i, v in enumerate(values):
         k = _count(v)

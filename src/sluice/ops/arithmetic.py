@@ -116,6 +116,18 @@ class Arithmetic(Operator):
         self.positions = spec.args["positions"]
         self.arrays = [np.asarray(c) for c in spec.args["constants"]]
         self._consts: dict[tuple, list[torch.Tensor]] = {}
+        #: (compute type, result type) per tuple of input types; the constants' types, worked out once
+        self._types: dict[tuple[torch.dtype, ...], tuple[torch.dtype, torch.dtype]] = {}
+        self._const_dtypes: list[torch.dtype] | None = None
+
+    def types(self, dtypes: tuple[torch.dtype, ...]) -> tuple[torch.dtype, torch.dtype]:
+        """``result_type`` of the inputs' types and the constants', remembered per input types."""
+        found = self._types.get(dtypes)
+        if found is None:
+            if self._const_dtypes is None:
+                self._const_dtypes = [torch.from_numpy(a.reshape(-1)[:0]).dtype for a in self.arrays]
+            found = self._types[dtypes] = result_type(self.op, list(dtypes) + self._const_dtypes)
+        return found
 
     def constants(self, device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
         key = (device, dtype)
@@ -129,9 +141,13 @@ class Arithmetic(Operator):
             raise ValueError(f"operands have different batch sizes: {[len(b) for b in inputs]}")
         if n == 0:
             return Batch([])
-        dtypes = [b.dtype for b in inputs] + [torch.from_numpy(a.reshape(-1)[:0]).dtype for a in self.arrays]
-        compute, out_type = result_type(self.op, dtypes)
+        compute, out_type = self.types(tuple([b.dtype for b in inputs]))
         consts = self.constants(inputs[0].torch_device, compute)
+        if len(inputs) == 1 and inputs[0].dense is not None and all(c.dim() < inputs[0].dense.dim() for c in consts):
+            # the common case (``images * 0.5``) in fewer steps: one dense operand whose rank no constant exceeds
+            dense = [_as(inputs[0].dense, compute)]
+            result = _apply(self.op, _operands(self.positions, dense, consts))
+            return Batch.from_dense(_as(result, out_type), inputs[0].layout())
         if all(b.is_dense_tensor() for b in inputs):
             # One operation for the whole batch: align every operand's sample dims to the right.
             dense = [_as(b.as_tensor(), compute) for b in inputs]

@@ -145,7 +145,7 @@ class Batch:
         batch = cls.__new__(cls)
         batch._samples = batch._dense = batch._packed = batch._padded = batch._shapes = batch._fill = None
         batch._layout = layout or ""
-        batch.source_info = _source_info(source_info, n)
+        batch.source_info = [""] * n if source_info is None else _source_info(source_info, n)
         return batch
 
     @classmethod

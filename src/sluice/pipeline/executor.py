@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from sluice.errors import ArgumentError, EndOfEpoch, PipelineBrokenError, PipelineError, SampleError
@@ -206,6 +207,7 @@ class Executor:
                                + ", ".join(n.describe() for n in s.nodes) for s in self.stages))
         self.iteration = 0  # the next iteration to be produced
         self.snapshots: dict[int, dict[str, Any]] = {}
+        self._plans: dict[int, _NodePlan] = {}  # per node, made on its first run (_plan)
         self._threads: list[threading.Thread] = []
         self._queues: list[queue.Queue] = []
         self._ready: deque = deque()
@@ -276,36 +278,50 @@ class Executor:
         return next((n for n in self.nodes if n.name == name), None)
 
     # ---- running one node ---------------------------------------------------------------------------------
+    def _plan(self, node: OpNode) -> _NodePlan:
+        """What running ``node`` needs that stays the same from batch to batch, worked out on its first run."""
+        plan = self._plans.get(node.id)
+        if plan is None:
+            plan = self._plans[node.id] = _NodePlan(self, node)
+        return plan
+
     def _context(self, node: OpNode, iteration: int,
                  values: dict[tuple[int, int], Batch]) -> tuple[list[Batch], BatchContext, BatchArgs]:
         """A node's input batches, batch context and arguments for ``iteration``."""
-        inputs = [values[(x.op.id, x.index)] for x in node.inputs]
-        if inputs:
-            batch_size = len(inputs[0])
+        plan = self._plans.get(node.id) or self._plan(node)
+        inputs = [values[k] for k in plan.input_keys]
+        if plan.arg_inputs:
+            batch_size, source_info, per_sample = self._arg_inputs(node, plan, inputs, iteration, values)
+        elif inputs:
+            batch_size, source_info, per_sample = len(inputs[0]), inputs[0].source_info, {}
         else:
             batch_size = values.get(_BATCH_SIZE, self.batch_size)
+            source_info, per_sample = [""] * batch_size, {}
+        ctx = BatchContext(plan.op_name, batch_size, source_info, [b._layout for b in inputs], plan.device,
+                           self.pool, plan.seed, iteration)
+        return inputs, ctx, BatchArgs(plan.const_args, per_sample, batch_size)
+
+    def _arg_inputs(self, node: OpNode, plan: _NodePlan, inputs: list[Batch], iteration: int,
+                    values: dict[tuple[int, int], Batch]) -> tuple[int, list[str], dict[str, list[Any]]]:
+        """``(batch size, source_info, per-sample argument values)`` of a node with argument inputs, their sizes
+        and the schema's ranges checked."""
+        batch_size = len(inputs[0]) if inputs else values.get(_BATCH_SIZE, self.batch_size)
         per_sample = {}
-        for key, arg_node in node.arg_inputs.items():
-            batch = values[(arg_node.op.id, arg_node.index)]
-            per_sample[key] = _arg_values(node.schema.args[key].type, batch)
+        for key, value_key, kind, _ in plan.arg_inputs:
+            batch = values[value_key]
+            per_sample[key] = _arg_values(kind, batch)
             if inputs and len(batch) != batch_size:
                 raise PipelineError(f"{node.describe()}: argument input '{key}' has {len(batch)} samples for a "
                                     f"batch of {batch_size}", node.schema.name)
-        if not inputs and per_sample:
+        if inputs:
+            source_info = inputs[0].source_info
+        else:
             batch_size = len(next(iter(per_sample.values())))
-        source_info = inputs[0].source_info if inputs else [""] * batch_size
-        for key, samples in per_sample.items():  # the schema's ranges, on each sample's value
-            arg = node.schema.args[key]
-            if arg.min is not None or arg.max is not None:
-                for i, value in enumerate(samples):
-                    try:
-                        arg.check_range(f"fn.{node.schema.name}", value)
-                    except ArgumentError as e:
-                        raise _wrap(node, e, iteration, i, source_info[i] if i < len(source_info) else "") from None
-        ctx = BatchContext(node.schema.name, batch_size, source_info, [b.layout() for b in inputs],
-                           self.torch_device if node.device != "cpu" else torch.device("cpu"),
-                           self.pool, self.seeds[node.id], iteration)
-        return inputs, ctx, BatchArgs(node.const_args, per_sample, batch_size)
+            source_info = [""] * batch_size
+        for key, _, _, arg in plan.arg_inputs:  # the schema's ranges, on each sample's value
+            if arg is not None:
+                _check_ranges(node, arg, per_sample[key], iteration, source_info)
+        return batch_size, source_info, per_sample
 
     def prepare_node(self, node: OpNode, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
         """Run ``node``'s ``prepare`` step now (in the stage before its own); ``run_node`` hands the result on."""
@@ -314,24 +330,30 @@ class Executor:
             values[(_PREPARED, node.id)] = self.operators[node.id].prepare(ctx, *inputs, args=args)
 
     def run_node(self, node: OpNode, iteration: int, values: dict[tuple[int, int], Batch]) -> None:
-        op = self.operators[node.id]
+        plan = self._plans.get(node.id) or self._plan(node)
         inputs, ctx, args = self._context(node, iteration, values)
-        ctx.prepared = values.pop((_PREPARED, node.id), None)
-        ctx.deferred = []
-        with _failures_named(node, iteration):
-            try:
-                result = op.run(ctx, *inputs, args=args)
-                outs = _finish_outputs(node.schema, op.spec, result, inputs)
-            except StopIteration:
-                raise EndOfEpoch() from None
-        if len(outs) != len(node.outputs):
+        if plan.prepared_key in values:
+            ctx.prepared = values.pop(plan.prepared_key)
+        deferred = ctx.deferred = []
+        try:
+            outs = _finish_outputs(plan.schema, plan.spec, plan.op.run(ctx, *inputs, args=args), inputs)
+        except StopIteration:
+            raise EndOfEpoch() from None
+        except (EndOfEpoch, PipelineError):
+            raise
+        except SampleError as e:  # as _failures_named, written out: a context manager per node costs ~2 us
+            raise _wrap(node, e.cause, iteration, e.index, e.source) from e.cause
+        except Exception as e:  # noqa: BLE001 - every failure reaches the caller, named
+            raise _wrap(node, e, iteration, None, "") from e
+        output_keys = plan.output_keys
+        if len(outs) != len(output_keys):
             raise PipelineError(f"{node.describe()} produced {len(outs)} outputs, expected {len(node.outputs)}",
                                 node.schema.name)
-        for i, batch in enumerate(outs):
-            values[(node.id, i)] = batch
-        if ctx.deferred:
-            values.setdefault(_DEFERRED, []).extend(_named_check(node, c, iteration) for c in ctx.deferred)
-        if _is_source(node) and outs and _BATCH_SIZE not in values:
+        for key, batch in zip(output_keys, outs):
+            values[key] = batch
+        if deferred:
+            values.setdefault(_DEFERRED, []).extend(_named_check(node, c, iteration) for c in deferred)
+        if plan.source and outs and _BATCH_SIZE not in values:
             values[_BATCH_SIZE] = len(outs[0])
 
     def snapshot(self, iteration: int) -> None:
@@ -566,7 +588,7 @@ def _arg_values(kind: Any, batch: Batch) -> list[Any]:
     dense = cpu.dense
     if dense is not None and len(dense) and dense[0].numel() == 1 and not isinstance(kind, str):
         values = dense.reshape(-1).tolist()
-        if kind in (bool, int, float):
+        if kind in (bool, int, float) and _TOLIST_KIND.get(dense.dtype) is not kind:
             return [kind(v) for v in values]
         return values
     out = []
@@ -585,6 +607,58 @@ def _arg_values(kind: Any, batch: Batch) -> list[Any]:
         else:
             out.append(sample.numpy())
     return out
+
+
+class _NodePlan:
+    """What running one node needs that does not change from batch to batch (built on its first run, after the
+    executor is set up): the keys of its inputs and outputs among a stage's values, its argument inputs with their
+    types and ranges, its device, seed and operator."""
+
+    __slots__ = ("op", "op_name", "schema", "spec", "const_args", "input_keys", "arg_inputs", "output_keys",
+                 "prepared_key", "device", "seed", "source")
+
+    def __init__(self, ex: Executor, node: OpNode):
+        schema = node.schema
+        self.op = ex.operators[node.id]
+        self.op_name = schema.name
+        self.schema, self.spec = schema, self.op.spec
+        self.const_args = node.const_args
+        self.input_keys = tuple((x.op.id, x.index) for x in node.inputs)
+        #: (name, key of its batch, its type, its Arg when it has a range to check, else None)
+        self.arg_inputs = tuple((key, (x.op.id, x.index), schema.args[key].type,
+                                 schema.args[key] if schema.args[key].min is not None or schema.args[key].max
+                                 is not None else None) for key, x in node.arg_inputs.items())
+        self.output_keys = tuple((node.id, i) for i in range(len(node.outputs)))
+        self.prepared_key = (_PREPARED, node.id)
+        self.device = ex.torch_device if node.device != "cpu" else torch.device("cpu")
+        self.seed = ex.seeds[node.id]
+        self.source = _is_source(node)
+
+
+def _check_ranges(node: OpNode, arg: Any, samples: list[Any], iteration: int, source_info: list[str]) -> None:
+    """``arg.check_range`` on each sample's value, named as a failing sample is; the values are checked as one
+    array (one NumPy call for the batch), and sample by sample only to name the first failing one, or when they
+    do not make one array (lists of different lengths)."""
+    try:
+        values = np.asarray(samples, dtype=np.float64)
+    except (TypeError, ValueError):
+        values = None
+    if values is not None:
+        low = arg.min is not None and bool((values < arg.min).any())
+        high = arg.max is not None and bool((values > arg.max).any())
+        if not (low or high or bool(np.isnan(values).any())):
+            return
+    for i, value in enumerate(samples):
+        try:
+            arg.check_range(f"fn.{node.schema.name}", value)
+        except ArgumentError as e:
+            raise _wrap(node, e, iteration, i, source_info[i] if i < len(source_info) else "") from None
+
+
+#: The Python type ``tolist`` gives for a tensor's type: its values need no conversion to an argument of that type.
+_TOLIST_KIND = {torch.bool: bool, torch.float16: float, torch.bfloat16: float, torch.float32: float,
+                torch.float64: float, torch.uint8: int, torch.int8: int, torch.int16: int, torch.int32: int,
+                torch.int64: int}
 
 
 @contextmanager

@@ -60,30 +60,31 @@ def _run_batch(images, brightness, brightness_shift, contrast, contrast_center, 
 
 
 def _run_samples(images, brightness, brightness_shift, contrast, contrast_center, dtype):
-    samples = list(images.samples)
-    if not samples:
+    dense = images.dense  # a dense batch is never cut into its samples (64 views a batch, each freed again)
+    n = len(images)
+    if not n:
         return []
-    dev = samples[0].device
-    n = len(samples)
+    first = dense if dense is not None else images.samples[0]  # the samples' device and type
+    dev = first.device
     b = arg_tensor(brightness if brightness is not None else [1.0] * n, dev)
     s = arg_tensor(brightness_shift if brightness_shift is not None else [0.0] * n, dev)
     c = arg_tensor(contrast if contrast is not None else [1.0] * n, dev)
     cc = None
     if contrast_center is not None and all(v is not None for v in contrast_center):
         cc = arg_tensor(contrast_center, dev)
-    out_dtype = _out_dtype(dtype, samples[0])
-    if triton_available(samples[0]):
-        center = cc if cc is not None else torch.full_like(b, half_range(samples[0].dtype))
+    out_dtype = _out_dtype(dtype, first)
+    if triton_available(first):
+        center = cc if cc is not None else torch.full_like(b, half_range(first.dtype))
         offset = s * types.max_value(out_dtype) + b * center * (1 - c)
-        return affine_channels(samples, (b * c).reshape(n, 1, 1), offset.reshape(n, 1), out_dtype, 1, 1,
-                               images.dense)
+        return affine_channels(images.samples if dense is None or not dense.is_contiguous() else [],
+                               (b * c).reshape(n, 1, 1), offset.reshape(n, 1), out_dtype, 1, 1, dense)
 
     def run(stack, idx):
         ix = torch.tensor(idx, device=dev)
         return brightness_contrast_kernel(stack, b[ix], s[ix], c[ix], None if cc is None else cc[ix],
                                           _out_dtype(dtype, stack))
 
-    return map_batch(samples, run, images.dense)
+    return run(dense, list(range(n))) if dense is not None else map_batch(images.samples, run)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -132,6 +132,9 @@ class _StageArgs:
     def const(self, name: str):
         return self._args.const(self._prefix + name)
 
+    def varies(self) -> bool:
+        return self._args.varies()
+
     def sample(self, i: int) -> dict:
         return {k[len(self._prefix):]: v for k, v in self._args.sample(i).items() if k.startswith(self._prefix)}
 

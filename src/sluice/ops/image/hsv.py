@@ -109,32 +109,34 @@ def _run_batch(images, *, hue=None, saturation=None, value=None, brightness=None
 
 
 def _run_samples(images, *, hue, saturation, value, brightness, contrast, dtype, image_type):
-    samples = list(images.samples)
-    if not samples:
+    dense = images.dense  # a dense batch is never cut into its samples (64 views a batch, each freed again)
+    n = len(images)
+    if not n:
         return []
     if image_type not in (types.RGB, types.BGR):
         raise ValueError(f"image_type={image_type!r} is not supported; supported: types.RGB, types.BGR")
     check_channel_last(images.layout(), "colour operator")
-    n = len(samples)
-    mats, offsets, out_dtype = _transform(n, samples[0].dtype, hue, saturation, value, brightness, contrast, dtype,
+    first = dense if dense is not None else images.samples[0]  # the samples' device and type
+    mats, offsets, out_dtype = _transform(n, first.dtype, hue, saturation, value, brightness, contrast, dtype,
                                           image_type)
-    dev = samples[0].device
+    dev = first.device
     if dev.type == "cuda":  # page-locked: from pageable memory the copies would wait for the stream
         mats, offsets = mats.to(torch.float32).pin_memory(), offsets.pin_memory()
     mats = mats.to(dev, torch.float32, non_blocking=True)
     offsets = offsets.to(dev, non_blocking=True)
-    if triton_available(samples[0]):
-        for x in samples:
+    if triton_available(first):
+        for x in (dense[0],) if dense is not None else images.samples:  # a dense batch's samples share one shape
             if x.dim() == 0 or x.shape[-1] != 3:
                 raise ValueError(f"expected 3 channels in the last dimension (RGB/BGR, channel-last layout), got "
                                  f"shape {tuple(x.shape)}")
-        return affine_channels(samples, mats, offsets.reshape(n, 1).expand(n, 3), out_dtype, 3, 3, images.dense)
+        return affine_channels(images.samples if dense is None or not dense.is_contiguous() else [], mats,
+                               offsets.reshape(n, 1).expand(n, 3), out_dtype, 3, 3, dense)
 
     def run(stack, idx):
         ix = torch.tensor(idx, device=dev)
         return apply_color_matrix(stack, mats[ix], offsets[ix], out_dtype)
 
-    return map_batch(samples, run, images.dense)
+    return run(dense, list(range(n))) if dense is not None else map_batch(images.samples, run)
 
 
 # ------------------------------------------------------------------------------------------------------------

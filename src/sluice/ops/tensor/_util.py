@@ -90,17 +90,23 @@ def as_float_list(value: Any) -> list[float]:
     return [float(v) for v in np.asarray(value, dtype=np.float64).reshape(-1)]
 
 
+_FLOAT = {float}
+
+
 def arg_tensor(values: Sequence[Any], device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-sample scalar argument values (python numbers or 0-/1-element arrays) as one tensor of shape (N,)."""
-    flat = []
-    for v in values:
-        if isinstance(v, (int, float)):  # the executor's scalars (bool is an int): no array round trip
-            flat.append(float(v))
-            continue
-        lst = as_float_list(v)
-        if len(lst) != 1:
-            raise ValueError(f"expected one value per sample, got {len(lst)}")
-        flat.append(lst[0])
+    if set(map(type, values)) <= _FLOAT:  # the executor's float values: no loop (the same float32 values)
+        flat = values
+    else:
+        flat = []
+        for v in values:
+            if isinstance(v, (int, float)):  # the executor's scalars (bool is an int): no array round trip
+                flat.append(float(v))
+                continue
+            lst = as_float_list(v)
+            if len(lst) != 1:
+                raise ValueError(f"expected one value per sample, got {len(lst)}")
+            flat.append(lst[0])
     values = torch.tensor(flat, dtype=dtype)
     if torch.device(device).type == "cpu":
         return values
