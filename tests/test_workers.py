@@ -191,16 +191,17 @@ def test_a_parallel_source_whose_worker_dies_once_gives_every_sample(tmp_path):
 def test_a_pipeline_leaves_no_worker_and_no_shared_memory(start, end):
     shm, children = _shm(), _children()
     p = _pipe(sample, start)
-    assert _pids(p) == [] and p._workers is not None  # made at build, started on first use
+    runtime = p.executor.runtime
+    assert _pids(p) == [] and ("worker processes",) in runtime.sessions()  # made at build, started on first use
     for _ in range(3):
         p.run()
     pids = _pids(p)
     assert len(pids) == 2 and set(pids) <= _children()
     if end == "close":
         p.close()
-        assert p._workers is None
+        assert runtime.closed and not runtime.sessions()
     else:
-        del p
+        del p, runtime
         gc.collect()
     assert not any(_alive(pid) for pid in pids)
     assert _children() <= children, f"left running: {_children() - children}"

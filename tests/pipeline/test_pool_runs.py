@@ -204,3 +204,26 @@ def test_native_workers_leave_cores_to_the_stage_threads(monkeypatch, cores, thr
     12 at 9,879-10,045, 13 at 9,501-10,350 and 14 at 9,575-9,890 (H100 host, 2026-11-28)."""
     monkeypatch.setattr(pool_module.os, "sched_getaffinity", lambda pid: set(range(cores)))
     assert pool_module.native_workers(threads) == want
+
+
+def test_the_core_leaves_cores_only_while_the_device_stage_runs_operators_from_python(monkeypatch):
+    """A device stage that ran EAGER_NODES_RESERVING operators eagerly (a ragged speech batch) has the core's batch
+    calls leave STAGE_CORES cores; one that replayed a CUDA graph (a dense log-mel batch, whose CPU decoding then
+    wants every core) gives them back."""
+    if not native.available():
+        pytest.skip("the compiled core is not built")
+    monkeypatch.setattr(pool_module.os, "sched_getaffinity", lambda pid: set(range(16)))
+    pool = RuntimePool(16)
+    try:
+        assert pool.every_core.threads != pool.fewer_cores.threads
+        assert pool.core is pool.every_core
+        pool.reserve_stage_cores(pool_module.EAGER_NODES_RESERVING)
+        assert pool.core is pool.fewer_cores
+        data = np.random.default_rng(0).normal(0, 1, 10_000).astype(np.float32)
+        got = share_items(pool, 10, lambda lo, hi, core: (core, nonsilent_region(
+            data, np.arange(lo, hi) * 1000, np.full(hi - lo, 1000), window=64, factor=0.5, pool=core)))
+        assert got[0][0] is pool.fewer_cores
+        pool.reserve_stage_cores(0)
+        assert pool.core is pool.every_core
+    finally:
+        pool.shutdown()

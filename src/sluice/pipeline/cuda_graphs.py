@@ -100,7 +100,8 @@ class GraphedRun:
     def describe(self) -> str:
         return " -> ".join(n.describe() for n in self.nodes)
 
-    def run(self, iteration: int, values: dict) -> None:
+    def run(self, iteration: int, values: dict) -> int:
+        """Run the nodes for one iteration: replayed, captured, or eagerly; returns how many ran eagerly."""
         key = None if self.eager_only else self._key([values.get(k) for k in self.external])
         if key is None:
             return self._eager(iteration, values)
@@ -120,10 +121,12 @@ class GraphedRun:
         else:
             self._graphs.move_to_end(key)
         self._replay(captured, values)
+        return 0
 
-    def _eager(self, iteration: int, values: dict) -> None:
+    def _eager(self, iteration: int, values: dict) -> int:
         for node in self.nodes:
             self._run_node(node, iteration, values)
+        return len(self.nodes)
 
     @staticmethod
     def _key(inputs: list[Batch | None]) -> tuple | None:

@@ -101,13 +101,18 @@ class _Stage:
     def run(self, iteration: int, values: dict[tuple[int, int], Batch], stoppable: bool = False) -> None:
         """Run the stage's steps; with ``stoppable`` (a stage thread) the iteration is abandoned between two
         operators once the executor stops, so that ``stop`` waits for one operator, not for a whole iteration."""
+        eager = 0
         for step in self.steps:
             if stoppable and self.ex._stopped:
                 raise _Stopped()
             if isinstance(step, GraphedRun):
-                step.run(iteration, values)
+                eager += step.run(iteration, values)
             else:
                 self.ex.run_node(step, iteration, values)
+                eager += 1
+        if self.on_gpu and hasattr(self.ex.pool, "reserve_stage_cores"):
+            # a device stage that runs its operators from Python needs cores for them (pool.STAGE_CORES)
+            self.ex.pool.reserve_stage_cores(eager)
         if not self.prepares:
             return
         ex = self.ex
