@@ -466,14 +466,13 @@ class _ParallelSource:
     """The worker processes of one parallel external_source (a slot each of the pipeline's :class:`Workers`),
     and the iterations they prepare ahead."""
 
-    def __init__(self, task: _SourceTask, workers: Workers | None, num_workers: int, start_method: str, depth: int,
+    def __init__(self, task: _SourceTask, workers: Workers, num_workers: int, start_method: str, depth: int,
                  name: str):
         self.task, self.kind, self.name = task, task.kind, name
         self.num_workers = max(1, num_workers if self.kind != "generator_function" else 1)
         self.start_method = start_method
         self.depth = max(1, depth)
-        self._own = workers is None  # no pipeline: the operator's own
-        self._group = workers if workers is not None else Workers()
+        self._group = workers  # the runtime's (an operator built outside a pipeline has a runtime of its own)
         self._workers: list[Worker] = []
         self._pending: dict[Any, list[tuple[int, int]]] = {}  # (epoch, iteration) -> [(worker, ticket)]
         self._restart_generator = True
@@ -570,7 +569,4 @@ class _ParallelSource:
         """Stop the workers (idempotent)."""
         workers, self._workers = self._workers, []
         self._pending.clear()
-        if self._own:
-            self._group.close()
-        else:
-            self._group.release(workers)
+        self._group.release(workers)
