@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sluice.pipeline.batch import Batch, gather_to, host_empty, is_page_locked
+from sluice.pipeline.batch import POOLED_FROM, Batch, _PinnedBlocks, gather_to, host_empty, is_page_locked, pinned_class
 
 
 def ragged() -> list[torch.Tensor]:
@@ -93,3 +93,34 @@ def test_staging_buffers_in_flight_are_not_overwritten():
     stream.synchronize()
     for k, batch in enumerate(results):
         assert [float(s.min()) for s in batch] == [float(k)] * 3 and [float(s.max()) for s in batch] == [float(k)] * 3
+
+
+def test_pinned_classes_share_the_largest_block_size_among_batches_of_about_one_size():
+    mib = 1 << 20
+    assert pinned_class(70 * mib, 0) == 128 * mib                   # the power of two holding it
+    assert pinned_class(60 * mib, 128 * mib) == 128 * mib           # not its own class of 64 MiB
+    assert pinned_class(33 * mib, 128 * mib) == 128 * mib
+    assert pinned_class(20 * mib, 128 * mib) == 32 * mib            # a small request keeps its own class
+    assert pinned_class(200 * mib, 128 * mib) == 256 * mib
+    assert pinned_class(POOLED_FROM, 0) == POOLED_FROM
+
+
+@pytest.mark.cuda
+def test_pinned_blocks_are_page_locked_ahead_so_the_steady_state_page_locks_none():
+    """Ragged requests of 40-90 MiB, up to AHEAD + 1 alive at once (the first and the last AHEAD - 1 held, then one
+    more asked for): only the first page-locks (AHEAD + 1 blocks of one class); every view has its shape and lies
+    in page-locked memory."""
+    blocks = _PinnedBlocks()
+    count = lambda: torch.cuda.host_memory_stats()["num_host_alloc"]  # noqa: E731
+    rng = np.random.default_rng(0)
+    held, before = [], count()
+    first = blocks.empty((90 << 20,), torch.uint8)
+    after_first = count()
+    assert after_first - before == 1 + _PinnedBlocks.AHEAD
+    for _ in range(40):
+        n = int(rng.integers(40 << 18, 90 << 18))                   # float32 elements: 40-90 MiB
+        t = blocks.empty((n,), torch.float32)
+        assert t.shape == (n,) and t.is_pinned()
+        held = (held + [t])[-(_PinnedBlocks.AHEAD - 1):]
+        del t
+    assert count() == after_first and first.is_pinned()

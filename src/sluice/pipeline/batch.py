@@ -9,6 +9,7 @@ back) or padded (one row each), converted in one launch sequence when a kernel n
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,68 @@ _pinning_failed = False
 REUSED_FROM = 1 << 20
 
 
+#: bytes: page-locked requests of this size or more share size classes and are page-locked ahead (_PinnedBlocks)
+POOLED_FROM = 1 << 20
+
+
+class _PinnedBlocks:
+    """How :func:`host_empty` asks torch's caching host allocator for large page-locked buffers, so that a pipeline
+    in its steady state never waits for page-locking.
+
+    Page-locking a new block costs 35-90 ms for 128 MiB (cudaHostAlloc, measured on an H200), and torch's allocator
+    makes a new block whenever every cached one of the request's size class (a power of two) is in use or has
+    copies pending. A pipeline holds a batch buffer in each queue and stage, so the number in flight grows now and
+    then over the first hundred batches, and each growth stalled a stage: the Whisper program's batches took
+    3 ms at their median and 40-95 ms at each of nine such allocations. So:
+
+    * a request of at least :data:`POOLED_FROM` bytes and more than a quarter of the largest class handed out so
+      far takes that largest class, so that ragged batches of about one size (55-90 MB a batch: classes of 64 and
+      128 MiB) share one set of blocks instead of filling two;
+    * when torch had to page-lock a block for a request (its ``num_host_alloc`` grew), :attr:`AHEAD` more blocks of
+      that class are page-locked at once (:attr:`LATER` after the first time) and handed back to its cache: the
+      first batch pays for the blocks its queues will hold, and a later shortfall is not met one stall at a time.
+
+    Blocks stay in torch's cache (as they did before); copies queued from them keep them out of use until they
+    have run (torch records an event for each)."""
+
+    #: blocks page-locked ahead the first time torch page-locks one of a class for a request, and each later time
+    AHEAD, LATER = 4, 1
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._largest = 0
+        self._classes: set[int] = set()
+        stats = getattr(torch.cuda, "host_memory_stats", None)
+        self._allocations = (lambda: stats().get("num_host_alloc", 0)) if stats is not None else None
+
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes < POOLED_FROM or self._allocations is None:
+            return torch.empty(shape, dtype=dtype, pin_memory=True)
+        with self._lock:
+            size = pinned_class(nbytes, self._largest)
+            self._largest = max(self._largest, size)
+            before = self._allocations()
+            block = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+            if self._allocations() > before:  # none of this class was free: page-lock the next ones now
+                count = self.AHEAD if size not in self._classes else self.LATER
+                self._classes.add(size)
+                ahead = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for _ in range(count)]
+                del ahead                      # back into torch's cache, free at once (no copies queued)
+        return block[:nbytes].view(dtype).view(shape)
+
+
+def pinned_class(nbytes: int, largest: int) -> int:
+    """The size of the block :class:`_PinnedBlocks` asks torch for, for ``nbytes`` (at least POOLED_FROM) when
+    ``largest`` is the largest class handed out so far: the power of two holding ``nbytes``, or ``largest`` for a
+    request of more than a quarter of it."""
+    size = 1 << (int(nbytes) - 1).bit_length()
+    return max(size, largest) if 4 * nbytes > largest else size
+
+
+_PINNED = _PinnedBlocks()
+
+
 def host_empty(shape: Sequence[int], dtype: torch.dtype, *, pin: bool = False,
                device: torch.device | int | None = None, reuse: bool = False) -> torch.Tensor:
     """An uninitialised CPU tensor, page-locked with ``pin`` (then a GPU copy from it is one asynchronous DMA).
@@ -53,7 +116,7 @@ def host_empty(shape: Sequence[int], dtype: torch.dtype, *, pin: bool = False,
     if pin and not _pinning_failed:
         try:
             with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
-                out = torch.empty(tuple(shape), dtype=dtype, pin_memory=True)
+                out = _PINNED.empty(tuple(shape), dtype)
             _page_locked.add(out.untyped_storage().data_ptr())
             return out
         except (RuntimeError, AssertionError) as exc:
@@ -482,9 +545,10 @@ def _source_info(source_info: Sequence[str] | None, n: int) -> list[str]:
 
 def _one_copy(tensor: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
     """A host tensor on the GPU in one copy; asynchronous from page-locked memory: the tensor's own when
-    host_empty made it (no query, no copy) or it is pinned already (pin_memory then returns it), else a copy."""
-    if non_blocking and not is_page_locked(tensor):
-        tensor = tensor.pin_memory()
+    host_empty made it (no query, no copy) or it is pinned already, else a page-locked copy from host_empty."""
+    if non_blocking and not is_page_locked(tensor) and not tensor.is_pinned():
+        staged = host_empty(tuple(tensor.shape), tensor.dtype, pin=True, device=device)
+        tensor = staged.copy_(tensor) if is_page_locked(staged) else tensor  # else a synchronous copy
     return tensor.to(device, non_blocking=non_blocking)
 
 
