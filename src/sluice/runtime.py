@@ -39,6 +39,8 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import torch
+
 from sluice._workers import Workers
 
 from sluice.pipeline.pool import RuntimePool
@@ -64,6 +66,7 @@ class _State:
         self.pools: list[ThreadPoolExecutor] = []
         self.threads: list[threading.Thread] = []
         self.sessions: dict[Hashable, tuple[Any, Callable[[Any], None] | None]] = {}
+        self.streams: dict[str, tuple[torch.cuda.Stream, int]] = {}  # purpose -> (stream, priority)
         self.made: Counter = Counter()
         self.closed = False
 
@@ -86,6 +89,7 @@ class _State:
             sessions = list(self.sessions.items())
             self.sessions.clear()
             pools, self.pools = self.pools, []
+            self.streams.clear()  # torch keeps the CUDA streams themselves in its pool; the runtime lets go of its
             threads = list(self.threads)
         me = threading.current_thread()
         # a runtime closed from one of its own threads (a pipeline collected there) waits for none: the thread it
@@ -183,6 +187,40 @@ class Runtime:
         with self._state.lock:
             return [t for t in self._state.threads if t.is_alive()]
 
+    # ---- CUDA streams ---------------------------------------------------------------------------------------
+    def stream(self, purpose: str, *, priority: int = 0, device: torch.device | None = None) -> torch.cuda.Stream:
+        """The CUDA stream (``torch.cuda.Stream``) of ``purpose`` on the runtime's GPU (``device_id``): one per
+        purpose, made on first use with ``priority`` (lower runs first: -1 is high), the same one after, let go of
+        when the runtime closes. A caller that wants a stream of its own names it in ``purpose`` (``"image decoder
+        <id>: ahead 0"``); one that works on a given GPU passes it as ``device``, checked to be the runtime's.
+        Raises RuntimeError on a runtime without a GPU, on another GPU than ``device``, or closed, and ValueError
+        when a purpose is asked for again with another priority."""
+        if self.device_id is None:
+            raise RuntimeError(f"the {self.name} runtime has no GPU (device_id=None): cannot make the {purpose!r} "
+                               "CUDA stream; build the pipeline with a device_id")
+        if device is not None:
+            device = torch.device(device)
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            if device.type != "cuda" or index != self.device_id:
+                raise RuntimeError(f"the {self.name} runtime is on cuda:{self.device_id}: it makes no CUDA stream for "
+                                   f"{device} ({purpose!r}); give the caller the runtime of its GPU")
+        with self._state.lock:
+            self._check_open(f"the {purpose!r} CUDA stream")
+            found = self._state.streams.get(purpose)
+            if found is None:
+                found = self._state.streams[purpose] = (torch.cuda.Stream(self.device_id, priority=priority),
+                                                        priority)
+                self._state.made["streams"] += 1
+        if found[1] != priority:
+            raise ValueError(f"the {self.name} runtime's {purpose!r} CUDA stream has priority {found[1]}, not "
+                             f"{priority}")
+        return found[0]
+
+    def streams(self) -> dict[str, torch.cuda.Stream]:
+        """The CUDA streams made so far, by purpose."""
+        with self._state.lock:
+            return {k: v[0] for k, v in self._state.streams.items()}
+
     # ---- codec sessions -------------------------------------------------------------------------------------
     def session(self, key: Hashable, open: Callable[[], T], close: Callable[[T], None] | None = None) -> T:
         """The session ``key`` (an NVDEC backend of a GPU, an operator's image decoder), opened by ``open()`` the
@@ -218,7 +256,7 @@ class Runtime:
     # ---- life cycle -----------------------------------------------------------------------------------------
     @property
     def made(self) -> dict[str, int]:
-        """How many pools, threads and sessions the runtime made so far."""
+        """How many pools, threads, sessions and CUDA streams the runtime made so far."""
         with self._state.lock:
             return dict(self._state.made)
 
@@ -243,7 +281,8 @@ class Runtime:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self.threads())} threads, {len(self.sessions())} sessions"
+        state = "closed" if self.closed else (f"{len(self.threads())} threads, {len(self.sessions())} sessions, "
+                                              f"{len(self.streams())} streams")
         return f"Runtime({self.name!r}, num_threads={self.num_threads}, device_id={self.device_id}: {state})"
 
 

@@ -151,3 +151,13 @@ class FakeCuda:
     @staticmethod
     def device(d):
         return contextlib.nullcontext()
+
+
+def fake_cuda(monkeypatch) -> None:
+    """Stand :class:`FakeCuda` in for ``torch.cuda`` in the GPU image decoder, and for the CUDA streams its runtime
+    makes it (``Runtime.stream``)."""
+    from sluice.backends.image import gpu
+    from sluice.runtime import Runtime
+
+    monkeypatch.setattr(gpu, "_cuda", FakeCuda)
+    monkeypatch.setattr(Runtime, "stream", lambda self, purpose, **kwargs: FakeCuda.Stream())

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from image_fixtures import (FakeCuda, bad_inputs, cmyk_jpeg, corrupt_jpeg, encode, pattern, run_decoder,
+from image_fixtures import (bad_inputs, cmyk_jpeg, corrupt_jpeg, encode, fake_cuda, pattern, run_decoder,
                             with_orientation)
 from sluice import types
 from sluice.backends.image import decode, gpu
@@ -226,7 +226,7 @@ def fake_nvimgcodec(monkeypatch):
     _FakeNvimgcodec.calls = []
     _FakeNvimgcodec.fail_hw = False
     _FakeNvimgcodec.no_sm_decoder = False
-    monkeypatch.setattr(gpu, "_cuda", FakeCuda)
+    fake_cuda(monkeypatch)
     monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: _FakeNvimgcodec)
     return _FakeNvimgcodec
 

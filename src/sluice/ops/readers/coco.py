@@ -295,7 +295,8 @@ class CocoSet:
         if index.get("version") != _VERSION:
             raise bad(f"have version {index.get('version')!r}; this sluice reads version {_VERSION}")
         try:
-            with np.load(io.BytesIO(storage.read_bytes(storage.join(folder, _ARRAYS), clients=clients)), allow_pickle=False) as z:
+            data = storage.read_bytes(storage.join(folder, _ARRAYS), clients=clients)
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         except storage.StorageError as e:
             raise bad(f"cannot be read: {e}") from None
