@@ -43,7 +43,7 @@ import torch
 
 from sluice._workers import Workers
 
-from sluice.pipeline.pool import RuntimePool
+from sluice.pipeline.pool import RuntimePool, ThreadPool
 
 __all__ = ["Runtime", "runtime_of", "run_coroutine", "CLOSE_WAIT_SECONDS"]
 
@@ -152,13 +152,13 @@ class Runtime:
                 self._state.made["pools"] += 1
             return self._cpu_pool
 
-    def thread_pool(self, purpose: str, threads: int) -> ThreadPoolExecutor:
-        """A pool of ``threads`` threads for one caller (named ``sluice-<purpose>_N``), shut down when the runtime
-        closes (the caller may shut it down sooner). Each call makes a new pool: callers do not share one."""
+    def thread_pool(self, purpose: str, threads: int) -> ThreadPool:
+        """A pool of ``threads`` threads for one caller (a :class:`~sluice.pipeline.pool.ThreadPool`, which says its
+        ``threads``; named ``sluice-<purpose>_N``), shut down when the runtime closes (the caller may shut it down
+        sooner). Each call makes a new pool: callers do not share one."""
         with self._state.lock:
             self._check_open(f"a {purpose} pool")
-            pool = ThreadPoolExecutor(max(1, int(threads)), thread_name_prefix=f"sluice-{purpose}",
-                                      initializer=self._state.register_current_thread)
+            pool = ThreadPool(threads, f"sluice-{purpose}", self._state.register_current_thread)
             self._state.pools.append(pool)
             self._state.made["pools"] += 1
         return pool

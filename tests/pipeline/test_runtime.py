@@ -36,7 +36,7 @@ def test_each_caller_gets_its_own_pool_of_the_size_it_asks_for():
     barrier.wait(timeout=10)
     [f.result() for f in futures]
     assert len(names) == 2 and all(n.startswith("sluice-decode-ahead") for n in names)
-    assert rt.cpu_pool is rt.cpu_pool and rt.cpu_pool._max_workers == 3
+    assert rt.cpu_pool is rt.cpu_pool and rt.cpu_pool.threads == 3
     assert rt.made["pools"] == 3
     threads = rt.threads()
     assert threads and all(rt.owns(t) for t in threads) and not rt.owns()

@@ -327,7 +327,7 @@ def test_the_decoders_threads_are_its_runtimes(fake_gpu):
     rt = Runtime(num_threads=2)
     dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, adaptive=False, runtime=rt)
     assert rt.made["pools"] == 2
-    assert dec._gpu_threads._max_workers == 4 * gpu.AHEAD_BATCHES and dec._ahead._max_workers == gpu.AHEAD_BATCHES
+    assert dec._gpu_threads.threads == 4 * gpu.AHEAD_BATCHES and dec._ahead.threads == gpu.AHEAD_BATCHES
     data = _jpegs(3)
     images, _ = dec.start(data).future.result()  # decoded ahead, in its decode-ahead and GPU-path pools
     for d, t in zip(data, images):
