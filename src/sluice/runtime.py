@@ -1,27 +1,37 @@
-"""The pipeline's runtime: every thread and codec session one pipeline runs on, made here on demand and released
-together by :meth:`Runtime.close` (issue 37; CONVENTIONS.md, habit 11).
+"""The pipeline's runtime: every thread, CUDA stream, worker process and session one pipeline runs on, made here on
+demand and released together by :meth:`Runtime.close` (issue 37; CONVENTIONS.md, habit 11).
 
 A pipeline's executor makes one :class:`Runtime` when the pipeline builds, and each operator finds it on its
-``OpSpec.runtime``. What it owns:
+``OpSpec.runtime`` (:func:`runtime_of`). What it owns:
 
 * the CPU pool (:attr:`Runtime.cpu_pool`), ``num_threads`` threads in DALI's meaning, which ``BatchContext.thread_pool``
   hands to the kernels;
 * the extra thread pools and service threads a backend or the executor asks for by purpose
   (:meth:`Runtime.thread_pool`, :meth:`Runtime.start_thread`): the image decoder's GPU-path and decode-ahead
   threads, NVDEC's split pool and open-ahead threads, the video hybrid backend's per-path workers, the executor's
-  stage threads. Each caller gets a pool of its own, of the size it asks for, as when it made it itself;
-* the codec sessions (:meth:`Runtime.session`): nvImageCodec decoders, NVDEC decoders, the video hybrid backend,
-  opened lazily once per key and closed, latest first, when the runtime closes.
+  stage threads. Each caller gets a pool of its own, of the size it asks for, as when it made it itself; every pool
+  says its size (``threads``: :class:`~sluice.pipeline.pool.ThreadPool`);
+* the backends' CUDA streams (:meth:`Runtime.stream`), one per purpose on the pipeline's GPU: the image decoder's
+  decode-ahead streams and its scan check's high-priority stream, the video hybrid backend's per-thread copy
+  streams;
+* the worker processes (:meth:`Runtime.workers`: parallel ``external_source``, the CPU video decoders);
+* the sessions (:meth:`Runtime.session`): nvImageCodec decoders, NVDEC decoders, the video hybrid backend, the S3
+  clients (:func:`sluice.backends.storage.clients_of`), opened lazily once per key and closed, latest first, when
+  the runtime closes.
 
-Nothing here is process-wide: two pipelines (train and val, two GPUs) have two runtimes and share no thread, pool
-or session. A backend made outside a pipeline (tests, benchmarks, the CLI) makes a runtime of its own and closes it
-with itself. The threads made here are the only ones sluice makes, besides the CLI's, the test helpers' and the
-DataLoader proxy's server thread (tests/test_concurrency_owners.py scans the sources).
+Not yet here: the pipeline's own CUDA stream (the executor makes it) and ``Batch.as_cpu()``'s per-thread staging
+stream and page-locked buffers (:mod:`sluice.pipeline.to_host`).
+
+Nothing here is process-wide: two pipelines (train and val, two GPUs) have two runtimes and share no thread, pool,
+stream or session. A backend made outside a pipeline (tests, benchmarks, the CLI) makes a runtime of its own and
+closes it with itself. The threads made here are the only ones sluice makes, besides the CLI's, the test helpers'
+and the DataLoader proxy's server thread (tests/test_concurrency_owners.py scans the sources).
 
 Example::
 
-    rt = Runtime(num_threads=4)
+    rt = Runtime(num_threads=4, device_id=0)
     pool = rt.thread_pool("decode-ahead", 2)          # a pool of this caller's, named sluice-decode-ahead_N
+    stream = rt.stream("decode-ahead 0")              # a CUDA stream on GPU 0, the same one for this purpose
     nvdec = rt.session(("nvdec", 0), lambda: NvdecBackend(0, runtime=rt))
     rt.close()                                         # sessions closed, pools shut, threads joined
 """

@@ -13,6 +13,7 @@ import sluice
 from sluice import fn
 from sluice.backends import storage
 from sluice.errors import PipelineError
+from sluice.runtime import Runtime
 
 pytestmark = pytest.mark.usefixtures("s3")
 
@@ -223,8 +224,6 @@ def test_each_pipeline_has_s3_clients_of_its_own_closed_with_it(s3, tree):
 def test_s3_clients_outside_a_pipeline(s3):
     """A runtime made by hand (an operator outside a pipeline) keeps its clients until it closes; a call with no
     clients makes its own for the call."""
-    from sluice.runtime import Runtime
-
     s3.create_bucket(Bucket="alone")
     s3.put_object(Bucket="alone", Key="k", Body=b"abc")
     a, b = Runtime(name="a"), Runtime(name="b")
