@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from sluice.pipeline.pool import ThreadPool
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +101,7 @@ def main():
     row("torchvision + per-sample HWC contiguous", tv_hwc)
 
     import simplejpeg
-    pool = ThreadPoolExecutor(16)
+    pool = ThreadPool(16)  # says its threads, by which sluice's kernels share their work
 
     def cpu16():
         for x in bb:

@@ -20,7 +20,6 @@ import logging
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -101,13 +100,14 @@ def sluice_mixed_pass(byte_batches, threads: int, device_id: int, hw_decoder_loa
     import torch
 
     from sluice.pipeline.batch import Batch
+    from sluice.pipeline.pool import ThreadPool
     from sluice.schema import BatchArgs, BatchContext, OpSpec, get_schema
 
     schema = get_schema(name)
     const, _ = schema.validate({"hw_decoder_load": hw_decoder_load}, lambda v: False)
     spec = OpSpec(schema, "mixed", const, name, len(byte_batches[0]), threads, device_id, 0)
     op = schema.kernel_for("mixed")(spec)
-    pool = ThreadPoolExecutor(threads)
+    pool = ThreadPool(threads)  # says its threads, by which sluice's kernels share their work
     device = torch.device("cuda", device_id)
     inputs = [Batch([torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in bb]) for bb in byte_batches]
     stream = torch.cuda.Stream(device)

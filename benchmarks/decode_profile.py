@@ -13,7 +13,6 @@ import argparse
 import sys
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from decode_images import batches, load, sluice_mixed_pass
 from sluice.backends.image import cpu as scpu
 from sluice.backends.image import formats
 from sluice.backends.image.scan_check import BatchScanCheck
+from sluice.pipeline.pool import ThreadPool
 
 
 class PhaseClock:
@@ -90,7 +90,7 @@ def main() -> None:
         for b in x:
             formats.jpeg_scan_is_plausible(b)
     print(f"PROFILE scan check, one thread: {1e6 * (time.perf_counter() - s) / n:.1f} us/img", flush=True)
-    pool = ThreadPoolExecutor(a.threads)
+    pool = ThreadPool(a.threads)  # says its threads, by which sluice's kernels share their work
     s = time.perf_counter()
     for x in nb:
         list(pool.map(formats.jpeg_scan_is_plausible, x))

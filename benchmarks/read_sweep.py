@@ -83,9 +83,10 @@ def main(argv=None):
         rate = sum(c / t for c, t in res)
         print(f"procs   {n:2d}: {rate:8,.0f} files/s  {rate * mean / 1e9:5.2f} GB/s", flush=True)
     from sluice.ops.readers.file import read_files
+    from sluice.pipeline.pool import ThreadPool
 
     for n in args.threads:
-        with ThreadPoolExecutor(n) as pool:
+        with ThreadPool(n) as pool:
             for b in batches[:2]:
                 read_files(b, pool, pin=pin, device_id=0 if pin else None)
             count, t0 = 0, time.perf_counter()

@@ -13,14 +13,14 @@ import sluice
 SRC = Path(sluice.__file__).resolve().parent
 
 #: Calls that make a thread, a process or shared memory, by the name they are called by.
-MAKERS = {"Thread", "ThreadPoolExecutor", "Process", "Pool", "get_context", "SharedMemory", "memfd_create", "fork",
-          "Popen"}
+MAKERS = {"Thread", "ThreadPoolExecutor", "ThreadPool", "RuntimePool", "Process", "Pool", "get_context",
+          "SharedMemory", "memfd_create", "fork", "Popen"}
 
 #: The modules that still make them, with how many such calls each holds: the pipeline's runtime (runtime.py: its
-#: pools, its service threads, the S3 backend's thread where the caller runs an event loop) and the one
-#: worker-process mechanism (_workers.py: its processes, their watchdog thread, the memory files it hands out).
+#: CPU pool and purpose pools, its service threads, the S3 backend's thread where the caller runs an event loop) and
+#: the one worker-process mechanism (_workers.py: its processes, their watchdog thread, the memory files it hands out).
 OWNERS = {
-    "runtime.py": 3,
+    "runtime.py": 4,
     "_workers.py": 6,
     "torch/proxy.py": 1,
     "video_cli.py": 2,

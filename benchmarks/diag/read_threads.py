@@ -13,13 +13,13 @@ import mmap
 import multiprocessing as mp
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 import sluice.ops.readers.file as reader
 from sluice import native
+from sluice.pipeline.pool import ThreadPool
 
 _SHARED = None
 
@@ -71,12 +71,12 @@ def main():
           f"{os.cpu_count()}, affinity {len(os.sched_getaffinity(0))}", flush=True)
     if a.runs:
         def runs(n, pool, per_thread=False):
-            k = a.runs * (pool._max_workers if pool is not None else 1)
+            k = a.runs * (pool.threads if pool is not None else 1)
             step = -(-n // min(n, k))
             return [range(s, min(s + step, n)) for s in range(0, n, step)]
         reader.runs = runs
     for k in (int(x) for x in a.threads.split(",")):
-        pool = ThreadPoolExecutor(k) if k > 1 else None
+        pool = ThreadPool(k) if k > 1 else None
         for b in batches[:4]:
             reader._read_into_one_buffer(b, pool, pin, 0 if pin else None)
         t = time.perf_counter()

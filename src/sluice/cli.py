@@ -138,8 +138,8 @@ class _Parser(argparse.ArgumentParser):
 def cmd_tfrecord_index(args: argparse.Namespace) -> int:
     """Write the index of a TFRecord file (DALI's tfrecord2idx format) for ``fn.readers.tfrecord(index_path=)``."""
     index = args.index or storage.basename(args.tfrecord) + ".idx"
-    with storage.open_file(args.tfrecord, buffer_size=8 << 20) as f:
-        text = build_index(f, args.tfrecord, storage.size(args.tfrecord))
+    with storage.S3Clients() as clients, storage.open_file(args.tfrecord, buffer_size=8 << 20, clients=clients) as f:
+        text = build_index(f, args.tfrecord, storage.size(args.tfrecord, clients=clients))
     Path(index).write_text(text)
     print(f"indexed {text.count(chr(10))} records of {args.tfrecord} into {index}")
     return 0

@@ -1,27 +1,37 @@
-"""The pipeline's runtime: every thread and codec session one pipeline runs on, made here on demand and released
-together by :meth:`Runtime.close` (issue 37; CONVENTIONS.md, habit 11).
+"""The pipeline's runtime: every thread, CUDA stream, worker process and session one pipeline runs on, made here on
+demand and released together by :meth:`Runtime.close` (issue 37; CONVENTIONS.md, habit 11).
 
 A pipeline's executor makes one :class:`Runtime` when the pipeline builds, and each operator finds it on its
-``OpSpec.runtime``. What it owns:
+``OpSpec.runtime`` (:func:`runtime_of`). What it owns:
 
 * the CPU pool (:attr:`Runtime.cpu_pool`), ``num_threads`` threads in DALI's meaning, which ``BatchContext.thread_pool``
   hands to the kernels;
 * the extra thread pools and service threads a backend or the executor asks for by purpose
   (:meth:`Runtime.thread_pool`, :meth:`Runtime.start_thread`): the image decoder's GPU-path and decode-ahead
   threads, NVDEC's split pool and open-ahead threads, the video hybrid backend's per-path workers, the executor's
-  stage threads. Each caller gets a pool of its own, of the size it asks for, as when it made it itself;
-* the codec sessions (:meth:`Runtime.session`): nvImageCodec decoders, NVDEC decoders, the video hybrid backend,
-  opened lazily once per key and closed, latest first, when the runtime closes.
+  stage threads. Each caller gets a pool of its own, of the size it asks for, as when it made it itself; every pool
+  says its size (``threads``: :class:`~sluice.pipeline.pool.ThreadPool`);
+* the backends' CUDA streams (:meth:`Runtime.stream`), one per purpose on the pipeline's GPU: the image decoder's
+  decode-ahead streams and its scan check's high-priority stream, the video hybrid backend's per-thread copy
+  streams;
+* the worker processes (:meth:`Runtime.workers`: parallel ``external_source``, the CPU video decoders);
+* the sessions (:meth:`Runtime.session`): nvImageCodec decoders, NVDEC decoders, the video hybrid backend, the S3
+  clients (:func:`sluice.backends.storage.clients_of`), opened lazily once per key and closed, latest first, when
+  the runtime closes.
 
-Nothing here is process-wide: two pipelines (train and val, two GPUs) have two runtimes and share no thread, pool
-or session. A backend made outside a pipeline (tests, benchmarks, the CLI) makes a runtime of its own and closes it
-with itself. The threads made here are the only ones sluice makes, besides the CLI's, the test helpers' and the
-DataLoader proxy's server thread (tests/test_concurrency_owners.py scans the sources).
+Not yet here: the pipeline's own CUDA stream (the executor makes it) and ``Batch.as_cpu()``'s per-thread staging
+stream and page-locked buffers (:mod:`sluice.pipeline.to_host`).
+
+Nothing here is process-wide: two pipelines (train and val, two GPUs) have two runtimes and share no thread, pool,
+stream or session. A backend made outside a pipeline (tests, benchmarks, the CLI) makes a runtime of its own and
+closes it with itself. The threads made here are the only ones sluice makes, besides the CLI's, the test helpers'
+and the DataLoader proxy's server thread (tests/test_concurrency_owners.py scans the sources).
 
 Example::
 
-    rt = Runtime(num_threads=4)
+    rt = Runtime(num_threads=4, device_id=0)
     pool = rt.thread_pool("decode-ahead", 2)          # a pool of this caller's, named sluice-decode-ahead_N
+    stream = rt.stream("decode-ahead 0")              # a CUDA stream on GPU 0, the same one for this purpose
     nvdec = rt.session(("nvdec", 0), lambda: NvdecBackend(0, runtime=rt))
     rt.close()                                         # sessions closed, pools shut, threads joined
 """
@@ -39,9 +49,11 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import torch
+
 from sluice._workers import Workers
 
-from sluice.pipeline.pool import RuntimePool
+from sluice.pipeline.pool import RuntimePool, ThreadPool
 
 __all__ = ["Runtime", "runtime_of", "run_coroutine", "CLOSE_WAIT_SECONDS"]
 
@@ -64,6 +76,7 @@ class _State:
         self.pools: list[ThreadPoolExecutor] = []
         self.threads: list[threading.Thread] = []
         self.sessions: dict[Hashable, tuple[Any, Callable[[Any], None] | None]] = {}
+        self.streams: dict[str, tuple[torch.cuda.Stream, int]] = {}  # purpose -> (stream, priority)
         self.made: Counter = Counter()
         self.closed = False
 
@@ -86,6 +99,7 @@ class _State:
             sessions = list(self.sessions.items())
             self.sessions.clear()
             pools, self.pools = self.pools, []
+            self.streams.clear()  # torch keeps the CUDA streams themselves in its pool; the runtime lets go of its
             threads = list(self.threads)
         me = threading.current_thread()
         # a runtime closed from one of its own threads (a pipeline collected there) waits for none: the thread it
@@ -148,13 +162,13 @@ class Runtime:
                 self._state.made["pools"] += 1
             return self._cpu_pool
 
-    def thread_pool(self, purpose: str, threads: int) -> ThreadPoolExecutor:
-        """A pool of ``threads`` threads for one caller (named ``sluice-<purpose>_N``), shut down when the runtime
-        closes (the caller may shut it down sooner). Each call makes a new pool: callers do not share one."""
+    def thread_pool(self, purpose: str, threads: int) -> ThreadPool:
+        """A pool of ``threads`` threads for one caller (a :class:`~sluice.pipeline.pool.ThreadPool`, which says its
+        ``threads``; named ``sluice-<purpose>_N``), shut down when the runtime closes (the caller may shut it down
+        sooner). Each call makes a new pool: callers do not share one."""
         with self._state.lock:
             self._check_open(f"a {purpose} pool")
-            pool = ThreadPoolExecutor(max(1, int(threads)), thread_name_prefix=f"sluice-{purpose}",
-                                      initializer=self._state.register_current_thread)
+            pool = ThreadPool(threads, f"sluice-{purpose}", self._state.register_current_thread)
             self._state.pools.append(pool)
             self._state.made["pools"] += 1
         return pool
@@ -182,6 +196,40 @@ class Runtime:
         """The runtime's threads that are alive now."""
         with self._state.lock:
             return [t for t in self._state.threads if t.is_alive()]
+
+    # ---- CUDA streams ---------------------------------------------------------------------------------------
+    def stream(self, purpose: str, *, priority: int = 0, device: torch.device | None = None) -> torch.cuda.Stream:
+        """The CUDA stream (``torch.cuda.Stream``) of ``purpose`` on the runtime's GPU (``device_id``): one per
+        purpose, made on first use with ``priority`` (lower runs first: -1 is high), the same one after, let go of
+        when the runtime closes. A caller that wants a stream of its own names it in ``purpose`` (``"image decoder
+        <id>: ahead 0"``); one that works on a given GPU passes it as ``device``, checked to be the runtime's.
+        Raises RuntimeError on a runtime without a GPU, on another GPU than ``device``, or closed, and ValueError
+        when a purpose is asked for again with another priority."""
+        if self.device_id is None:
+            raise RuntimeError(f"the {self.name} runtime has no GPU (device_id=None): cannot make the {purpose!r} "
+                               "CUDA stream; build the pipeline with a device_id")
+        if device is not None:
+            device = torch.device(device)
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            if device.type != "cuda" or index != self.device_id:
+                raise RuntimeError(f"the {self.name} runtime is on cuda:{self.device_id}: it makes no CUDA stream for "
+                                   f"{device} ({purpose!r}); give the caller the runtime of its GPU")
+        with self._state.lock:
+            self._check_open(f"the {purpose!r} CUDA stream")
+            found = self._state.streams.get(purpose)
+            if found is None:
+                found = self._state.streams[purpose] = (torch.cuda.Stream(self.device_id, priority=priority),
+                                                        priority)
+                self._state.made["streams"] += 1
+        if found[1] != priority:
+            raise ValueError(f"the {self.name} runtime's {purpose!r} CUDA stream has priority {found[1]}, not "
+                             f"{priority}")
+        return found[0]
+
+    def streams(self) -> dict[str, torch.cuda.Stream]:
+        """The CUDA streams made so far, by purpose."""
+        with self._state.lock:
+            return {k: v[0] for k, v in self._state.streams.items()}
 
     # ---- codec sessions -------------------------------------------------------------------------------------
     def session(self, key: Hashable, open: Callable[[], T], close: Callable[[T], None] | None = None) -> T:
@@ -218,7 +266,7 @@ class Runtime:
     # ---- life cycle -----------------------------------------------------------------------------------------
     @property
     def made(self) -> dict[str, int]:
-        """How many pools, threads and sessions the runtime made so far."""
+        """How many pools, threads, sessions and CUDA streams the runtime made so far."""
         with self._state.lock:
             return dict(self._state.made)
 
@@ -243,7 +291,8 @@ class Runtime:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self.threads())} threads, {len(self.sessions())} sessions"
+        state = "closed" if self.closed else (f"{len(self.threads())} threads, {len(self.sessions())} sessions, "
+                                              f"{len(self.streams())} streams")
         return f"Runtime({self.name!r}, num_threads={self.num_threads}, device_id={self.device_id}: {state})"
 
 

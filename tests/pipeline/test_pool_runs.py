@@ -2,6 +2,7 @@
 as asked per thread, and by weight when weights are given; share_items hands each item out once to threads that
 run the core's batch kernels on its worker threads in one call."""
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,13 +12,30 @@ import pytest
 from sluice import native
 from sluice.native.signal import nonsilent_region
 from sluice.pipeline import pool as pool_module
-from sluice.pipeline.pool import MAX_TASKS, RuntimePool, runs, share_items
+from sluice.pipeline.pool import MAX_TASKS, RuntimePool, ThreadPool, runs, share_items
 
 
 @pytest.fixture(scope="module")
 def pool():
-    with ThreadPoolExecutor(4) as p:
+    with ThreadPool(4) as p:
         yield p
+
+
+def test_a_pool_says_its_threads_and_a_plain_executor_counts_as_one(pool):
+    """The helpers size their tasks by a pool's public ``threads`` (the runtime's pools, ThreadPool); a plain
+    ThreadPoolExecutor says nothing, and is worked as no pool is: by the calling thread, in per_thread runs."""
+    assert pool.threads == 4 and len(runs(64, pool, per_thread=1)) == 4
+    with ThreadPoolExecutor(4) as plain:
+        assert len(runs(64, plain, per_thread=1)) == 1
+        caller = threading.get_ident()
+        seen = set()
+        pool_module.share_work(plain, lambda: seen.add(threading.get_ident()), 8)
+        assert seen == {caller}
+    rt = RuntimePool(3)
+    try:
+        assert rt.threads == 3
+    finally:
+        rt.shutdown()
 
 
 def _covers(parts, n):
@@ -90,7 +108,7 @@ def test_share_range_does_not_wait_for_a_pool_that_is_busy():
     from sluice.pipeline.pool import share_range
 
     gate = threading.Event()
-    with ThreadPoolExecutor(2) as busy:
+    with ThreadPool(2) as busy:
         busy.submit(gate.wait)
         busy.submit(gate.wait)  # every pool thread is taken: the caller does all the work itself
         assert [i for c in share_range(busy, 9, lambda lo, hi: list(range(lo, hi))) for i in c] == list(range(9))
@@ -146,7 +164,7 @@ def test_share_items_runs_the_batch_on_the_core_threads_in_one_call():
     np.testing.assert_array_equal(calls[0][3][0], want[0])
     np.testing.assert_array_equal(calls[0][3][1], want[1])
     with native.fallback():                      # the twins: chunks in the pool's Python threads
-        plain = ThreadPoolExecutor(3)
+        plain = ThreadPool(3)
         try:
             parts = share_items(plain, 100, lambda lo, hi, core: (core, nonsilent_region(
                 data, offsets[lo:hi], lengths[lo:hi], window=64, factor=0.5, pool=core)))

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 import sluice
@@ -35,7 +36,7 @@ def test_each_caller_gets_its_own_pool_of_the_size_it_asks_for():
     barrier.wait(timeout=10)
     [f.result() for f in futures]
     assert len(names) == 2 and all(n.startswith("sluice-decode-ahead") for n in names)
-    assert rt.cpu_pool is rt.cpu_pool and rt.cpu_pool._max_workers == 3
+    assert rt.cpu_pool is rt.cpu_pool and rt.cpu_pool.threads == 3
     assert rt.made["pools"] == 3
     threads = rt.threads()
     assert threads and all(rt.owns(t) for t in threads) and not rt.owns()
@@ -116,6 +117,41 @@ def test_two_runtimes_share_nothing():
     assert a.session("nvdec", object) is not b.session("nvdec", object)
     a.close()
     b.cpu_pool.submit(lambda: None).result()  # b still works
+    b.close()
+
+
+def test_a_runtime_without_its_gpu_makes_no_stream():
+    """Runtime.stream: refused, with what to do, on a CPU-only runtime, for another GPU's caller, and once closed
+    (all checked before CUDA is touched)."""
+    with pytest.raises(RuntimeError, match="no GPU .*device_id"):
+        Runtime().stream("copy")
+    rt = Runtime(device_id=0)
+    with pytest.raises(RuntimeError, match="on cuda:0: .* for cuda:1"):
+        rt.stream("copy", device=torch.device("cuda", 1))
+    rt.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        rt.stream("copy")
+    assert rt.streams() == {}
+
+
+@pytest.mark.cuda
+def test_each_runtime_has_its_own_streams_one_per_purpose():
+    a, b = Runtime(device_id=0, name="a"), Runtime(device_id=0, name="b")
+    ahead = a.stream("ahead")
+    assert a.stream("ahead") is ahead and a.stream("ahead", device=torch.device("cuda", 0)) is ahead
+    assert a.stream("scan", priority=-1) is not ahead and a.made["streams"] == 2
+    assert b.stream("ahead") is not ahead and ahead.device == torch.device("cuda", 0)
+    assert a.stream("scan", priority=-1).priority < ahead.priority  # high priority, as asked
+    with pytest.raises(ValueError, match="priority"):
+        a.stream("scan")
+    a.close()
+    assert a.streams() == {}
+    with pytest.raises(RuntimeError, match="closed"):
+        a.stream("ahead")
+    with torch.cuda.stream(b.stream("ahead")):  # the other runtime's still work
+        x = torch.ones(4, device="cuda:0") * 2
+    b.stream("ahead").synchronize()
+    assert x.sum().item() == 8
     b.close()
 
 
@@ -262,7 +298,6 @@ def test_gpu_pipeline_close_leaves_no_thread_and_memory(data):
     """Mixed image decoding (nvImageCodec's decoders and the decoder's GPU-path and decode-ahead pools, opened
     through the runtime) and a GPU video reader (NVDEC and the hybrid backend, per pipeline): nothing is left after
     close(), and a train and a val pipeline share no session."""
-    import torch
 
     root, videos = data
 

@@ -23,22 +23,29 @@ default ``~/.aws/config``), else the instance's role (web identity, ECS, EC2 met
 ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` / the profile's ``endpoint_url`` (S3-compatible stores: MinIO,
 Ceph, moto). ``AWS_NO_SIGN_REQUEST=1`` reads public buckets anonymously.
 
+The S3 clients (one obstore store per bucket and settings) belong to their owner, never to the process: a
+pipeline's are a session of its runtime (:func:`clients_of`, closed with the pipeline), which readers pass as
+``clients=``; a call outside any pipeline (the CLI, a script) gives its own :class:`S3Clients` or none, and then the
+call makes clients for itself and drops them when it returns.
+
 Example::
 
     paths, sizes = list_files("s3://bucket/shards/")
-    data = fetch([("s3://bucket/a.tar", 512, 1000), ("/data/b.tar", 0, None)])
+    with S3Clients() as clients:
+        data = fetch([("s3://bucket/a.tar", 512, 1000), ("/data/b.tar", 0, None)], clients=clients)
 """
 
 from __future__ import annotations
 
 import asyncio
 import configparser
+import contextlib
 import io
 import logging
 import os
 import posixpath
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -49,10 +56,10 @@ import numpy as np
 from sluice import env as sluice_env
 from sluice._cache import cache_dir as _cache_dir
 from sluice.errors import ArgumentError
-from sluice.runtime import run_coroutine
+from sluice.runtime import Runtime, run_coroutine
 
 __all__ = ["StorageError", "is_url", "join", "dirname", "basename", "exists", "size", "list_files", "read_bytes",
-           "read_text", "open_file", "fetch", "cache_dir", "stat_key", "S3Settings"]
+           "read_text", "open_file", "fetch", "cache_dir", "stat_key", "S3Settings", "S3Clients", "clients_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,15 +187,76 @@ def _ini(path: str, section: str) -> dict[str, str]:
     return dict(parser[section]) if parser.has_section(section) else {}
 
 
-_stores: dict[tuple[str, S3Settings], Any] = {}
-_stores_lock = threading.Lock()
+class S3Clients:
+    """The S3 clients (obstore stores, one per bucket and settings) of one owner: a pipeline's, as a session of its
+    runtime (:func:`clients_of`), or a caller's outside any pipeline, closed when it is done with them. Nothing
+    makes a client process-wide: two pipelines talk to S3 through two sets of clients. Making one imports nothing;
+    obstore is imported when the first client is made.
 
+    Example::
 
-def _store(bucket: str, s: S3Settings):
-    with _stores_lock:
-        store = _stores.get((bucket, s))
+        with S3Clients() as clients:
+            data = read_bytes("s3://bucket/key", clients=clients)
+    """
+
+    def __init__(self) -> None:
+        self._stores: dict[tuple[str, S3Settings], Any] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def store(self, bucket: str, s: S3Settings) -> Any:
+        """The client of ``bucket`` with the settings ``s``, made on first use."""
+        with self._lock:
+            self._check_open()
+            store = self._stores.get((bucket, s))
         if store is not None:
             return store
+        store = _make_store(bucket, s)
+        with self._lock:
+            self._check_open()
+            return self._stores.setdefault((bucket, s), store)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._stores)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Drop the clients (their connections close once no open file still reads through one); again: nothing."""
+        with self._lock:
+            self._closed = True
+            self._stores.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("these S3 clients are closed (their pipeline or owner closed them)")
+
+    def __enter__(self) -> S3Clients:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def clients_of(runtime: Runtime) -> S3Clients:
+    """The S3 clients of a pipeline: a session of its runtime, made on first use and closed with it."""
+    return runtime.session(("s3 clients",), S3Clients, S3Clients.close)
+
+
+@contextlib.contextmanager
+def _using(clients: S3Clients | None) -> Iterator[S3Clients]:
+    """``clients``, or (None: a call outside any pipeline) clients of this call's own, closed when it ends."""
+    if clients is not None:
+        yield clients
+        return
+    with S3Clients() as own:
+        yield own
+
+
+def _make_store(bucket: str, s: S3Settings) -> Any:
     try:
         from obstore.store import S3Store
     except ImportError:
@@ -209,15 +277,13 @@ def _store(bucket: str, s: S3Settings):
     retry = {"max_retries": s.retries, "retry_timeout": timedelta(seconds=s.retry_timeout),
              "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=5),
                          "base": 2}}
-    store = S3Store(bucket, config=config, client_options=client, retry_config=retry)
-    with _stores_lock:
-        return _stores.setdefault((bucket, s), store)
+    return S3Store(bucket, config=config, client_options=client, retry_config=retry)
 
 
-def _s3(url: str) -> tuple[Any, str, S3Settings]:
+def _s3(url: str, clients: S3Clients, s: S3Settings | None = None) -> tuple[Any, str, S3Settings]:
     bucket, key = _split(url)
-    s = S3Settings.from_env()
-    return _store(bucket, s), key, s
+    s = s or S3Settings.from_env()
+    return clients.store(bucket, s), key, s
 
 
 def _error(url: str, exc: BaseException, what: str = "read") -> StorageError:
@@ -239,48 +305,49 @@ def _run(coro_fn, deadline: float):
 
 
 # ---- the interface ---------------------------------------------------------------------------------------------
-def exists(path: str) -> bool:
+# Each function that may talk to S3 takes ``clients``: the pipeline's (:func:`clients_of`); None (a call outside
+# any pipeline) makes clients for the call and closes them after it. Local paths need none.
+def exists(path: str, *, clients: S3Clients | None = None) -> bool:
     if not is_url(path):
         return os.path.exists(path)
     try:
-        size(path)
+        size(path, clients=clients)
         return True
     except StorageError:
         return False
 
 
-def size(path: str) -> int:
+def size(path: str, *, clients: S3Clients | None = None) -> int:
     """The size of a file or object in bytes."""
     if not is_url(path):
         try:
             return os.stat(path).st_size
         except OSError as e:
             raise StorageError(e.errno, f"cannot read '{path}': {e.strerror}") from None
-    import obstore
-
-    store, key, s = _s3(path)
-    try:
-        return int(_run(lambda: obstore.head_async(store, key), s.deadline)["size"])
-    except Exception as e:  # noqa: BLE001 - named with its URL
-        raise _error(path, e) from None
+    return int(_head(path, clients)["size"])
 
 
-def stat_key(path: str) -> str:
+def stat_key(path: str, *, clients: S3Clients | None = None) -> str:
     """What identifies a file's version, for caches: size and modification time (and the ETag of an object)."""
     if not is_url(path):
         st = os.stat(path)
         return f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}"
-    import obstore
-
-    store, key, s = _s3(path)
-    try:
-        meta = _run(lambda: obstore.head_async(store, key), s.deadline)
-    except Exception as e:  # noqa: BLE001
-        raise _error(path, e) from None
+    meta = _head(path, clients)
     return f"{path}\0{meta['size']}\0{meta.get('e_tag')}\0{meta.get('last_modified')}"
 
 
-def list_files(root: str) -> tuple[list[str], list[int]]:
+def _head(url: str, clients: S3Clients | None) -> dict:
+    import obstore
+
+    with _using(clients) as own:
+        store, key, s = _s3(url, own)
+        try:
+            return _run(lambda: obstore.head_async(store, key), s.deadline)
+        except Exception as e:  # noqa: BLE001 - named with its URL
+            raise _error(url, e) from None
+
+
+def list_files(root: str, *, clients: S3Clients | None = None) -> tuple[list[str], list[int]]:
     """Every file below the folder or URL prefix ``root`` (recursively, sorted by path), with its size."""
     if not is_url(root):
         if not os.path.isdir(root):
@@ -295,26 +362,27 @@ def list_files(root: str) -> tuple[list[str], list[int]]:
         return [p for p, _ in found], [n for _, n in found]
     import obstore
 
-    store, key, s = _s3(root)
-    prefix = key if not key or key.endswith("/") else key + "/"
     bucket = _split(root)[0]
+    with _using(clients) as own:
+        store, key, s = _s3(root, own)
+        prefix = key if not key or key.endswith("/") else key + "/"
 
-    async def listing():
-        out = []
-        async for chunk in obstore.list(store, prefix=prefix or None):
-            out.extend(chunk)
-        return out
+        async def listing():
+            out = []
+            async for chunk in obstore.list(store, prefix=prefix or None):
+                out.extend(chunk)
+            return out
 
-    try:
-        metas = _run(listing, s.deadline)
-    except Exception as e:  # noqa: BLE001
-        raise _error(root, e, "list") from None
+        try:
+            metas = _run(listing, s.deadline)
+        except Exception as e:  # noqa: BLE001
+            raise _error(root, e, "list") from None
     pairs = sorted((f"s3://{bucket}/{m['path']}", int(m["size"])) for m in metas
                    if not m["path"].endswith("/"))
     return [p for p, _ in pairs], [n for _, n in pairs]
 
 
-def read_bytes(path: str) -> bytes:
+def read_bytes(path: str, *, clients: S3Clients | None = None) -> bytes:
     """The whole file or object."""
     if not is_url(path):
         try:
@@ -322,11 +390,11 @@ def read_bytes(path: str) -> bytes:
                 return f.read()
         except OSError as e:
             raise StorageError(e.errno, f"cannot read '{path}': {e.strerror}") from None
-    return bytes(fetch([(path, 0, None)])[0])
+    return bytes(fetch([(path, 0, None)], clients=clients)[0])
 
 
-def read_text(path: str) -> str:
-    data = read_bytes(path)
+def read_text(path: str, *, clients: S3Clients | None = None) -> str:
+    data = read_bytes(path, clients=clients)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -334,17 +402,19 @@ def read_text(path: str) -> str:
 
 
 class _RemoteFile(io.RawIOBase):
-    """An object read as a seekable binary file, by ranged requests (obstore's buffered reader)."""
+    """An object read as a seekable binary file, by ranged requests (obstore's buffered reader, which keeps its
+    client for as long as it reads)."""
 
-    def __init__(self, url: str, buffer_size: int):
+    def __init__(self, url: str, buffer_size: int, clients: S3Clients | None):
         import obstore
 
-        store, key, _ = _s3(url)
         self.url = url
-        try:
-            self._f = obstore.open_reader(store, key, buffer_size=buffer_size)
-        except Exception as e:  # noqa: BLE001
-            raise _error(url, e, "open") from None
+        with _using(clients) as own:
+            store, key, _ = _s3(url, own)
+            try:
+                self._f = obstore.open_reader(store, key, buffer_size=buffer_size)
+            except Exception as e:  # noqa: BLE001
+                raise _error(url, e, "open") from None
 
     def readable(self) -> bool:
         return True
@@ -373,17 +443,17 @@ class _RemoteFile(io.RawIOBase):
         super().close()
 
 
-def open_file(path: str, buffer_size: int = 1 << 20) -> BinaryIO:
+def open_file(path: str, buffer_size: int = 1 << 20, *, clients: S3Clients | None = None) -> BinaryIO:
     """A seekable binary file over a local file or an object (read by ranges, ``buffer_size`` at a time)."""
     if not is_url(path):
         try:
             return open(path, "rb")
         except OSError as e:
             raise StorageError(e.errno, f"cannot read '{path}': {e.strerror}") from None
-    return io.BufferedReader(_RemoteFile(path, buffer_size), buffer_size=64 << 10)
+    return io.BufferedReader(_RemoteFile(path, buffer_size, clients), buffer_size=64 << 10)
 
 
-def fetch(items: Sequence[tuple[str, int, int | None]]) -> list[Any]:
+def fetch(items: Sequence[tuple[str, int, int | None]], *, clients: S3Clients | None = None) -> list[Any]:
     """The bytes of each ``(url, start, size)`` (``size`` None: to the end), fetched concurrently: one bytes-like
     object per item, in order. Local paths are read here too (for callers that mix them; readers read local
     ranges with :func:`sluice.native.io.read_ranges` instead). Raises :class:`StorageError` naming the first
@@ -402,13 +472,15 @@ def fetch(items: Sequence[tuple[str, int, int | None]]) -> list[Any]:
             raise StorageError(e.errno, f"cannot read '{p}': {e.strerror}") from None
     if remote:
         s = S3Settings.from_env()
-        got = _run(lambda: _fetch_remote([items[i] for i in remote], s), s.deadline)
+        with _using(clients) as own:
+            got = _run(lambda: _fetch_remote([items[i] for i in remote], s, own), s.deadline)
         for i, data in zip(remote, got):
             out[i] = data
     return out
 
 
-async def _fetch_remote(items: list[tuple[str, int, int | None]], s: S3Settings) -> list[Any]:
+async def _fetch_remote(items: list[tuple[str, int, int | None]], s: S3Settings, clients: S3Clients
+                        ) -> list[Any]:
     import obstore
 
     sem = asyncio.Semaphore(s.concurrency)
@@ -420,7 +492,7 @@ async def _fetch_remote(items: list[tuple[str, int, int | None]], s: S3Settings)
 
     async def one_group(members: list[int]) -> None:
         url = items[members[0]][0]
-        store, key, _ = _s3(url)
+        store, key, _ = _s3(url, clients, s)
         async with sem:
             try:
                 if items[members[0]][2] is None:

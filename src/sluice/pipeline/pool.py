@@ -21,7 +21,8 @@ import numpy as np
 
 from sluice import native   # the core or its twins (native knows no pipeline)
 
-__all__ = ["MAX_TASKS", "runs", "map_all", "share_work", "run_shared", "share_range", "share_items", "RuntimePool"]
+__all__ = ["MAX_TASKS", "runs", "map_all", "share_work", "run_shared", "share_range", "share_items", "ThreadPool",
+           "RuntimePool"]
 
 #: The samples of a batch go to at most this many pool tasks: a task per file cost more in the pool's hand-offs
 #: than reading it (6.6k vs 15.1k files/s of 69 KB measured here).
@@ -29,8 +30,10 @@ MAX_TASKS = 32
 
 
 def _threads(pool) -> int:
-    """How many threads ``pool`` runs (1 without a pool)."""
-    return int(getattr(pool, "_max_workers", 1) or 1) if pool is not None else 1
+    """How many threads ``pool`` runs, as it says (``threads``: a :class:`ThreadPool`, every pool of the runtime's);
+    1 without a pool, and for a pool that does not say (a plain ``ThreadPoolExecutor``: the helpers here then work
+    in the calling thread, as without a pool, so give them a :class:`ThreadPool`)."""
+    return max(1, int(getattr(pool, "threads", 1) or 1)) if pool is not None else 1
 
 
 def runs(n: int, pool, per_thread: int = 0, weights=None) -> list[range]:
@@ -202,7 +205,23 @@ def native_workers(threads: int) -> int:
     return max(1, min(int(threads), cores - STAGE_CORES))
 
 
-class RuntimePool(ThreadPoolExecutor):
+class ThreadPool(ThreadPoolExecutor):
+    """A thread pool that says how many threads it runs (``threads``), by which the helpers here cut a batch into
+    tasks. The runtime's pools are of this kind (:meth:`sluice.runtime.Runtime.thread_pool`, :class:`RuntimePool`);
+    code outside a pipeline that hands a pool to sluice's kernels (a benchmark) makes one the same way.
+
+    Example::
+
+        with ThreadPool(8) as pool:
+            parts = map_all(pool, work, runs(n, pool, per_thread=2))
+    """
+
+    def __init__(self, threads: int, thread_name_prefix: str = "", initializer: Callable[[], Any] | None = None):
+        self.threads = max(1, int(threads))
+        super().__init__(self.threads, thread_name_prefix=thread_name_prefix, initializer=initializer)
+
+
+class RuntimePool(ThreadPool):
     """The pipeline's CPU pool (its :class:`sluice.runtime.Runtime` makes one with ``num_threads`` and shuts it with
     the pipeline; ``initializer`` runs first in each of its threads): Python threads for host work written in Python,
     and, where the compiled core is built, ``core``: the core's ``WorkerPool`` on which its batch kernels run their
@@ -215,7 +234,7 @@ class RuntimePool(ThreadPoolExecutor):
     with every core and 1,988-2,005 with three kept (2026-11-28)."""
 
     def __init__(self, threads: int, initializer: Callable[[], Any] | None = None):
-        super().__init__(threads, thread_name_prefix="sluice-cpu", initializer=initializer)
+        super().__init__(threads, "sluice-cpu", initializer)
         c = native.core()
         usable = c is not None and hasattr(c, "WorkerPool")
         fewer = native_workers(threads)

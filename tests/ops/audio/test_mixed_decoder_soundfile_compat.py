@@ -301,7 +301,7 @@ def test_mixed_operator_uniform_batch_is_dense_and_feeds_resample():
 def test_mixed_operator_class_on_cpu_tensors_and_rate_host_copy():
     """The registered mixed operator, run as the executor runs it but on CPU tensors; ``rate.cpu()``'s transfer
     kernel returns the rates' host copy."""
-    from concurrent.futures import ThreadPoolExecutor
+    from sluice.pipeline.pool import ThreadPool
 
     from sluice.ops.audio.decoder import SCHEMA
     from sluice.schema import BatchArgs, BatchContext, OpSpec, _finish_outputs, get_schema
@@ -312,7 +312,7 @@ def test_mixed_operator_class_on_cpu_tensors_and_rate_host_copy():
     spec = OpSpec(SCHEMA, "mixed", const, "dec", 3, 2, None, 0)
     op = SCHEMA.kernel_for("mixed")(spec)
     data = Batch([as_tensor(f) for f in files], "", [f"f{i}.wav" for i in range(3)])
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPool(2) as pool:
         ctx = BatchContext("decoders.audio", 3, data.source_info, [""], torch.device("cpu"), pool)
         audio, rate = _finish_outputs(SCHEMA, spec, op.run(ctx, data, args=BatchArgs(const, {}, 3)), [data])
     assert audio.layout() == "t" and audio.dense is not None

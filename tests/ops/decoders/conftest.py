@@ -10,7 +10,7 @@ import pytest
 import simplejpeg
 import torch
 
-from image_fixtures import FakeCuda
+from image_fixtures import fake_cuda
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def fake_gpu(monkeypatch):
     tv.io = io_mod
     monkeypatch.setitem(sys.modules, "torchvision", tv)
     monkeypatch.setitem(sys.modules, "torchvision.io", io_mod)
-    monkeypatch.setattr(gpu, "_cuda", FakeCuda)
+    fake_cuda(monkeypatch)
     monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: None)
     calls["decode_jpeg"] = decode_jpeg
     calls["ImageReadMode"] = ImageReadMode

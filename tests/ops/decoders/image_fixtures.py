@@ -93,7 +93,7 @@ def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=
     ``ctx_device`` overrides the context's device (cuda:0 for mixed) for tests that stand in for the GPU.
     ``extra`` are the further input batches (image_slice's anchor and shape) as lists of arrays. ``packed``: the
     samples back to back in one buffer, as readers.file reads them. Returns the output Batch."""
-    from concurrent.futures import ThreadPoolExecutor
+    from sluice.pipeline.pool import ThreadPool
 
     import torch
 
@@ -114,7 +114,7 @@ def run_decoder(name: str, samples, *, device: str = "cpu", sources=None, extra=
                       torch.empty(0, dtype=torch.uint8) for s in samples], source_info=sources)
     more = [Batch([torch.as_tensor(np.asarray(v, np.float32)) for v in b]) for b in extra]
     dev = ctx_device or (torch.device("cuda", 0) if device == "mixed" else torch.device("cpu"))
-    with ThreadPoolExecutor(threads) as pool:
+    with ThreadPool(threads) as pool:
         ctx = BatchContext(name, n, list(sources or [""] * n), [""] * (1 + len(more)), dev,
                            pool if threads > 1 else None, seed=seed, iteration=iteration)
         out = op.run(ctx, data, *more, args=BatchArgs(const, {}, n))
@@ -151,3 +151,13 @@ class FakeCuda:
     @staticmethod
     def device(d):
         return contextlib.nullcontext()
+
+
+def fake_cuda(monkeypatch) -> None:
+    """Stand :class:`FakeCuda` in for ``torch.cuda`` in the GPU image decoder, and for the CUDA streams its runtime
+    makes it (``Runtime.stream``)."""
+    from sluice.backends.image import gpu
+    from sluice.runtime import Runtime
+
+    monkeypatch.setattr(gpu, "_cuda", FakeCuda)
+    monkeypatch.setattr(Runtime, "stream", lambda self, purpose, **kwargs: FakeCuda.Stream())

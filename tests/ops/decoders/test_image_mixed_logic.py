@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from image_fixtures import (FakeCuda, bad_inputs, cmyk_jpeg, corrupt_jpeg, encode, pattern, run_decoder,
+from image_fixtures import (bad_inputs, cmyk_jpeg, corrupt_jpeg, encode, fake_cuda, pattern, run_decoder,
                             with_orientation)
 from sluice import types
 from sluice.backends.image import decode, gpu
@@ -226,7 +226,7 @@ def fake_nvimgcodec(monkeypatch):
     _FakeNvimgcodec.calls = []
     _FakeNvimgcodec.fail_hw = False
     _FakeNvimgcodec.no_sm_decoder = False
-    monkeypatch.setattr(gpu, "_cuda", FakeCuda)
+    fake_cuda(monkeypatch)
     monkeypatch.setattr(gpu, "nvimgcodec_module", lambda: _FakeNvimgcodec)
     return _FakeNvimgcodec
 
@@ -327,7 +327,7 @@ def test_the_decoders_threads_are_its_runtimes(fake_gpu):
     rt = Runtime(num_threads=2)
     dec = GpuImageDecoder(torch.device("cpu"), cpu_load=0.0, adaptive=False, runtime=rt)
     assert rt.made["pools"] == 2
-    assert dec._gpu_threads._max_workers == 4 * gpu.AHEAD_BATCHES and dec._ahead._max_workers == gpu.AHEAD_BATCHES
+    assert dec._gpu_threads.threads == 4 * gpu.AHEAD_BATCHES and dec._ahead.threads == gpu.AHEAD_BATCHES
     data = _jpegs(3)
     images, _ = dec.start(data).future.result()  # decoded ahead, in its decode-ahead and GPU-path pools
     for d, t in zip(data, images):

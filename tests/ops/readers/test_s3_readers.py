@@ -13,6 +13,7 @@ import sluice
 from sluice import fn
 from sluice.backends import storage
 from sluice.errors import PipelineError
+from sluice.runtime import Runtime
 
 pytestmark = pytest.mark.usefixtures("s3")
 
@@ -198,3 +199,42 @@ def test_credentials_from_the_aws_files(s3, tmp_path, monkeypatch):
     s3.create_bucket(Bucket="creds")
     s3.put_object(Bucket="creds", Key="k", Body=b"payload")
     assert storage.read_bytes("s3://creds/k") == b"payload"
+
+
+def test_each_pipeline_has_s3_clients_of_its_own_closed_with_it(s3, tree):
+    """Two pipelines (train and val) read S3 through two sets of clients, sessions of their runtimes; closing one
+    pipeline closes its clients only, and nothing is left behind at module level."""
+    url = upload(s3, "owners", tree, "data/")
+    train, _ = run(lambda: fn.readers.file(file_root=url))
+    val, _ = run(lambda: fn.readers.file(file_root=url))
+    clients = [p.executor.runtime.sessions()[("s3 clients",)] for p in (train, val)]
+    assert clients[0] is not clients[1] and all(len(c) == 1 for c in clients)  # one bucket: one client each
+    assert clients[0].store("owners", storage.S3Settings.from_env()) is not clients[1].store(
+        "owners", storage.S3Settings.from_env())
+    train.close()
+    assert clients[0].closed and len(clients[0]) == 0 and not clients[1].closed
+    with pytest.raises(storage.StorageError, match="closed"):
+        storage.read_bytes(url + "class_0/0.jpg", clients=clients[0])
+    assert as_bytes(val.run()[0]) and len(clients[1]) == 1
+    val.close()
+    assert clients[1].closed
+    assert not [name for name, value in vars(storage).items() if isinstance(value, storage.S3Clients)]
+
+
+def test_s3_clients_outside_a_pipeline(s3):
+    """A runtime made by hand (an operator outside a pipeline) keeps its clients until it closes; a call with no
+    clients makes its own for the call."""
+    s3.create_bucket(Bucket="alone")
+    s3.put_object(Bucket="alone", Key="k", Body=b"abc")
+    a, b = Runtime(name="a"), Runtime(name="b")
+    ca, cb = storage.clients_of(a), storage.clients_of(b)
+    assert ca is storage.clients_of(a) and ca is not cb
+    assert storage.read_bytes("s3://alone/k", clients=ca) == b"abc" and storage.size("s3://alone/k", clients=cb) == 3
+    a.close()
+    assert ca.closed and not cb.closed and len(cb) == 1
+    b.close()
+    assert cb.closed
+    assert storage.read_text("s3://alone/k") == "abc"
+    with storage.S3Clients() as own:
+        assert storage.exists("s3://alone/k", clients=own) and not storage.exists("s3://alone/nope", clients=own)
+    assert own.closed

@@ -65,7 +65,7 @@ def test_each_runtime_has_its_own_gpu_backend_closed_with_it(gpu_videos, fake_fi
     threads, and leaves the other's working."""
     monkeypatch.setattr("sluice.backends.video.hybrid.CPU_PROCESSES", False)
     before = set(threading.enumerate())
-    train, val = Runtime(num_threads=2), Runtime(num_threads=2)
+    train, val = Runtime(num_threads=2, device_id=0), Runtime(num_threads=2, device_id=0)  # GPU 0's: its streams
     a, b = decoders_video.gpu_backend(train, 0), decoders_video.gpu_backend(val, 0)
     assert isinstance(a, HybridBackend) and a is decoders_video.gpu_backend(train, 0)
     assert a is not b and a.nvdec is not b.nvdec and a.nvdec is decoders_video.nvdec_backend(train, 0)

@@ -263,7 +263,8 @@ class GpuImageDecoder:
         self.device = device_id if isinstance(device_id, torch.device) else torch.device("cuda", device_id)
         # the pipeline's runtime makes this decoder's threads; a decoder made outside a pipeline has one of its own
         self._own_runtime = runtime is None
-        self._runtime = Runtime(name="image decoder") if runtime is None else runtime
+        self._runtime = runtime if runtime is not None else Runtime(
+            device_id=self.device.index if self.device.type == "cuda" else None, name="image decoder")
         self.use_fast_idct = use_fast_idct
         self._nv = nvimgcodec_module()
         self._hw = None
@@ -326,7 +327,7 @@ class GpuImageDecoder:
         #: Check the entropy-coded data of the JPEGs sent to nvJPEG (:data:`VALIDATE_SCANS`).
         where = VALIDATE_SCANS
         self.validate_scans = where is not None
-        self._scan_check = BatchScanCheck(self.device, "cpu" if where == "cpu" else "gpu")
+        self._scan_check = BatchScanCheck(self.device, "cpu" if where == "cpu" else "gpu", runtime=self._runtime)
         # One thread per GPU path (hardware, CUDA, JPEG 2000) and for the scan checks of this batch and of
         # batches whose checks are still in flight (deferred to the pipeline's output).
         self._gpu_threads = self._runtime.thread_pool("gpu-decode", 4 * AHEAD_BATCHES)
@@ -725,7 +726,8 @@ class GpuImageDecoder:
 
     def _ahead_stream(self):
         if not self._ahead_streams:
-            self._ahead_streams = [_cuda.Stream(self.device) for _ in range(AHEAD_BATCHES)]
+            self._ahead_streams = [self._runtime.stream(f"image decoder {id(self)}: ahead {k}", device=self.device)
+                                   for k in range(AHEAD_BATCHES)]
         stream = self._ahead_streams[self._started % AHEAD_BATCHES]
         self._started += 1
         return stream

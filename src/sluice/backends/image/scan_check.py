@@ -23,6 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from sluice.runtime import Runtime
+
 from .formats import as_bytes, jpeg_scan_is_plausible, jpeg_scan_start
 
 __all__ = ["BatchScanCheck"]
@@ -42,15 +44,22 @@ def _as_tensor(view: memoryview) -> torch.Tensor:
 class BatchScanCheck:
     """Checks the entropy-coded data of baseline JPEGs, a batch at a time. ``where="gpu"``: on ``device`` (a CPU
     device works too, for tests), on a high-priority stream of its own so that its few kernels run ahead of the
-    decoders' queued work; ``where="cpu"``: image after image with NumPy in the calling thread."""
+    decoders' queued work; ``where="cpu"``: image after image with NumPy in the calling thread. The stream is
+    ``runtime``'s (:meth:`sluice.runtime.Runtime.stream`: its owner's, the image decoder's pipeline's); without
+    one (a check made alone: tests, benchmarks), of a runtime of the check's own."""
 
-    def __init__(self, device: torch.device, where: str = "gpu"):
+    def __init__(self, device: torch.device, where: str = "gpu", *, runtime: Runtime | None = None):
         if where not in ("gpu", "cpu"):
             raise ValueError(f"Invalid scan check place ({where!r}). Supported values are 'gpu' and 'cpu'.")
         self.device = device
         self.where = where
         self._cuda = device.type == "cuda" and where == "gpu"
-        self._stream = torch.cuda.Stream(device, priority=-1) if self._cuda else None
+        self._stream = None
+        if self._cuda:
+            if runtime is None:  # its own, released with the check
+                index = device.index if device.index is not None else torch.cuda.current_device()
+                runtime = self._own_runtime = Runtime(device_id=index, name="scan check")
+            self._stream = runtime.stream(f"scan check {id(self)}", priority=-1, device=device)
 
     def __call__(self, bufs: Sequence, region: torch.Tensor | None = None) -> list[bool]:
         """Whether each stream's entropy-coded data holds only markers that may appear there (see

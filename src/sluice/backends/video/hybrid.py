@@ -124,8 +124,8 @@ class HybridBackend:
     ``sessions=0``, PyAV in worker processes). ``workers``: the worker processes' owner (default: the
     ``runtime``'s; with neither, the backend's own, made on first use). ``runtime``: the pipeline's
     :class:`~sluice.runtime.Runtime`, which makes each path's worker threads (and those of the NVDEC backend made
-    here) and closes the backend with the pipeline; None: a runtime of its own. ``close()`` ends the processes (so does garbage collection) and the
-    threads, and the NVDEC backend made here.
+    here) and their copy streams, and closes the backend with the pipeline; None: a runtime of its own.
+    ``close()`` ends the processes (so does garbage collection) and the threads, and the NVDEC backend made here.
     """
 
     device = "cuda"
@@ -141,7 +141,7 @@ class HybridBackend:
         if output_device == "cpu":
             self.device = "cpu"  # where the frames end (the class says "cuda")
         self._own_runtime = runtime is None
-        self._runtime = Runtime(name="video") if runtime is None else runtime
+        self._runtime = self._new_runtime() if runtime is None else runtime
         self._own_nvdec = nvdec is None  # closed with this backend (one given is its giver's)
         self.nvdec = nvdec if nvdec is not None else NvdecBackend(device_id=device_id, sessions=max(1, sessions),
                                                                   runtime=self._runtime)
@@ -171,6 +171,11 @@ class HybridBackend:
         self._memory_files = MemoryFiles()
         self._lock = threading.Lock()
         self._local = threading.local()
+
+    def _new_runtime(self) -> Runtime:
+        """A runtime of the backend's own (one made outside a pipeline), on its GPU unless its frames stay on the
+        CPU."""
+        return Runtime(device_id=None if self.device == "cpu" else self.device_id, name="video")
 
     @property
     def out_device(self) -> torch.device:
@@ -471,8 +476,9 @@ class HybridBackend:
         device = self.out_device
         with torch.cuda.device(device):
             stream = getattr(self._local, "stream", None)
-            if stream is None:
-                stream = self._local.stream = torch.cuda.Stream(device)
+            if stream is None:  # this worker thread's, made by the runtime
+                stream = self._local.stream = self._runtime.stream(
+                    f"video copy {id(self)}: thread {threading.get_ident()}", device=device)
             out = torch.empty(host.shape, dtype=torch.uint8, device=device)  # allocated on the default stream
             with torch.cuda.stream(stream):
                 out.copy_(host, non_blocking=True)
@@ -507,7 +513,7 @@ class HybridBackend:
             self.nvdec.close()
         if self._own_runtime:
             self._runtime.close()
-            self._runtime = Runtime(name="video")  # for any later use
+            self._runtime = self._new_runtime()  # for any later use
 
 
 def _close_workers(workers: list[WorkerProcess], group: list[Workers], own: bool) -> None:

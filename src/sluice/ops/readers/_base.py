@@ -68,15 +68,16 @@ def record_table(op: str, per_file: Sequence[tuple[np.ndarray, np.ndarray]], emp
 
 def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.ndarray, names: Sequence[str], *,
                 pool=None, pin: bool = False, device_id: int | None = None, align_at: Sequence[int] = (),
-                what: str = "record", file_index: np.ndarray | None = None
-                ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+                what: str = "record", file_index: np.ndarray | None = None,
+                clients: storage.S3Clients | None = None) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """Read range ``i`` (``sizes[i]`` bytes of ``paths[i]`` from byte ``starts[i]``; a size of -1 reads the whole
     file) into one buffer. With ``file_index``, ``paths`` are the distinct files and range ``i`` is of
     ``paths[file_index[i]]`` (a reader of a few shards then makes no list of a path per range). Returns
     ``(buffer, offsets, sizes)``: the uint8 buffer (page-locked with ``pin``) and where each range lies in it, back
     to back, except that the ranges whose indices are in ``align_at`` (the first of each output of a multi-output
     reader) start at a multiple of 8 bytes, so that an output's stretch can be viewed as any type. A range that
-    cannot be read whole raises a SampleError naming ``names[i]`` (the file and member) and the bytes missing."""
+    cannot be read whole raises a SampleError naming ``names[i]`` (the file and member) and the bytes missing.
+    ``clients``: the pipeline's S3 clients (:func:`sluice.backends.storage.clients_of`), for ranges in S3."""
     files, file_index = _distinct(paths, file_index)
     n = len(file_index)
     starts = np.ascontiguousarray(starts, np.int64)
@@ -86,7 +87,7 @@ def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.nda
     if whole:  # sizes not known beforehand: whole objects are fetched now, local files sized
         paths = [files[f] for f in file_index.tolist()]
         remote = [i for i in whole if storage.is_url(paths[i])]
-        for i, data in zip(remote, _fetch(paths, starts, sizes, names, remote)):
+        for i, data in zip(remote, _fetch(paths, starts, sizes, names, remote, clients=clients)):
             fetched[i] = data
             sizes[i] = len(data)
         for i in sorted(set(whole) - set(remote)):
@@ -105,18 +106,19 @@ def read_packed(op: str, paths: Sequence[str], starts: np.ndarray, sizes: np.nda
     for i, data in fetched.items():
         host[offsets[i]: offsets[i] + sizes[i]] = storage.to_array(data)
     rest = np.delete(np.arange(n), list(fetched)) if fetched else None
-    read_into(files, starts, sizes, names, host, offsets, rest, pool=pool, what=what, file_index=file_index)
+    read_into(files, starts, sizes, names, host, offsets, rest, pool=pool, what=what, file_index=file_index,
+              clients=clients)
     return buf, offsets, sizes
 
 
 def read_into(paths: Sequence[str], starts: np.ndarray, sizes: np.ndarray, names: Sequence[str], host: np.ndarray,
               offsets: np.ndarray, which: np.ndarray | None = None, *, pool=None, what: str = "record",
-              file_index: np.ndarray | None = None) -> None:
+              file_index: np.ndarray | None = None, clients: storage.S3Clients | None = None) -> None:
     """Read range ``i`` (``sizes[i]`` bytes of ``paths[i]``, or with ``file_index`` of ``paths[file_index[i]]``,
     from ``starts[i]``) into ``host[offsets[i]:]``, for each ``i`` of ``which`` (default: all): remote ones fetched
     concurrently, local ones by the compiled core with the GIL released, every pool thread and the calling one
     taking the next unread range (:func:`_read_local`). A range that cannot be read whole raises a SampleError
-    naming ``names[i]``."""
+    naming ``names[i]``; ``clients`` as for :func:`read_packed`."""
     files, file_index = _distinct(paths, file_index)
     starts, sizes, offsets = (np.ascontiguousarray(a, np.int64) for a in (starts, sizes, offsets))
     which = np.arange(len(file_index)) if which is None else np.asarray(which, np.int64)
@@ -125,7 +127,7 @@ def read_into(paths: Sequence[str], starts: np.ndarray, sizes: np.ndarray, names
     if is_remote.any():
         remote = which[is_remote].tolist()
         per_range = [files[f] for f in file_index.tolist()]
-        for i, data in zip(remote, _fetch(per_range, starts, sizes, names, remote, what)):
+        for i, data in zip(remote, _fetch(per_range, starts, sizes, names, remote, what, clients)):
             host[offsets[i]: offsets[i] + sizes[i]] = storage.to_array(data)
         which = which[~is_remote]
     if not which.size:
@@ -174,12 +176,14 @@ def _read_local(files: list[str], file_index: np.ndarray, starts: np.ndarray, si
     return np.concatenate([g for g, _ in parts]), np.concatenate([s for _, s in parts])
 
 
-def _fetch(paths, starts, sizes, names, which: list[int], what: str = "record") -> list:
+def _fetch(paths, starts, sizes, names, which: list[int], what: str = "record",
+           clients: storage.S3Clients | None = None) -> list:
     """The remote ranges ``which`` (size -1: to the end), fetched concurrently; each checked to be whole."""
     if not which:
         return []
     try:
-        got = storage.fetch([(paths[i], int(starts[i]), None if sizes[i] < 0 else int(sizes[i])) for i in which])
+        got = storage.fetch([(paths[i], int(starts[i]), None if sizes[i] < 0 else int(sizes[i])) for i in which],
+                            clients=clients)
     except storage.StorageError as e:
         i = next((i for i in which if paths[i] in str(e)), which[0])
         raise SampleError(i, names[i], e) from None
@@ -199,12 +203,13 @@ def _short(path: str, start: int, size: int, got: int, what: str) -> OSError:
 _index_lock = threading.Lock()
 
 
-def cached_index(kind: str, source: str, build: Callable[[], str], parse: Callable[[str], T]) -> T:
+def cached_index(kind: str, source: str, build: Callable[[], str], parse: Callable[[str], T], *,
+                 clients: storage.S3Clients | None = None) -> T:
     """The parsed index of ``source`` (a shard, a record file): ``parse(text)`` of the text cached in
     ``$SLUICE_CACHE/<kind>/`` for this version of the file (path, size, modification time; an object's ETag),
     else of ``build()``, which is then stored there. A cached index that does not parse is built again; a cache
-    that cannot be written is only logged."""
-    key = hashlib.blake2b(storage.stat_key(source).encode(), digest_size=16).hexdigest()
+    that cannot be written is only logged. ``clients``: the pipeline's S3 clients, for a source in S3."""
+    key = hashlib.blake2b(storage.stat_key(source, clients=clients).encode(), digest_size=16).hexdigest()
     path = storage.cache_dir() / kind / f"{key}.idx"
     try:
         return parse(path.read_text())

@@ -148,10 +148,10 @@ class CocoSet:
     """The samples of an annotations file after DALI's selection: per image, its file, size, id, and its
     annotations' boxes, labels, polygons and segmentations (flat arrays with per-image offsets)."""
 
-    def __init__(self, args: dict[str, Any]):
+    def __init__(self, args: dict[str, Any], clients: storage.S3Clients | None = None):
         where = args["annotations_file"]
         try:
-            doc = json.loads(storage.read_text(where))
+            doc = json.loads(storage.read_text(where, clients=clients))
         except storage.StorageError as e:
             raise ArgumentError(f"fn.readers.coco: {e}") from None
         except ValueError as e:
@@ -275,9 +275,9 @@ class CocoSet:
                                 f"{e.strerror or e}") from None
 
     @classmethod
-    def load(cls, args: dict[str, Any]) -> CocoSet:
-        """The samples saved in ``args["preprocessed_annotations"]`` by :meth:`save`; a missing or corrupt
-        directory raises an ArgumentError naming it."""
+    def load(cls, args: dict[str, Any], clients: storage.S3Clients | None = None) -> CocoSet:
+        """The samples saved in ``args["preprocessed_annotations"]`` by :meth:`save` (read through ``clients``
+        where they are in S3); a missing or corrupt directory raises an ArgumentError naming it."""
         folder = args["preprocessed_annotations"]
 
         def bad(what: str) -> ArgumentError:
@@ -285,7 +285,7 @@ class CocoSet:
                                  "save_preprocessed_annotations=True)")
 
         try:
-            index = json.loads(storage.read_text(storage.join(folder, _INDEX)))
+            index = json.loads(storage.read_text(storage.join(folder, _INDEX), clients=clients))
         except storage.StorageError as e:
             raise bad(f"cannot be read: {e}") from None
         except ValueError as e:
@@ -295,7 +295,8 @@ class CocoSet:
         if index.get("version") != _VERSION:
             raise bad(f"have version {index.get('version')!r}; this sluice reads version {_VERSION}")
         try:
-            with np.load(io.BytesIO(storage.read_bytes(storage.join(folder, _ARRAYS))), allow_pickle=False) as z:
+            data = storage.read_bytes(storage.join(folder, _ARRAYS), clients=clients)
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         except storage.StorageError as e:
             raise bad(f"cannot be read: {e}") from None
@@ -436,12 +437,12 @@ class COCOReader(ReaderBase):
             raise ArgumentError(f"{self.op_name}: polygon_masks and pixelwise_masks cannot both be True")
         _check_preprocessed_args(a)
         if a["preprocessed_annotations"]:
-            self.data = CocoSet.load(a)
+            self.data = CocoSet.load(a, self.s3)
             if not len(self.data):
                 raise ArgumentError(f"{self.op_name}: preprocessed annotations '{a['preprocessed_annotations']}' "
                                     "hold no images")
         else:
-            self.data = CocoSet(a)
+            self.data = CocoSet(a, self.s3)
             if not len(self.data):
                 raise ArgumentError(f"{self.op_name}: annotations file '{a['annotations_file']}' selects no "
                                     f"images (skip_empty={a['skip_empty']}, images={a['images']})")
@@ -457,7 +458,7 @@ class COCOReader(ReaderBase):
         try:
             buf, _, sizes = read_packed(self.op_name, files, np.zeros(n, np.int64), np.full(n, -1, np.int64),
                                         files, pool=ctx.thread_pool, pin=self.pin_outputs,
-                                        device_id=self.spec.device_id, what="image")
+                                        device_id=self.spec.device_id, what="image", clients=self.s3)
         except SampleError as e:
             raise SampleError(e.index, e.source, OSError(f"{e.cause} (an image of the {d.described})")) from None
         outs = [Batch.from_packed(buf[: int(sizes.sum())], sizes[:, None], "", files)]

@@ -28,6 +28,7 @@ from sluice.ops.readers._base import read_packed
 from sluice.ops.readers._sharding import SampleOrder, ShardingArgs
 from sluice.pipeline.batch import Batch, is_page_locked
 from sluice.pipeline.pool import map_all, run_shared, runs
+from sluice.runtime import runtime_of
 from sluice.schema import Arg, BatchArgs, BatchContext, Operator, OpSchema, OpSpec
 
 logger = logging.getLogger(__name__)
@@ -82,8 +83,10 @@ SCHEMA = OpSchema(
 )
 
 
-def list_files(op: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
-    """The files and labels a reader's arguments describe, in DALI's order."""
+def list_files(op: str, args: dict[str, Any], *, clients: storage.S3Clients | None = None
+               ) -> tuple[list[str], list[int]]:
+    """The files and labels a reader's arguments describe, in DALI's order (``clients``: the pipeline's S3 clients,
+    for a file_list or file_root in S3)."""
     root, file_list, files = args["file_root"], args["file_list"], args["files"]
     given = [k for k in ("file_list", "files") if args[k] is not None]
     if len(given) > 1:
@@ -96,7 +99,7 @@ def list_files(op: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
         return paths, list(labels)
     if file_list is not None:
         try:
-            text = storage.read_text(file_list)  # a local file or an s3:// URL
+            text = storage.read_text(file_list, clients=clients)  # a local file or an s3:// URL
         except storage.StorageError:
             raise ArgumentError(f"{op}: file_list '{file_list}' does not exist") from None
         base = root if root else storage.dirname(file_list)
@@ -118,7 +121,7 @@ def list_files(op: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
     if root is None:
         raise ArgumentError(f"{op}: give file_root, file_list or files")
     if storage.is_url(root):
-        return _list_url(op, root, args)
+        return _list_url(op, root, args, clients)
     if not os.path.isdir(root):
         raise ArgumentError(f"{op}: file_root '{root}' does not exist or is not a folder")
     patterns = args["file_filters"] or ["*"]
@@ -150,11 +153,12 @@ def list_files(op: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
     return paths, labels
 
 
-def _list_url(op: str, root: str, args: dict[str, Any]) -> tuple[list[str], list[int]]:
+def _list_url(op: str, root: str, args: dict[str, Any], clients: storage.S3Clients | None
+              ) -> tuple[list[str], list[int]]:
     """``list_files`` for an s3:// ``file_root``: the first level of key prefixes below it are the classes (or,
     with none, the objects directly below it have label 0), as sub-folders of a local root are."""
     try:
-        urls, _ = storage.list_files(root)
+        urls, _ = storage.list_files(root, clients=clients)
     except storage.StorageError as e:
         raise ArgumentError(f"{op}: file_root: {e}") from None
     prefix = root.rstrip("/") + "/"
@@ -367,6 +371,12 @@ class ReaderBase(Operator):
         """The samples the next :meth:`next_samples` returns (a reader that starts work ahead asks)."""
         return self.order.peek_indices(self.spec.batch_size)
 
+    @property
+    def s3(self) -> storage.S3Clients:
+        """The pipeline's S3 clients (a session of its runtime, made on first use, closed with the pipeline), which
+        the reader passes to every :mod:`sluice.backends.storage` call that may reach S3."""
+        return storage.clients_of(runtime_of(self.spec))
+
     def reader_meta(self) -> dict[str, Any]:
         return self.order.meta()
 
@@ -383,7 +393,7 @@ class FileReader(ReaderBase):
 
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
-        self.paths, self.labels = list_files(self.op_name, spec.args)
+        self.paths, self.labels = list_files(self.op_name, spec.args, clients=self.s3)
         self._labels = np.asarray(self.labels, dtype=np.int32)
         if not self.paths:
             where = spec.args["file_root"] or spec.args["file_list"] or "files"
@@ -399,7 +409,7 @@ class FileReader(ReaderBase):
             n = len(paths)
             buf, _, sizes = read_packed(self.op_name, paths, np.zeros(n, np.int64), np.full(n, -1, np.int64),
                                         paths, pool=ctx.thread_pool, pin=self.pin_outputs,
-                                        device_id=self.spec.device_id, what="file")
+                                        device_id=self.spec.device_id, what="file", clients=self.s3)
             data = Batch.from_packed(buf[: int(sizes.sum())], sizes[:, None], "", paths)
         elif self.pin_outputs or native.available():
             # the batch back to back in one buffer (page-locked for a GPU pipeline), read by runs of files in the

@@ -162,7 +162,7 @@ class FitsReader(ReaderBase):
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
         a = spec.args
-        self.paths = list_npy(self.op_name, a)
+        self.paths = list_npy(self.op_name, a, self.s3)
         if not self.paths:
             raise ArgumentError(f"{self.op_name}: no files found (file_filter={a['file_filter']!r})")
         self.hdus = [int(h) for h in (a["hdu_indices"] or [2])]
@@ -180,7 +180,7 @@ class FitsReader(ReaderBase):
         if found is None:
             path = self.paths[i]
             try:
-                with storage.open_file(path, buffer_size=BLOCK * 4) as f:
+                with storage.open_file(path, buffer_size=BLOCK * 4, clients=self.s3) as f:
                     hdus = parse_hdus(f, path, max(self.hdus))
             except (storage.StorageError, OSError, FitsError) as e:
                 raise SampleError(k, path, e) from None
@@ -212,7 +212,7 @@ class FitsReader(ReaderBase):
                                                          f"{self.dtypes[h]} dtypes asks for"))
             buf, offs, sizes = read_packed(self.op_name, names, np.array([im.offset for im in imgs], np.int64),
                                            np.array([im.nbytes for im in imgs], np.int64), names,
-                                           pool=ctx.thread_pool, what="image data")
+                                           pool=ctx.thread_pool, what="image data", clients=self.s3)
             host = buf.numpy()
             if len({len(im.shape) for im in imgs}) > 1:
                 raise SampleError(0, names[0], FitsError(f"HDU {self.hdus[h]} has different numbers of axes in one "

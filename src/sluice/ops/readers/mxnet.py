@@ -131,9 +131,11 @@ class MXNetReader(ReaderBase):
             raise ArgumentError(f"{self.op_name}: {len(indexes)} index_path entries for {len(self.files)} files in "
                                 "path; give one .idx per .rec, in the same order")
         per_file = []
+        s3 = self.s3
         for path, idx in zip(self.files, indexes):
             try:
-                per_file.append(parse_index(storage.read_text(idx), f"'{idx}' (of '{path}')", storage.size(path)))
+                per_file.append(parse_index(storage.read_text(idx, clients=s3), f"'{idx}' (of '{path}')",
+                                            storage.size(path, clients=s3)))
             except storage.StorageError as e:
                 raise ArgumentError(f"{self.op_name}: {e}") from None
         self.file_of, self.offsets, self.sizes, self.record_no = record_table(
@@ -149,7 +151,7 @@ class MXNetReader(ReaderBase):
         names = [self._name(i) for i in picks.tolist()]
         buf, offs, sizes = read_packed(self.op_name, [self.files[f] for f in self.file_of[picks].tolist()],
                                        self.offsets[picks], self.sizes[picks], names, pool=ctx.thread_pool,
-                                       what="record")
+                                       what="record", clients=self.s3)
         view = memoryview(buf.numpy())
         parsed: list = [None] * n
 

@@ -86,13 +86,13 @@ class Entry:
     where: str  # manifest:line, for errors
 
 
-def read_manifests(op: str, manifests: list[str]) -> list[Entry]:
+def read_manifests(op: str, manifests: list[str], clients: storage.S3Clients | None = None) -> list[Entry]:
     """Every line of the manifests, in order; a line that is not a JSON object naming ``audio_filepath`` is an
-    error naming the manifest and the line."""
+    error naming the manifest and the line (``clients``: the pipeline's S3 clients, for manifests in S3)."""
     out = []
     for manifest in manifests:
         try:
-            text = storage.read_text(manifest)
+            text = storage.read_text(manifest, clients=clients)
         except storage.StorageError as e:
             raise ArgumentError(f"{op}: cannot read the manifest: {e}") from None
         base = storage.dirname(manifest)
@@ -116,12 +116,14 @@ def read_manifests(op: str, manifests: list[str]) -> list[Entry]:
     return out
 
 
-def decode_window(e: Entry, dtype: str, downmix: bool) -> tuple[np.ndarray, int]:
+def decode_window(e: Entry, dtype: str, downmix: bool, clients: storage.S3Clients | None = None
+                  ) -> tuple[np.ndarray, int]:
     """Decode the manifest's window of ``e.audio`` by seeking to it (libsndfile reads a local file itself; an
-    object is read by ranged requests)."""
+    object is read by ranged requests, through ``clients``)."""
     import soundfile
 
-    source = e.audio if not storage.is_url(e.audio) else storage.open_file(e.audio, buffer_size=256 << 10)
+    source = e.audio if not storage.is_url(e.audio) else storage.open_file(e.audio, buffer_size=256 << 10,
+                                                                           clients=clients)
     try:
         with soundfile.SoundFile(source) as f:
             plan = plan_window(f, start_time=e.offset, duration=e.duration, out_of_bounds_policy="error",
@@ -143,7 +145,8 @@ class NemoAsrReader(ReaderBase):
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
         a = spec.args
-        entries = read_manifests(self.op_name, as_list(self.op_name, "manifest_filepaths", a["manifest_filepaths"]))
+        entries = read_manifests(self.op_name, as_list(self.op_name, "manifest_filepaths", a["manifest_filepaths"]),
+                                 self.s3)
         self.line_no = []
         self.entries = []
         lo, hi = float(a["min_duration"] or 0.0), float(a["max_duration"] or 0.0)
@@ -167,12 +170,13 @@ class NemoAsrReader(ReaderBase):
         audio: list[torch.Tensor] = [None] * n  # type: ignore[list-item]
         rates = np.zeros(n, np.float32)
         names = [self.entries[i].audio for i in picks]
+        s3 = self.s3
 
         def decode(run: range) -> None:
             for k in run:
                 e = self.entries[picks[k]]
                 try:
-                    out, rate = decode_window(e, work, a["downmix"])
+                    out, rate = decode_window(e, work, a["downmix"], s3)
                     if target > 0 and target != rate:
                         out, rate = resample_soxr(out, rate, target, a["quality"]), target
                     if work != dtype:  # resampled in float: back to the integer type

@@ -151,8 +151,9 @@ def parse_header(head: bytes, path: str, file_size: int) -> NpyHeader:
     return h
 
 
-def list_npy(op: str, a: dict[str, Any]) -> list[str]:
-    """The files ``file_root`` + ``file_filter``, ``file_list`` or ``files`` name (:func:`listing_args`)."""
+def list_npy(op: str, a: dict[str, Any], clients: storage.S3Clients | None = None) -> list[str]:
+    """The files ``file_root`` + ``file_filter``, ``file_list`` or ``files`` name (:func:`listing_args`), listed
+    or read through ``clients`` (the pipeline's S3 clients) where they are in S3."""
     root, file_list, files = a["file_root"], a["file_list"], a["files"]
     if file_list is not None and files is not None:
         raise ArgumentError(f"{op}: give only one of file_list and files")
@@ -161,14 +162,14 @@ def list_npy(op: str, a: dict[str, Any]) -> list[str]:
     if file_list is not None:
         base = root or storage.dirname(file_list)
         try:
-            lines = storage.read_text(file_list).splitlines()
+            lines = storage.read_text(file_list, clients=clients).splitlines()
         except storage.StorageError as e:
             raise ArgumentError(f"{op}: cannot read file_list: {e}") from None
         return [storage.join(base, ln.split()[0]) for ln in lines if ln.strip() and not ln.startswith("#")]
     if root is None:
         raise ArgumentError(f"{op}: give file_root, file_list or files")
     try:
-        found = storage.list_files(root)[0]
+        found = storage.list_files(root, clients=clients)[0]
     except storage.StorageError as e:
         raise ArgumentError(f"{op}: file_root: {e}") from None
     pattern = a["file_filter"] or "*"
@@ -322,7 +323,7 @@ class NumpyReader(ReaderBase):
 
     def __init__(self, spec: OpSpec):
         super().__init__(spec)
-        self.paths = list_npy(self.op_name, spec.args)
+        self.paths = list_npy(self.op_name, spec.args, self.s3)
         if not self.paths:
             raise ArgumentError(f"{self.op_name}: no files matching file_filter={spec.args['file_filter']!r} in "
                                 f"'{spec.args['file_root']}'")
@@ -334,18 +335,20 @@ class NumpyReader(ReaderBase):
         todo = sorted({i for i in picks if i not in self.headers})
         if todo:
             paths = [self.paths[i] for i in todo]
-            sizes = np.array([_size(p, k) for k, p in enumerate(paths)], np.int64)
+            s3 = self.s3
+            sizes = np.array([_size(p, k, s3) for k, p in enumerate(paths)], np.int64)
             heads = np.minimum(sizes, _HEAD_BYTES)
             offsets = np.concatenate([[0], np.cumsum(heads)[:-1]]).astype(np.int64)
             buf = np.empty(max(1, int(heads.sum())), np.uint8)
-            read_into(paths, np.zeros(len(todo), np.int64), heads, paths, buf, offsets, pool=pool, what="header")
+            read_into(paths, np.zeros(len(todo), np.int64), heads, paths, buf, offsets, pool=pool, what="header",
+                      clients=s3)
             for k, i in enumerate(todo):
                 head = buf[offsets[k]: offsets[k] + heads[k]].tobytes()
                 if len(head) >= 10 and head[:6] == _MAGIC:
                     width = 2 if head[6] == 1 else 4
                     need = 8 + width + int.from_bytes(head[8:8 + width], "little")
                     if need > len(head) and need <= sizes[k]:  # a long header: read the rest
-                        head = bytes(storage.fetch([(paths[k], 0, need)])[0])
+                        head = bytes(storage.fetch([(paths[k], 0, need)], clients=s3)[0])
                 try:
                     self.headers[i] = parse_header(head, paths[k], int(sizes[k]))
                 except NpyError as e:
@@ -403,7 +406,8 @@ class NumpyReader(ReaderBase):
                                       for x in (r_starts, r_sizes, r_offsets))
             scratch = target if target is not None else np.empty(max(1, pos), np.uint8)
             try:
-                read_into(r_paths, starts, sizes, r_names, scratch, offsets, pool=pool, what="array data")
+                read_into(r_paths, starts, sizes, r_names, scratch, offsets, pool=pool, what="array data",
+                          clients=self.s3)
             except SampleError as e:
                 k = names.index(e.source) if e.source in names else e.index
                 raise SampleError(k, e.source, e.cause) from None
@@ -442,8 +446,8 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
-def _size(path: str, k: int) -> int:
+def _size(path: str, k: int, clients: storage.S3Clients) -> int:
     try:
-        return storage.size(path)
+        return storage.size(path, clients=clients)
     except storage.StorageError as e:
         raise SampleError(k, path, e) from None

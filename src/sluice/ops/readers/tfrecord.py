@@ -104,14 +104,16 @@ class TFRecordReader(ReaderBase):
             raise ArgumentError(f"{self.op_name}: {len(indexes)} index_path entries for {len(self.files)} files in "
                                 "path; give one index per file, in the same order")
         per_file = []
+        s3 = self.s3
         for k, path in enumerate(self.files):
             try:
-                size = storage.size(path)
+                size = storage.size(path, clients=s3)
                 if indexes:
-                    o, z = parse_index(storage.read_text(indexes[k]), f"'{indexes[k]}' (of '{path}')", size)
+                    o, z = parse_index(storage.read_text(indexes[k], clients=s3), f"'{indexes[k]}' (of '{path}')",
+                                       size)
                 else:
-                    o, z = cached_index("tfrecord", path, lambda p=path, n=size: _index_text(p, n),
-                                        lambda text, p=path, n=size: parse_index(text, f"of '{p}'", n))
+                    o, z = cached_index("tfrecord", path, lambda p=path, n=size: _index_text(p, n, s3),
+                                        lambda text, p=path, n=size: parse_index(text, f"of '{p}'", n), clients=s3)
             except storage.StorageError as e:
                 raise ArgumentError(f"{self.op_name}: {e}") from None
             per_file.append((o, z))
@@ -128,7 +130,7 @@ class TFRecordReader(ReaderBase):
         names = [self._name(i) for i in picks.tolist()]
         paths = [self.files[f] for f in self.file_of[picks].tolist()]
         buf, offs, sizes = read_packed(self.op_name, paths, self.offsets[picks], self.sizes[picks], names,
-                                       pool=ctx.thread_pool, what="record")
+                                       pool=ctx.thread_pool, what="record", clients=self.s3)
         host = buf.numpy()
         bad = check_records(host, offs, sizes)
         if bad.size:
@@ -215,6 +217,6 @@ class TFRecordReader(ReaderBase):
         return Batch(samples, "", names)
 
 
-def _index_text(path: str, size: int) -> str:
-    with storage.open_file(path, buffer_size=8 << 20) as f:
+def _index_text(path: str, size: int, clients: storage.S3Clients) -> str:
+    with storage.open_file(path, buffer_size=8 << 20, clients=clients) as f:
         return build_index(f, path, size)

@@ -334,7 +334,7 @@ class VideoReader(ReaderBase):
             return _parse_file_list(self.op_name, a["file_list"], a["file_root"])
         files = dict(file_root=a["file_root"], file_list=None, files=a["filenames"], labels=a["labels"],
                      file_filters=a["file_filters"], case_sensitive_filter=False, dir_filters=None)
-        paths, labels = list_files(self.op_name, files)
+        paths, labels = list_files(self.op_name, files, clients=self.s3)
         return [(_resolved(p), lab, None, None) for p, lab in zip(paths, labels)]
 
     def request(self, sample: int) -> ClipRequest:

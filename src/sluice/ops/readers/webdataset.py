@@ -166,10 +166,11 @@ def split_name(name: str) -> tuple[str, str]:
     return (name[:dot], name[dot + 1:]) if dot > 0 else ("", "")
 
 
-def build_index(shard: str) -> str:
-    """The DALI v1.2 index text of a shard (``v1.2 <samples>``, then per sample ``ext offset size name ...``)."""
-    size = storage.size(shard)
-    with storage.open_file(shard, buffer_size=8 << 20) as f:
+def build_index(shard: str, clients: storage.S3Clients | None = None) -> str:
+    """The DALI v1.2 index text of a shard (``v1.2 <samples>``, then per sample ``ext offset size name ...``);
+    ``clients``: the pipeline's S3 clients, for a shard in S3."""
+    size = storage.size(shard, clients=clients)
+    with storage.open_file(shard, buffer_size=8 << 20, clients=clients) as f:
         members = tar_members(f, shard, size)
     samples: list[list[str]] = []
     last = None
@@ -230,26 +231,27 @@ def parse_index(text: str, where: str) -> list[list[Component]]:
     return samples
 
 
-def expand_paths(op: str, paths: Sequence[str]) -> list[str]:
+def expand_paths(op: str, paths: Sequence[str], clients: storage.S3Clients | None = None) -> list[str]:
     """Shards from ``paths``: files and URLs as given, folders and prefixes ending in '/' expanded to their
-    sorted ``.tar`` files, a wids shard index (``.json``) to its shard list."""
+    sorted ``.tar`` files, a wids shard index (``.json``) to its shard list (listed and read through
+    ``clients``)."""
     out: list[str] = []
     for p in paths:
         if p.endswith("/") or (not storage.is_url(p) and os.path.isdir(p)):
-            found = [f for f in storage.list_files(p)[0] if f.endswith(".tar")]
+            found = [f for f in storage.list_files(p, clients=clients)[0] if f.endswith(".tar")]
             if not found:
                 raise ArgumentError(f"{op}: no .tar shards in '{p}'")
             out.extend(found)
         elif p.endswith(".json"):
-            out.extend(_wids_shards(op, p))
+            out.extend(_wids_shards(op, p, clients))
         else:
             out.append(p)
     return out
 
 
-def _wids_shards(op: str, index: str) -> list[str]:
+def _wids_shards(op: str, index: str, clients: storage.S3Clients | None) -> list[str]:
     try:
-        desc = json.loads(storage.read_text(index))
+        desc = json.loads(storage.read_text(index, clients=clients))
         shards = desc["shardlist"]
         base = desc.get("base") or storage.dirname(index)
         return [storage.join(base, s["url"]) for s in shards]
@@ -258,8 +260,8 @@ def _wids_shards(op: str, index: str) -> list[str]:
                             f"{{'url': ..., 'nsamples': ...}}): {e}") from None
 
 
-def _wids_counts(index: str) -> list[int | None]:
-    desc = json.loads(storage.read_text(index))
+def _wids_counts(index: str, clients: storage.S3Clients | None) -> list[int | None]:
+    desc = json.loads(storage.read_text(index, clients=clients))
     return [s.get("nsamples") for s in desc["shardlist"]]
 
 
@@ -275,7 +277,8 @@ class WebdatasetReader(ReaderBase):
         if not self.exts or any(not g for g in self.exts):
             raise ArgumentError(f"{self.op_name}: ext needs one non-empty extension set per output, got {a['ext']}")
         self.dtypes = self._dtypes(a["dtypes"])
-        self.shards = expand_paths(self.op_name, as_list(self.op_name, "paths", a["paths"]))
+        s3 = self.s3
+        self.shards = expand_paths(self.op_name, as_list(self.op_name, "paths", a["paths"]), s3)
         index_paths = a["index_paths"]
         if index_paths and len(index_paths) != len(self.shards):
             raise ArgumentError(f"{self.op_name}: {len(index_paths)} index_paths for {len(self.shards)} shards; give "
@@ -287,19 +290,19 @@ class WebdatasetReader(ReaderBase):
         # Per output: shard, offset, size, name of each kept sample's component (size 0, offset -1: missing).
         shard_of, offsets, sizes, names = [], [[] for _ in wanted], [[] for _ in wanted], [[] for _ in wanted]
         wids = [p for p in as_list(self.op_name, "paths", a["paths"]) if p.endswith(".json")]
-        counts = _wids_counts(wids[0]) if len(wids) == 1 and len(a["paths"]) == 1 else None
+        counts = _wids_counts(wids[0], s3) if len(wids) == 1 and len(a["paths"]) == 1 else None
         for s, shard in enumerate(self.shards):
             if index_paths:
                 where = f"'{index_paths[s]}' (of shard '{shard}')"
                 try:
-                    samples = parse_index(storage.read_text(index_paths[s]), where)
+                    samples = parse_index(storage.read_text(index_paths[s], clients=s3), where)
                 except storage.StorageError as e:
                     raise ArgumentError(f"{self.op_name}: cannot read index_paths[{s}]: {e}") from None
-                _check_index(samples, shard, where)
+                _check_index(samples, shard, where, s3)
             else:
                 try:
-                    samples = cached_index("webdataset", shard, lambda sh=shard: build_index(sh),
-                                           lambda text, sh=shard: parse_index(text, f"of shard '{sh}'"))
+                    samples = cached_index("webdataset", shard, lambda sh=shard: build_index(sh, s3),
+                                           lambda text, sh=shard: parse_index(text, f"of shard '{sh}'"), clients=s3)
                 except storage.StorageError as e:
                     raise ArgumentError(f"{self.op_name}: cannot read shard {s} of paths: {e}") from None
             if counts is not None and counts[s] is not None and counts[s] != len(samples):
@@ -381,7 +384,7 @@ class WebdatasetReader(ReaderBase):
         buf, offsets, sizes = read_packed(self.op_name, self.shards, starts, sizes, [x for part in names for x in part],
                                           pool=ctx.thread_pool, pin=self.pin_outputs, device_id=self.spec.device_id,
                                           align_at=range(0, n * k, max(n, 1)), what="member",
-                                          file_index=np.tile(self.shard_of[picks], k))
+                                          file_index=np.tile(self.shard_of[picks], k), clients=self.s3)
         outs = []
         for j, dtype in enumerate(self.dtypes):
             lo, hi = j * n, (j + 1) * n
@@ -399,9 +402,9 @@ class WebdatasetReader(ReaderBase):
         return tuple(outs)
 
 
-def _check_index(samples: list[list[Component]], shard: str, where: str) -> None:
+def _check_index(samples: list[list[Component]], shard: str, where: str, clients: storage.S3Clients) -> None:
     """An index given by the user must fit its shard: every component inside the shard's bytes."""
-    size = storage.size(shard)
+    size = storage.size(shard, clients=clients)
     for s, comps in enumerate(samples):
         for c in comps:
             if c.offset + c.size > size:
