@@ -11,16 +11,17 @@ A pipeline's executor makes one :class:`Runtime` when the pipeline builds, and e
   threads, NVDEC's split pool and open-ahead threads, the video hybrid backend's per-path workers, the executor's
   stage threads. Each caller gets a pool of its own, of the size it asks for, as when it made it itself; every pool
   says its size (``threads``: :class:`~sluice.pipeline.pool.ThreadPool`);
-* the backends' CUDA streams (:meth:`Runtime.stream`), one per purpose on the pipeline's GPU: the image decoder's
-  decode-ahead streams and its scan check's high-priority stream, the video hybrid backend's per-thread copy
+* the CUDA streams (:meth:`Runtime.stream`), one per purpose on the pipeline's GPU: the executor's ``"pipeline"``
+  stream, the image decoder's decode-ahead streams and its scan check's high-priority stream, the video hybrid backend's per-thread copy
   streams;
 * the worker processes (:meth:`Runtime.workers`: parallel ``external_source``, the CPU video decoders);
 * the sessions (:meth:`Runtime.session`): nvImageCodec decoders, NVDEC decoders, the video hybrid backend, the S3
   clients (:func:`sluice.backends.storage.clients_of`), opened lazily once per key and closed, latest first, when
   the runtime closes.
 
-Not yet here: the pipeline's own CUDA stream (the executor makes it) and ``Batch.as_cpu()``'s per-thread staging
-stream and page-locked buffers (:mod:`sluice.pipeline.to_host`).
+Not here: ``Batch.as_cpu()``'s per-thread staging stream and page-locked buffers (:mod:`sluice.pipeline.to_host`),
+and the page-locked batch buffers, which come from torch's caching host allocator (process-wide, as torch keeps
+it) through :func:`sluice.pipeline.batch.host_empty`.
 
 Nothing here is process-wide: two pipelines (train and val, two GPUs) have two runtimes and share no thread, pool,
 stream or session. A backend made outside a pipeline (tests, benchmarks, the CLI) makes a runtime of its own and

@@ -158,14 +158,13 @@ class Executor:
                 raise PipelineError(f"no CUDA GPU is available, but the pipeline has GPU stages: "
                                     f"{', '.join(gpu_nodes[:5])}. Use device='cpu' or run on a machine with a GPU.")
             self.torch_device = torch.device("cuda", self.device_id)
-            self.stream = torch.cuda.Stream(self.torch_device)
         else:
             self.torch_device = torch.device("cpu")
-            self.stream = None
         self._thread_state = threading.local()  # .bound: this stage thread's current device and stream are ours
-        #: every thread and codec session of this pipeline (its CPU pool, its stage threads, the backends' pools
-        #: and sessions), released by stop()
+        #: every thread, stream and codec session of this pipeline (its CPU pool, its stage threads, the backends'
+        #: pools, streams and sessions), released by stop()
         self.runtime = Runtime(pipeline.num_threads, self.device_id if self.uses_gpu else None)
+        self.stream = self.runtime.stream("pipeline") if self.uses_gpu else None
         self.pool = self.runtime.cpu_pool
         self.operators: dict[int, Operator] = {}
         self.seeds: dict[int, int] = {}
